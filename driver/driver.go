@@ -1,0 +1,153 @@
+// Package driver defines the small interface a distlock backend implements, the
+// capabilities it declares, and the URL scheme registry that lock.Open dispatches on.
+//
+// Users of locks never import this package; they use package lock. Authors of a
+// backend implement Driver, register a scheme in init, and prove their driver with
+// conformance.Run. The portable layer (package lock) owns everything that must behave
+// the same on every backend: key and option validation, waiting with backoff for
+// drivers that cannot be woken, automatic refresh, the validity deadline behind
+// Lost(), Do, error wrapping and Close. A driver speaks its backend's protocol and
+// reports facts.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors a driver returns (possibly wrapped with %w together with the
+// backend's own error). Package lock re-exports them, so errors.Is works against
+// lock.ErrLocked and friends.
+var (
+	// ErrLocked is returned by TryAcquire when another owner holds the key.
+	ErrLocked = errors.New("held by another owner")
+
+	// ErrNotHeld is returned by Refresh and Release when the key is not held by the
+	// given owner (it expired, was released, or passed to someone else).
+	ErrNotHeld = errors.New("not held")
+
+	// ErrUnsupported is returned when a request needs a capability the driver
+	// does not declare.
+	ErrUnsupported = errors.New("not supported by this driver")
+
+	// ErrClosed is returned by a driver used after Close.
+	ErrClosed = errors.New("locker closed")
+)
+
+// Driver is a connection to one backend, as one process would hold it.
+//
+// Locks are identified by (Key, Owner): Owner is a random string the portable layer
+// makes for each Acquire call and keeps across retries of that call. Every method is
+// safe for concurrent use.
+type Driver interface {
+	// Capabilities reports what the driver guarantees. It must return the same value
+	// for the life of the driver.
+	Capabilities() Capabilities
+
+	// TryAcquire makes exactly one attempt to take the lock and never waits for it:
+	// it returns ErrLocked when another owner holds the key. If the key is already
+	// held by req.Owner (a retry after a lost reply) it succeeds and returns the
+	// same grant, so a retry can neither orphan a lock nor block its own owner.
+	TryAcquire(ctx context.Context, req *Request) (Grant, error)
+
+	// Refresh confirms that req.Owner still holds req.Key and, for drivers whose locks
+	// expire, extends the lock to req.TTL from now. It returns ErrNotHeld when the
+	// lock is no longer ours; it never re-creates a lock that is gone.
+	Refresh(ctx context.Context, req *Request) error
+
+	// Release gives up the lock if req.Owner holds it, and returns ErrNotHeld if it
+	// does not. It never removes a lock held by another owner. For a request that is
+	// still waiting inside Acquire it must also leave no queue entry behind.
+	Release(ctx context.Context, req *Request) error
+
+	// Close releases the driver's resources. Locks still held are released by the
+	// backend as if the process had ended (session closed) or left to expire.
+	Close() error
+}
+
+// Acquirer is implemented by drivers whose backend can wake a waiter (watch,
+// pub/sub, blocking SQL, a kernel lock queue). The portable layer prefers it to
+// polling TryAcquire with backoff.
+type Acquirer interface {
+	// Acquire blocks until req.Owner holds req.Key or ctx is done, and returns
+	// ctx.Err() in that case, leaving nothing behind. Like TryAcquire it succeeds at
+	// once if the key already holds req.Owner.
+	Acquire(ctx context.Context, req *Request) (Grant, error)
+}
+
+// BatchRefresher is implemented by drivers that can confirm many locks in one
+// round trip (pipelining). The portable layer uses it for automatic refresh when
+// several locks of one Locker are due together.
+type BatchRefresher interface {
+	// RefreshBatch refreshes every request and returns one error per request
+	// (nil for success), in order.
+	RefreshBatch(ctx context.Context, reqs []*Request) []error
+}
+
+// Request describes one lock attempt. The portable layer fills it in and keeps the
+// same pointer for every call about that lock (acquire, retries, refresh, release),
+// so a driver may use it as a map key.
+type Request struct {
+	// Key is the user's key: non-empty valid UTF-8, at most MaxKeyLen bytes. A
+	// driver must map distinct keys to distinct locks (or, for hashed ids, to
+	// distinct locks except for a documented collision probability).
+	Key string
+
+	// Owner identifies this holder; unique per Acquire call, stable across retries.
+	Owner string
+
+	// TTL is how long the lock lives without a refresh on drivers whose locks
+	// expire (Capabilities.Expiring). Session-bound drivers may ignore it.
+	TTL time.Duration
+
+	// Shared asks for a shared (read) lock; only set when Capabilities.Shared.
+	Shared bool
+
+	// Lost is set by the portable layer. A driver calls it (from any goroutine, any
+	// number of times, without holding its own locks) when it learns that the lock
+	// is gone without a Refresh or Release having told the caller: session expired,
+	// connection dropped, our node or key deleted. It must not block.
+	Lost func(err error)
+}
+
+// MaxKeyLen is the longest key, in bytes, that every driver accepts.
+const MaxKeyLen = 1024
+
+// Grant is what a driver reports about a lock it just acquired.
+type Grant struct {
+	// Token is the fencing token: at least 1 and strictly greater than every token
+	// earlier granted for the same key, when Capabilities.Fencing is set. Zero
+	// otherwise.
+	Token uint64
+}
+
+// Capabilities are facts about a driver that the portable layer and the
+// conformance suite read.
+type Capabilities struct {
+	// Fencing: Grant.Token strictly increases for successive holders of a key,
+	// across clients, expiry, client restarts, and backend restarts wherever the
+	// backend keeps data.
+	Fencing bool
+
+	// Expiring: a lock lives for its TTL unless refreshed (a lease). When false,
+	// the lock is session-bound: it lives until released or until the client's
+	// session (connection, process, file descriptor) ends, and TTL only bounds how
+	// long the portable layer trusts the lock without a confirmed Refresh.
+	Expiring bool
+
+	// Notify: the driver implements Acquirer and its waiters are woken by the
+	// backend when the lock is released, not by polling.
+	Notify bool
+
+	// FIFO: waiters are granted the lock in arrival order.
+	FIFO bool
+
+	// Shared: the driver supports shared (read) locks through Request.Shared.
+	Shared bool
+
+	// MinTTL is the shortest TTL the backend honours (for example etcd's minimum
+	// lease TTL); zero means no minimum. The portable layer rejects shorter TTLs on
+	// expiring drivers with a clear error rather than letting the server raise them.
+	MinTTL time.Duration
+}

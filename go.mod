@@ -1,0 +1,3 @@
+module github.com/distlock/lock
+
+go 1.22
