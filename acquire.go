@@ -1,0 +1,148 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Acquire blocks until it holds the lock on key, ctx is done, or the Locker is
+// closed. Drivers whose backend can wake a waiter (Capabilities().Notify) wait for
+// that; others retry with jittered exponential backoff (WithBackoff). A backend
+// error is retried a few times with the same owner identity, so a lost reply can
+// neither orphan a lock nor block its own owner. When Acquire fails it leaves
+// nothing behind on the backend.
+func (lk *Locker) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return lk.acquire(ctx, "acquire", key, false, opts)
+}
+
+// TryAcquire makes one attempt to take the lock and returns an error matching
+// ErrLocked at once if another owner holds it.
+func (lk *Locker) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return lk.acquire(ctx, "try-acquire", key, true, opts)
+}
+
+// maxBackendAttempts is how many times Acquire tries in a row when the backend
+// returns errors (not "locked") before giving up with the last error.
+const maxBackendAttempts = 3
+
+// cleanupTimeout bounds the best-effort release after a failed acquire.
+const cleanupTimeout = 5 * time.Second
+
+func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts []Option) (*Lock, error) {
+	if parent == nil {
+		return nil, &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	if err := validateKey(key); err != nil {
+		return nil, &Error{Op: op, Key: key, Err: err}
+	}
+	o := lk.defaults.apply(opts)
+	if err := lk.validate(o); err != nil {
+		return nil, &Error{Op: op, Key: key, Err: err}
+	}
+	ctx, untrack, err := lk.track(parent)
+	if err != nil {
+		return nil, &Error{Op: op, Key: key, Err: err}
+	}
+	defer untrack()
+
+	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared}
+	l := newLock(lk, req, o)
+	bo := backoffState{b: o.backoff}
+	failures := 0
+	for {
+		start := time.Now()
+		var g driver.Grant
+		if !try && lk.acquirer != nil {
+			g, err = lk.acquirer.Acquire(ctx, req)
+		} else {
+			g, err = lk.d.TryAcquire(ctx, req)
+		}
+		switch {
+		case err == nil:
+			if err := lk.hold(l, g, start); err != nil {
+				lk.cleanup(req)
+				return nil, &Error{Op: op, Key: key, Err: err}
+			}
+			return l, nil
+		case errors.Is(err, ErrLocked) && ctx.Err() == nil:
+			if try {
+				return nil, &Error{Op: op, Key: key, Err: err}
+			}
+			failures = 0
+		case ctx.Err() != nil:
+			// The driver may have acted before it saw the cancellation.
+			lk.cleanup(req)
+			if lk.isClosed() && parent.Err() == nil {
+				return nil, &Error{Op: op, Key: key, Err: ErrClosed}
+			}
+			return nil, &Error{Op: op, Key: key, Err: ctx.Err()}
+		default:
+			// A backend error leaves the outcome unknown: the lock may be ours.
+			failures++
+			if try || failures >= maxBackendAttempts || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrClosed) {
+				lk.cleanup(req)
+				return nil, &Error{Op: op, Key: key, Err: err}
+			}
+		}
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// cleanup releases whatever an interrupted or failed acquire may have left on the
+// backend. The owner check makes it harmless when nothing was taken.
+func (lk *Locker) cleanup(req *driver.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = lk.d.Release(ctx, req)
+}
+
+func (lk *Locker) validate(o options) error {
+	if o.err != nil {
+		return o.err
+	}
+	if lk.caps.MinTTL > 0 && o.ttl < lk.caps.MinTTL {
+		return fmt.Errorf("%w: TTL %v is below this backend's minimum %v", ErrInvalidArgument, o.ttl, lk.caps.MinTTL)
+	}
+	if !o.autoRefresh && !lk.caps.Expiring {
+		return fmt.Errorf("%w: turning automatic refresh off (locks on this backend live as long as the session, they cannot expire)", ErrUnsupported)
+	}
+	if o.shared && !lk.caps.Shared {
+		return fmt.Errorf("%w: shared locks", ErrUnsupported)
+	}
+	return nil
+}
+
+// hold records a granted lock and schedules its refresh and validity deadline,
+// measured from start, the moment before the request was sent.
+func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
+	lk.mu.Lock()
+	if lk.closed {
+		lk.mu.Unlock()
+		return ErrClosed
+	}
+	l.token = g.Token
+	l.state = stateHeld
+	l.deadline = start.Add(l.ttl - l.drift)
+	if l.auto {
+		l.nextRefresh = start.Add(l.ttl / 3)
+	}
+	lk.held[l] = struct{}{}
+	lk.scheduleLocked(l)
+	early := l.earlyLoss
+	var hooks []func(error)
+	if early != nil {
+		hooks = l.endLocked(stateLost, early)
+	}
+	lk.mu.Unlock()
+	runHooks(hooks, early)
+	return nil
+}

@@ -1,0 +1,97 @@
+package lock
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Sentinel errors. Every error the package returns is an *Error that matches one
+// of these with errors.Is, and also matches the backend's own error where there is
+// one (errors.As reaches it).
+var (
+	// ErrLocked is returned by TryAcquire when another owner holds the key.
+	ErrLocked = driver.ErrLocked
+
+	// ErrNotHeld is returned by Refresh and Release when the lock is no longer ours:
+	// it expired, passed to another owner, or was lost (then ErrLost matches too).
+	ErrNotHeld = driver.ErrNotHeld
+
+	// ErrLost is returned by Do when the lock was lost while fn ran, and by Refresh
+	// and Release of a lock whose Lost channel has closed.
+	ErrLost = errors.New("lock lost")
+
+	// ErrClosed is returned by every call on a Locker after Close, by an Acquire
+	// that Close interrupted, and by Refresh and Release of a lock that Close
+	// released.
+	ErrClosed = driver.ErrClosed
+
+	// ErrInvalidKey is returned for a key that is empty, longer than 1024 bytes,
+	// or not valid UTF-8.
+	ErrInvalidKey = errors.New("invalid key")
+
+	// ErrInvalidArgument is returned for a nil context, a TTL that is not positive
+	// (or below the backend's minimum), or another bad option value.
+	ErrInvalidArgument = errors.New("invalid argument")
+
+	// ErrUnsupported is returned when a call or option needs something the driver
+	// cannot do: shared locks on a driver without them, turning automatic refresh
+	// off on a session-bound driver, or a fencing token from a driver without
+	// fencing.
+	ErrUnsupported = driver.ErrUnsupported
+
+	// ErrInvalidURL is returned by Open for a URL that does not parse, has no
+	// scheme, or carries a bad value for one of the portable parameters.
+	ErrInvalidURL = errors.New("invalid URL")
+
+	// ErrUnknownScheme is returned by Open when no driver registered the URL's
+	// scheme (usually a forgotten blank import of the driver package).
+	ErrUnknownScheme = errors.New("unknown URL scheme")
+)
+
+// Error is the one wrapper around every error the package returns. It names the
+// operation and the key; Unwrap yields the sentinel and, where there is one, the
+// backend's own error.
+type Error struct {
+	Op  string // "open", "acquire", "try-acquire", "refresh", "release", "do", "close"
+	Key string // empty for operations that are not about one key
+	Err error  // the sentinel, possibly joined with the backend's error
+}
+
+func (e *Error) Error() string {
+	s := "lock: " + e.Op
+	if e.Key != "" {
+		s += " " + quoteKey(e.Key)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// wrapErr builds an *Error exactly once: an error that already is one is returned
+// unchanged.
+func wrapErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Op: op, Key: key, Err: err}
+}
+
+// quoteKey quotes a key for an error message, shortening very long keys.
+func quoteKey(k string) string {
+	const max = 64
+	if len(k) <= max {
+		return strconv.Quote(k)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(k[cut]) {
+		cut--
+	}
+	return strconv.Quote(k[:cut]) + "…"
+}

@@ -1,0 +1,256 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Lock is a held lock, returned by Acquire and TryAcquire. Its methods are safe for
+// concurrent use. While it is held and automatic refresh is on, the Locker keeps it
+// alive; Lost tells when it may no longer be held.
+type Lock struct {
+	lk    *Locker
+	req   *driver.Request
+	ttl   time.Duration
+	drift time.Duration
+	auto  bool
+	lost  chan struct{}
+	opMu  sync.Mutex // serialises Refresh and Release of this lock
+
+	// Guarded by lk.mu.
+	token       uint64
+	state       lockState
+	cause       error // why the lock ended, for stateLost
+	earlyLoss   error // a driver's loss report that arrived before the grant was recorded
+	deadline    time.Time
+	nextRefresh time.Time
+	refreshing  bool
+	index       int // in lk.schedule, -1 when not scheduled
+	onLost      []func(error)
+}
+
+type lockState int
+
+const (
+	stateAcquiring lockState = iota
+	stateHeld
+	stateReleased
+	stateLost
+	stateClosed
+)
+
+func newLock(lk *Locker, req *driver.Request, o options) *Lock {
+	drift := o.ttl/100 + 2*time.Millisecond
+	if drift > o.ttl/2 {
+		drift = o.ttl / 2
+	}
+	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: drift, auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
+	req.Lost = l.driverLost
+	return l
+}
+
+// newOwner returns a random owner identity, unique per Acquire call.
+func newOwner() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("lock: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Key returns the lock's key.
+func (l *Lock) Key() string { return l.req.Key }
+
+// Token returns the fencing token: at least 1, and strictly greater than the token
+// of every earlier holder of the same key. Pass it to the resource the lock
+// protects so the resource can reject a stale holder. On a driver without fencing
+// (Capabilities().Fencing is false) Token panics with an *Error matching
+// ErrUnsupported rather than return a token that protects nothing.
+func (l *Lock) Token() uint64 {
+	if !l.lk.caps.Fencing {
+		panic(&Error{Op: "token", Key: l.req.Key, Err: fmt.Errorf("%w: fencing tokens", ErrUnsupported)})
+	}
+	l.lk.mu.Lock()
+	defer l.lk.mu.Unlock()
+	return l.token
+}
+
+// Lost returns a channel that is closed when the lock may no longer be held: the
+// backend said it is gone, no refresh was confirmed before the validity deadline,
+// or the Locker was closed. It is not closed by a successful Release.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Refresh confirms the lock with the backend and, on expiring backends, extends it
+// to its TTL from now. With automatic refresh on (the default) there is no need to
+// call it. If the lock is no longer ours it returns an error matching ErrNotHeld
+// (and ErrLost), and Lost closes; it never re-creates a lock that is gone.
+func (l *Lock) Refresh(ctx context.Context) error {
+	if ctx == nil {
+		return &Error{Op: "refresh", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if err := l.usable(); err != nil {
+		return wrapErr("refresh", l.req.Key, err)
+	}
+	start := time.Now()
+	err := l.lk.d.Refresh(ctx, l.req)
+	switch {
+	case err == nil:
+		l.lk.confirmed(l, start)
+		return nil
+	case isNotHeld(err):
+		l.end(stateLost, err)
+		return wrapErr("refresh", l.req.Key, lostError(err))
+	default:
+		return wrapErr("refresh", l.req.Key, err)
+	}
+}
+
+// Release gives the lock up. It is owner-checked: it never removes a lock that
+// another owner now holds. If the lock had already gone (expired, lost, taken over)
+// it returns an error matching ErrNotHeld and ErrLost. Releasing twice is safe:
+// the second call returns nil. If the backend cannot be reached the lock stays
+// held (and refreshed) and the error is returned, so Release can be retried.
+func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return &Error{Op: "release", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if err := l.usable(); err != nil {
+		if errors.Is(err, errReleased) {
+			return nil
+		}
+		return wrapErr("release", l.req.Key, err)
+	}
+	err := l.lk.d.Release(ctx, l.req)
+	switch {
+	case err == nil:
+		l.end(stateReleased, nil)
+		return nil
+	case isNotHeld(err):
+		l.end(stateLost, err)
+		return wrapErr("release", l.req.Key, lostError(err))
+	default:
+		return wrapErr("release", l.req.Key, err)
+	}
+}
+
+var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
+
+// usable reports why Refresh or Release cannot act on the lock, or nil if held.
+func (l *Lock) usable() error {
+	l.lk.mu.Lock()
+	defer l.lk.mu.Unlock()
+	switch l.state {
+	case stateHeld:
+		return nil
+	case stateReleased:
+		return errReleased
+	case stateClosed:
+		return ErrClosed
+	default:
+		return lostError(l.cause)
+	}
+}
+
+// lostError is the error for a lock that is gone: it matches ErrNotHeld and
+// ErrLost, and the cause if there is one.
+func lostError(cause error) error {
+	if cause == nil || errors.Is(cause, ErrLost) {
+		if cause == nil {
+			cause = ErrLost
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+	}
+	if errors.Is(cause, ErrNotHeld) {
+		return fmt.Errorf("%w: %w", ErrLost, cause)
+	}
+	return fmt.Errorf("%w (%w): %w", ErrNotHeld, ErrLost, cause)
+}
+
+func isNotHeld(err error) bool { return errors.Is(err, ErrNotHeld) }
+
+// driverLost is the driver's callback for a lock it learned is gone.
+func (l *Lock) driverLost(err error) {
+	if err == nil {
+		err = ErrLost
+	}
+	l.lk.mu.Lock()
+	if l.state == stateAcquiring {
+		if l.earlyLoss == nil {
+			l.earlyLoss = err
+		}
+		l.lk.mu.Unlock()
+		return
+	}
+	hooks := l.endLocked(stateLost, err)
+	l.lk.mu.Unlock()
+	runHooks(hooks, err)
+}
+
+// end moves a held lock to a final state, closes Lost unless it was released, and
+// reports whether this call made the move.
+func (l *Lock) end(s lockState, cause error) bool {
+	l.lk.mu.Lock()
+	if l.state != stateHeld {
+		l.lk.mu.Unlock()
+		return false
+	}
+	hooks := l.endLocked(s, cause)
+	l.lk.mu.Unlock()
+	runHooks(hooks, cause)
+	return true
+}
+
+// endLocked does end's work with lk.mu held and returns the hooks to run after
+// unlocking.
+func (l *Lock) endLocked(s lockState, cause error) []func(error) {
+	if l.state != stateHeld {
+		return nil
+	}
+	l.state = s
+	l.cause = cause
+	l.lk.unschedule(l)
+	delete(l.lk.held, l)
+	if s == stateReleased {
+		return nil
+	}
+	close(l.lost)
+	hooks := l.onLost
+	l.onLost = nil
+	return hooks
+}
+
+func runHooks(hooks []func(error), cause error) {
+	for _, h := range hooks {
+		h(cause)
+	}
+}
+
+// whenLost arranges for f to run once when the lock is lost or closed (at once if
+// it already was). It is not run after a successful Release.
+func (l *Lock) whenLost(f func(error)) {
+	l.lk.mu.Lock()
+	if l.state == stateHeld || l.state == stateAcquiring {
+		l.onLost = append(l.onLost, f)
+		l.lk.mu.Unlock()
+		return
+	}
+	s, cause := l.state, l.cause
+	l.lk.mu.Unlock()
+	if s != stateReleased {
+		if s == stateClosed {
+			cause = ErrClosed
+		}
+		f(cause)
+	}
+}

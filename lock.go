@@ -1,0 +1,210 @@
+// Package lock is one distributed-lock API over Redis/Valkey, PostgreSQL advisory
+// locks, etcd leases, ZooKeeper ephemeral nodes, flock(2) files and an in-process
+// store. A program picks its backend with a connection URL; swapping one backend
+// for another is a configuration change, not a code change.
+//
+//	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL"))
+//	...
+//	defer locker.Close()
+//	err = locker.Do(ctx, "invoice:42", func(ctx context.Context) error {
+//		// ctx is cancelled if the lock is lost.
+//		return charge(ctx, invoice)
+//	})
+//
+// # Backends and URLs
+//
+// A driver registers its URL schemes when its package is imported, as
+// database/sql drivers do, so a blank import makes its scheme work with Open:
+//
+//	import _ "github.com/distlock/lock/filedriver"
+//
+//	mem://name                  in-process (memdriver), for unit tests
+//	file:///var/lock/myapp      flock(2) files in a directory (filedriver)
+//
+// Every URL also accepts the portable parameters ttl (a Go duration, e.g.
+// ttl=10s), auto_refresh (true or false) and prefix (the namespace every key
+// lives under); they set the Locker's defaults. A driver's own parameters are
+// listed in its package documentation; an unknown parameter is an error. Users
+// who already have a client build a driver from it and pass it to New.
+//
+// # Errors
+//
+// Every error is an *Error naming the operation and key, and matches one of the
+// sentinel errors (ErrLocked, ErrNotHeld, ErrLost, ErrClosed, ErrInvalidKey,
+// ErrInvalidArgument, ErrUnsupported, ErrInvalidURL, ErrUnknownScheme) with
+// errors.Is. Where a backend reported an error, errors.As reaches it too. A
+// cancelled context gives an error matching the context's error. No error or
+// String method ever prints a password from a URL.
+//
+// # Fencing
+//
+// No lease-based lock can promise that two processes never both believe they hold
+// it: a holder can pause (GC, swap, SIGSTOP) past its TTL, or its messages can be
+// delayed. What the package promises instead is a fencing token: Token strictly
+// increases for successive holders of a key, across clients, expiry and restarts
+// wherever the backend keeps data. Pass it to the resource you protect and have the
+// resource reject a token lower than the highest it has seen:
+//
+//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
+//
+// # Lost locks
+//
+// Lost returns a channel that closes when the lock may no longer be held: the
+// backend said so (refresh found another owner or none, session expired,
+// connection dropped), or no refresh could be confirmed before the validity
+// deadline (the time of the last confirmed refresh plus the TTL, minus a drift
+// allowance of 1% of the TTL + 2ms, measured on the monotonic clock). On expiring
+// backends the deadline passes before the backend can give the lock to someone
+// else, unless the holder's process was paused or its clock runs slow. Do cancels
+// the function's context when the lock is lost.
+//
+// # Limits
+//
+// A process paused longer than its TTL (a stop-the-world pause, SIGSTOP, a VM
+// migration) wakes up believing it still holds the lock until its own code checks
+// Lost; only fencing tokens protect the resource in that window. A backend that
+// loses data (a Redis without persistence that restarts, a failover to a replica
+// that had not seen the write) may give the lock to a second holder; drivers detect
+// what they can and close Lost. Keys map to locks injectively on every backend
+// except PostgreSQL, whose 64-bit lock ids can collide with probability ~2^-64 per
+// pair, which adds waiting but never breaks exclusion.
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Capabilities describes what a Locker's driver guarantees.
+type Capabilities = driver.Capabilities
+
+// Locker takes locks on one backend. It is safe for concurrent use; one Locker
+// per process and backend is the intended use, and it can hold thousands of locks
+// without a goroutine or connection per lock.
+type Locker struct {
+	d        driver.Driver
+	acquirer driver.Acquirer       // nil when the driver cannot be woken
+	batch    driver.BatchRefresher // nil when the driver cannot batch
+	caps     driver.Capabilities
+	defaults options
+	name     string // for String: a redacted URL or the driver's type
+
+	mu       sync.Mutex
+	closed   bool
+	held     map[*Lock]struct{}
+	schedule lockHeap // held locks by their next refresh or deadline
+	calls    map[*int]context.CancelFunc // Acquire calls in flight, for Close to interrupt
+	callsWG  sync.WaitGroup
+	wake     chan struct{} // nudges the scheduler after schedule changes
+	done     chan struct{} // closed by Close
+	ctx      context.Context
+	cancel   context.CancelFunc // cancels ctx, which bounds background work
+	wg       sync.WaitGroup     // the scheduler and its refresh and release goroutines
+}
+
+// New returns a Locker over a driver built by the caller, for example from a
+// client the program already has. Options set the defaults of every call; an
+// invalid option is reported by the first call that uses it.
+func New(d driver.Driver, opts ...Option) *Locker {
+	lk := &Locker{
+		d:        d,
+		caps:     d.Capabilities(),
+		defaults: defaultOptions().apply(opts),
+		name:     driverName(d),
+		held:     map[*Lock]struct{}{},
+		calls:    map[*int]context.CancelFunc{},
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	lk.ctx, lk.cancel = context.WithCancel(context.Background())
+	lk.acquirer, _ = d.(driver.Acquirer)
+	lk.batch, _ = d.(driver.BatchRefresher)
+	lk.wg.Add(1)
+	go lk.runSchedule()
+	return lk
+}
+
+// Capabilities reports what the Locker's driver guarantees.
+func (lk *Locker) Capabilities() Capabilities { return lk.caps }
+
+// String describes the Locker by its driver or its URL, with any password
+// redacted.
+func (lk *Locker) String() string { return "lock.Locker(" + lk.name + ")" }
+
+// Close releases every lock the Locker holds (each Lost channel closes), makes
+// waiting Acquire calls return ErrClosed, stops all background work and closes the
+// driver. Every later call returns ErrClosed; calling Close again returns nil. No
+// goroutine of the Locker outlives Close.
+func (lk *Locker) Close() error {
+	lk.mu.Lock()
+	if lk.closed {
+		lk.mu.Unlock()
+		return nil
+	}
+	lk.closed = true
+	close(lk.done)
+	for _, cancel := range lk.calls {
+		cancel()
+	}
+	lk.mu.Unlock()
+	lk.callsWG.Wait() // interrupted acquires clean up before the driver closes
+	lk.cancel()       // in-flight refreshes give up
+
+	lk.mu.Lock()
+	held := make([]*Lock, 0, len(lk.held))
+	for l := range lk.held {
+		held = append(held, l)
+	}
+	lk.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	defer cancel()
+	var firstErr error
+	for _, l := range held {
+		if !l.end(stateClosed, ErrClosed) {
+			continue
+		}
+		if err := lk.d.Release(ctx, l.req); err != nil && !isNotHeld(err) && firstErr == nil {
+			firstErr = wrapErr("close", l.req.Key, err)
+		}
+	}
+	lk.wg.Wait()
+	if err := lk.d.Close(); err != nil && firstErr == nil {
+		firstErr = wrapErr("close", "", err)
+	}
+	return firstErr
+}
+
+// closeReleaseTimeout bounds how long Close spends releasing held locks on an
+// unresponsive backend; what it cannot release expires or dies with the session.
+const closeReleaseTimeout = 10 * time.Second
+
+// track registers a call so Close can interrupt it; the returned context is
+// cancelled by Close, and untrack must be called when the call returns.
+func (lk *Locker) track(ctx context.Context) (context.Context, func(), error) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.closed {
+		return nil, nil, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	id := new(int)
+	lk.calls[id] = cancel
+	lk.callsWG.Add(1)
+	return ctx, func() {
+		lk.mu.Lock()
+		delete(lk.calls, id)
+		lk.mu.Unlock()
+		cancel()
+		lk.callsWG.Done()
+	}, nil
+}
+
+func (lk *Locker) isClosed() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.closed
+}

@@ -1,0 +1,112 @@
+package lock
+
+import (
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+// DefaultTTL is the lock TTL when no WithTTL option is given.
+const DefaultTTL = 30 * time.Second
+
+// Option configures a Locker (as a default, given to Open or New) or one call
+// (given to Acquire, TryAcquire or Do, where it overrides the default). The same
+// options serve both places, so per-call settings read the same as defaults.
+type Option func(*options)
+
+// AcquireOption is the option type of Acquire, TryAcquire and Do. It is Option:
+// every option can be a Locker default or a per-call override.
+type AcquireOption = Option
+
+type options struct {
+	ttl         time.Duration
+	autoRefresh bool
+	shared      bool
+	backoff     Backoff
+	err         error // first invalid option value, reported by validate
+}
+
+func defaultOptions() options {
+	return options{ttl: DefaultTTL, autoRefresh: true, backoff: DefaultBackoff}
+}
+
+// WithTTL sets how long a lock lives without a refresh. On drivers whose locks
+// expire (Redis, etcd, mem) it is the lease the backend enforces. On session-bound
+// drivers (PostgreSQL, ZooKeeper, file), where a lock lives as long as its session,
+// it bounds how long the lock is trusted without a confirmed check of that session:
+// Lost closes if no check succeeds within the TTL. It must be positive.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: TTL %v is not positive", ErrInvalidArgument, d))
+		}
+		o.ttl = d
+	}
+}
+
+// WithAutoRefresh turns automatic refresh of held locks on (the default) or off.
+// With it off, a lock on an expiring backend lives for its TTL unless the holder
+// calls Refresh; session-bound drivers cannot expire a lock, so turning it off
+// there makes Acquire return ErrUnsupported.
+func WithAutoRefresh(on bool) Option {
+	return func(o *options) { o.autoRefresh = on }
+}
+
+// WithShared asks for a shared (read) lock: many shared holders at once, exclusive
+// holders alone. Drivers without shared locks return ErrUnsupported.
+func WithShared(shared bool) Option {
+	return func(o *options) { o.shared = shared }
+}
+
+// WithBackoff sets how Acquire waits between attempts on drivers that cannot be
+// woken by their backend, and between retries after a backend error.
+func WithBackoff(b Backoff) Option {
+	return func(o *options) {
+		if b.Min <= 0 || b.Max < b.Min {
+			o.fail(fmt.Errorf("%w: backoff needs 0 < Min <= Max, got Min %v Max %v", ErrInvalidArgument, b.Min, b.Max))
+		}
+		o.backoff = b
+	}
+}
+
+func (o *options) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+func (o options) apply(opts []Option) options {
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// Backoff is an exponential backoff with full jitter: each wait is a random
+// duration between half and all of the current step, and the step doubles from Min
+// up to Max.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// DefaultBackoff is used when no WithBackoff option is given.
+var DefaultBackoff = Backoff{Min: 5 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// backoffState is one call's progress through a Backoff; it is made fresh per call.
+type backoffState struct {
+	b    Backoff
+	step time.Duration
+}
+
+func (s *backoffState) next() time.Duration {
+	if s.step == 0 {
+		s.step = s.b.Min
+	}
+	d := s.step/2 + time.Duration(rand.Int63n(int64(s.step/2)+1))
+	if s.step *= 2; s.step > s.b.Max {
+		s.step = s.b.Max
+	}
+	return d
+}

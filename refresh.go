@@ -1,0 +1,227 @@
+package lock
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// The Locker keeps every held lock in one heap ordered by its next event (a
+// refresh, or the validity deadline), served by one scheduler goroutine. A held
+// lock costs a heap entry, not a goroutine or a timer.
+
+// refreshSlack lets one scheduler pass refresh locks that fall due a moment later
+// together, so locks taken in a burst are refreshed in one batch.
+const refreshSlack = 10 * time.Millisecond
+
+// errDeadline is the cause of a loss by the validity deadline.
+var errDeadline = fmt.Errorf("%w: no refresh confirmed before the validity deadline", ErrLost)
+
+// when is the time of the lock's next event.
+func (l *Lock) when() time.Time {
+	if l.auto && !l.refreshing && l.nextRefresh.Before(l.deadline) {
+		return l.nextRefresh
+	}
+	return l.deadline
+}
+
+func (lk *Locker) scheduleLocked(l *Lock) {
+	if l.index >= 0 {
+		heap.Fix(&lk.schedule, l.index)
+	} else {
+		heap.Push(&lk.schedule, l)
+	}
+	if lk.schedule[0] == l {
+		lk.nudge()
+	}
+}
+
+func (lk *Locker) unschedule(l *Lock) {
+	if l.index >= 0 {
+		heap.Remove(&lk.schedule, l.index)
+	}
+}
+
+func (lk *Locker) nudge() {
+	select {
+	case lk.wake <- struct{}{}:
+	default:
+	}
+}
+
+// confirmed records a successful refresh that started at start.
+func (lk *Locker) confirmed(l *Lock, start time.Time) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if l.state != stateHeld {
+		return
+	}
+	if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+		l.deadline = d
+	}
+	l.nextRefresh = start.Add(l.ttl / 3)
+	lk.scheduleLocked(l)
+}
+
+func (lk *Locker) runSchedule() {
+	defer lk.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		expired, due, wait := lk.collect(time.Now())
+		if len(expired) > 0 {
+			lk.wg.Add(1)
+			go lk.releaseExpired(expired)
+		}
+		if len(due) > 0 {
+			lk.wg.Add(1)
+			go lk.refresh(due)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-lk.done:
+			return
+		case <-lk.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// collect ends the locks whose deadline passed, marks those due for refresh, and
+// says how long to sleep until the next event.
+func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Duration) {
+	var hooks [][]func(error)
+	lk.mu.Lock()
+	for len(lk.schedule) > 0 {
+		l := lk.schedule[0]
+		if !now.Before(l.deadline) {
+			hooks = append(hooks, l.endLocked(stateLost, errDeadline))
+			expired = append(expired, l)
+			continue
+		}
+		if l.when().After(now.Add(refreshSlack)) {
+			break
+		}
+		l.refreshing = true
+		heap.Fix(&lk.schedule, 0)
+		due = append(due, l)
+	}
+	wait = time.Hour
+	if len(lk.schedule) > 0 {
+		wait = time.Until(lk.schedule[0].when())
+	}
+	lk.mu.Unlock()
+	for _, h := range hooks {
+		runHooks(h, errDeadline)
+	}
+	return expired, due, wait
+}
+
+// refresh confirms a batch of due locks, in one round trip where the driver can.
+func (lk *Locker) refresh(due []*Lock) {
+	defer lk.wg.Done()
+	deadline := due[0].deadline
+	for _, l := range due[1:] {
+		if l.deadline.Before(deadline) {
+			deadline = l.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(lk.ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, len(due))
+	if lk.batch != nil && len(due) > 1 {
+		reqs := make([]*driver.Request, len(due))
+		for i, l := range due {
+			reqs[i] = l.req
+		}
+		copy(errs, lk.batch.RefreshBatch(ctx, reqs))
+	} else {
+		for i, l := range due {
+			errs[i] = lk.d.Refresh(ctx, l.req)
+		}
+	}
+	for i, l := range due {
+		lk.refreshed(l, start, errs[i])
+	}
+}
+
+// refreshed records the outcome of an automatic refresh.
+func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
+	lk.mu.Lock()
+	l.refreshing = false
+	if l.state != stateHeld {
+		lk.mu.Unlock()
+		return
+	}
+	var hooks []func(error)
+	switch {
+	case err == nil:
+		if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+			l.deadline = d
+		}
+		l.nextRefresh = start.Add(l.ttl / 3)
+		lk.scheduleLocked(l)
+	case isNotHeld(err):
+		hooks = l.endLocked(stateLost, err)
+	default:
+		// Unknown outcome: try again soon; the deadline ends the lock if no
+		// attempt gets through.
+		l.nextRefresh = time.Now().Add(retryInterval(l.ttl))
+		lk.scheduleLocked(l)
+	}
+	lk.mu.Unlock()
+	runHooks(hooks, err)
+}
+
+func retryInterval(ttl time.Duration) time.Duration {
+	d := ttl / 10
+	if d < 5*time.Millisecond {
+		d = 5 * time.Millisecond
+	}
+	return d
+}
+
+// releaseExpired releases locks that passed their deadline: on a session-bound
+// backend the session may still hold them, and nobody else should wait for it.
+func (lk *Locker) releaseExpired(ls []*Lock) {
+	defer lk.wg.Done()
+	ctx, cancel := context.WithTimeout(lk.ctx, cleanupTimeout)
+	defer cancel()
+	for _, l := range ls {
+		_ = lk.d.Release(ctx, l.req)
+	}
+}
+
+// lockHeap orders held locks by their next event.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].when().Before(h[j].when()) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}

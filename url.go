@@ -1,0 +1,205 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Open returns a Locker for the backend the URL names, through the driver
+// registered for its scheme (imported for its side effect, as database/sql drivers
+// are). The portable parameters ttl, auto_refresh and prefix are read and removed
+// before the driver parses the URL; they override the options given here. No
+// error ever contains the URL's password.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
+	if ctx == nil {
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	secrets := urlSecrets(rawURL)
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the raw URL, password included
+		}
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrInvalidURL, redact(err.Error(), secrets))}
+	}
+	if u.Scheme == "" {
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: no scheme (want scheme://..., e.g. %s)", ErrInvalidURL, schemeExamples())}
+	}
+	scheme := strings.ToLower(u.Scheme)
+	open, ok := driver.Lookup(scheme)
+	if !ok {
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%w %q: registered schemes are %s; is the driver package imported (import _ \"github.com/distlock/lock/<driver>\")?",
+			ErrUnknownScheme, scheme, schemeList())}
+	}
+	cfg, urlOpts, err := portableParams(u)
+	if err != nil {
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%s: %w", redactURL(u), err)}
+	}
+	d, err := open(ctx, cfg)
+	if err != nil {
+		return nil, &Error{Op: "open", Err: &redactedError{msg: redactURL(u) + ": " + redact(err.Error(), secrets), err: err}}
+	}
+	lk := New(d, append(opts, urlOpts...)...)
+	lk.name = redactURL(u)
+	return lk, nil
+}
+
+// portableParams takes the portable layer's own query parameters out of u and
+// turns them into options.
+func portableParams(u *url.URL) (driver.Config, []Option, error) {
+	q := u.Query()
+	var opts []Option
+	cfg := driver.Config{}
+	if v, ok := q["ttl"]; ok {
+		d, err := time.ParseDuration(v[0])
+		if err != nil || d <= 0 {
+			return cfg, nil, fmt.Errorf("%w: ttl=%q is not a positive duration such as 30s", ErrInvalidURL, v[0])
+		}
+		opts = append(opts, WithTTL(d))
+		q.Del("ttl")
+	}
+	if v, ok := q["auto_refresh"]; ok {
+		b, err := strconv.ParseBool(v[0])
+		if err != nil {
+			return cfg, nil, fmt.Errorf("%w: auto_refresh=%q is not true or false", ErrInvalidURL, v[0])
+		}
+		opts = append(opts, WithAutoRefresh(b))
+		q.Del("auto_refresh")
+	}
+	if v, ok := q["prefix"]; ok {
+		if v[0] == "" || !validPrefix(v[0]) {
+			return cfg, nil, fmt.Errorf("%w: prefix=%q must be non-empty valid UTF-8 without control characters", ErrInvalidURL, v[0])
+		}
+		cfg.Prefix = v[0]
+		q.Del("prefix")
+	}
+	stripped := *u
+	stripped.RawQuery = q.Encode()
+	cfg.URL = &stripped
+	return cfg, opts, nil
+}
+
+func validPrefix(p string) bool {
+	if validateKey(p) != nil {
+		return false
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func schemeList() string {
+	s := driver.Schemes()
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func schemeExamples() string {
+	s := driver.Schemes()
+	if len(s) == 0 {
+		return "file:///var/lock/myapp"
+	}
+	return s[0] + "://..."
+}
+
+// secretParams are query parameters whose values are redacted.
+var secretParams = []string{"password", "passwd", "pass", "pwd", "secret", "token", "sslpassword", "sslkey", "key", "auth"}
+
+// redactURL prints u with its password and secret-looking query values replaced.
+func redactURL(u *url.URL) string {
+	c := *u
+	if q := c.Query(); len(q) > 0 {
+		changed := false
+		for name := range q {
+			if isSecretParam(name) {
+				q[name] = []string{"xxxxx"}
+				changed = true
+			}
+		}
+		if changed {
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.Redacted()
+}
+
+func isSecretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, s := range secretParams {
+		if name == s {
+			return true
+		}
+	}
+	return false
+}
+
+// urlSecrets finds the password and secret parameter values in a raw URL without
+// trusting it to parse, in escaped and unescaped forms, longest first.
+func urlSecrets(raw string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if un, err := url.PathUnescape(s); err == nil && un != s {
+			out = append(out, un)
+		}
+		if un, err := url.QueryUnescape(s); err == nil && un != s {
+			out = append(out, un)
+		}
+	}
+	rest := raw
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo := rest[:at]
+		if c := strings.Index(userinfo, ":"); c >= 0 {
+			add(userinfo[c+1:])
+		}
+	}
+	if q := strings.Index(raw, "?"); q >= 0 {
+		for _, kv := range strings.FieldsFunc(raw[q+1:], func(r rune) bool { return r == '&' || r == ';' || r == '#' }) {
+			k, v, _ := strings.Cut(kv, "=")
+			if isSecretParam(k) {
+				add(v)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+func redact(msg string, secrets []string) string {
+	for _, s := range secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+// redactedError carries a driver's error for errors.As and errors.Is while its
+// message has the URL's secrets removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+func driverName(d driver.Driver) string { return fmt.Sprintf("%T", d) }
