@@ -95,7 +95,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	held     map[*Lock]struct{}
-	schedule lockHeap // held locks by their next refresh or deadline
+	schedule lockHeap                    // held locks by their next refresh or deadline
 	calls    map[*int]context.CancelFunc // Acquire calls in flight, for Close to interrupt
 	callsWG  sync.WaitGroup
 	wake     chan struct{} // nudges the scheduler after schedule changes
