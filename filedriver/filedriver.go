@@ -1,0 +1,403 @@
+// Package filedriver is the distlock driver for lock files in a local directory,
+// locked with flock(2). It needs no server, and it coordinates every process of
+// one host that uses the same directory.
+//
+//	import _ "github.com/distlock/lock/filedriver"
+//
+//	locker, err := lock.Open(ctx, "file:///var/lock/myapp")
+//
+// Each key has one lock file in a subdirectory of the directory named by the
+// prefix ("distlock" unless set). A holder keeps the file open and flocked; the
+// kernel drops the lock when that descriptor is closed, which also happens when
+// the process dies for any reason, so a crashed or killed holder never blocks
+// anyone. The file's content is the key's fencing counter, so lock files are never
+// removed (removing one would restart its tokens at 1).
+//
+// It coordinates processes on one host only: flock(2) on NFS and other network
+// file systems is emulated, or local to each client, and does not give the
+// guarantees described here. Two descriptors in one process exclude each other, so
+// independent Lockers in one program coordinate too.
+//
+// # URL format
+//
+//	file:///path/to/dir
+//	file:///path/to/dir?prefix=myapp&ttl=10s
+//
+// The path must be absolute (file://localhost/path is accepted too). The
+// directory and the prefix subdirectory are created if missing, with mode 0755.
+// The driver has no query parameters of its own; the portable ones (ttl,
+// auto_refresh, prefix) are described in package lock, and any other is an error.
+// Lock file names are the key with bytes outside [a-z0-9_.-] escaped as %XX,
+// plus ".lock"; keys whose escaped form is longer than 128 bytes are cut and
+// followed by "~" and a SHA-256 of the key. Distinct keys get distinct files, also
+// on case-insensitive file systems.
+//
+// # Capabilities
+//
+//	Fencing:  yes: the last token lives in the lock file, written and fsynced by the holder before it is handed out, so tokens increase across holders, processes and restarts.
+//	Expiring: no: a lock lives until it is released or its holder's process ends (session-bound).
+//	Notify:   on Linux: a waiter watches the lock file with inotify, and every close of a descriptor on it (a release, or a holder's death) wakes it; elsewhere waiters poll.
+//	FIFO:     no: flock(2) wakes waiters in no promised order.
+//	Shared:   no: the fencing counter needs one writer at a time.
+//
+// # TTL
+//
+// A lock here cannot expire, so the TTL does not bound how long it lives. It
+// bounds how long the lock is trusted without a confirmed check: every refresh
+// verifies that the descriptor is still open and that the lock file was not deleted
+// or replaced (by an operator, say); if no check succeeds within the TTL, Lost
+// closes. Turning automatic refresh off is not supported.
+//
+// # Limits
+//
+// Deleting or replacing a lock file while it is held breaks exclusion (a new
+// holder locks the new file); the holder notices at its next refresh and loses
+// the lock, but the new file's tokens start again at 1. Lock files are created
+// with mode 0644, so processes of different users share a lock only if the
+// directory and files are made writable for all of them.
+package filedriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/distlock/lock/driver"
+)
+
+// DefaultPrefix names the subdirectory for lock files when no prefix is given.
+const DefaultPrefix = "distlock"
+
+// Options configure a Driver made with NewWithOptions.
+type Options struct {
+	// Prefix names the subdirectory of the lock directory that holds the lock
+	// files, so they cannot clash with anything else there. Any string is
+	// accepted (it is escaped as keys are); empty means DefaultPrefix.
+	Prefix string
+}
+
+// Driver locks keys with flock(2) on files in one directory. Use it through
+// lock.New or lock.Open; its methods implement driver.Driver.
+type Driver struct {
+	dir  string        // where the lock files are: the directory plus the prefix
+	done chan struct{} // closed by Close, to end waiting Acquire calls
+
+	mu     sync.Mutex
+	closed bool
+	held   map[holdKey]*holding
+	notify notifier // the inotify reader on Linux, started by the first waiter
+
+	// testHookWait, if set, runs each time a waiting Acquire is about to block.
+	testHookWait func(key string)
+}
+
+type holdKey struct{ key, owner string }
+
+// holding is one held lock: an open, flocked descriptor on its lock file.
+type holding struct {
+	f     *os.File // nil once severed; guarded by Driver.mu
+	path  string
+	token uint64
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns a Driver for lock files under dir (a relative dir is made absolute),
+// in the DefaultPrefix subdirectory, creating both if missing. It coordinates with
+// every Driver and lock.Open("file://...") on the same directory and prefix.
+func New(dir string) (*Driver, error) { return NewWithOptions(dir, Options{}) }
+
+// NewWithOptions is New with options.
+func NewWithOptions(dir string, o Options) (*Driver, error) {
+	if platformErr != nil {
+		return nil, platformErr
+	}
+	if dir == "" {
+		return nil, errors.New("filedriver: empty directory")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filedriver: %w", err)
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	full := filepath.Join(abs, escapeName(prefix))
+	if err := os.MkdirAll(full, 0o755); err != nil {
+		return nil, fmt.Errorf("filedriver: create lock directory: %w", err)
+	}
+	return &Driver{dir: full, done: make(chan struct{}), held: map[holdKey]*holding{}}, nil
+}
+
+// Dir returns the directory that holds the lock files (the prefix subdirectory).
+func (d *Driver) Dir() string { return d.dir }
+
+// Capabilities reports the driver's guarantees; see the package documentation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fencing: true, Expiring: false, Notify: notifySupported}
+}
+
+func (d *Driver) path(key string) string { return filepath.Join(d.dir, fileName(key)) }
+
+// TryAcquire makes one attempt to flock the key's lock file. It returns
+// driver.ErrLocked if another descriptor holds it, and the same grant again if
+// req.Owner already holds it.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	path := d.path(req.Key)
+	f, err := tryLock(path)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.grant(req, f, path)
+}
+
+// heldBy reports the grant of req.Owner if it already holds req.Key.
+func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.Grant{}, false, driver.ErrClosed
+	}
+	k := holdKey{req.Key, req.Owner}
+	h := d.held[k]
+	if h == nil {
+		return driver.Grant{}, false, nil
+	}
+	if h.f == nil { // severed: the lock is gone, take it afresh
+		delete(d.held, k)
+		return driver.Grant{}, false, nil
+	}
+	return driver.Grant{Token: h.token}, true, nil
+}
+
+// maxReplaced bounds how often one TryAcquire reopens a lock file that was
+// replaced between its open and its flock.
+const maxReplaced = 8
+
+// tryLock opens and flocks path without waiting, and returns the locked file.
+func tryLock(path string) (*os.File, error) {
+	for i := 0; ; i++ {
+		f, err := openLockFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if err := flockNB(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		same, err := samePath(f, path)
+		if err != nil || same {
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			return f, nil
+		}
+		f.Close() // we locked a file that is no longer at path
+		if i == maxReplaced {
+			return nil, fmt.Errorf("filedriver: lock file %s keeps being replaced", path)
+		}
+	}
+}
+
+// grant bumps the fencing counter of the locked file f and records the lock.
+func (d *Driver) grant(req *driver.Request, f *os.File, path string) (driver.Grant, error) {
+	token, err := nextToken(f)
+	if err != nil {
+		f.Close()
+		return driver.Grant{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		f.Close()
+		return driver.Grant{}, driver.ErrClosed
+	}
+	d.held[holdKey{req.Key, req.Owner}] = &holding{f: f, path: path, token: token}
+	return driver.Grant{Token: token}, nil
+}
+
+// Refresh confirms that req.Owner still holds req.Key: its descriptor is open
+// (so the flock is ours) and the lock file at the key's path is still the file it
+// locked. A lock file deleted or replaced behind our back means another process
+// can lock the new file, so that is driver.ErrNotHeld, and the lock is dropped.
+func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := holdKey{req.Key, req.Owner}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.held[k]
+	var f *os.File
+	if h != nil {
+		f = h.f
+	}
+	d.mu.Unlock()
+	if h == nil {
+		return driver.ErrNotHeld
+	}
+	if f == nil {
+		d.drop(k, h)
+		return errSevered
+	}
+	same, err := samePath(f, h.path)
+	switch {
+	case errors.Is(err, os.ErrClosed): // severed while we looked
+		d.drop(k, h)
+		return errSevered
+	case err != nil:
+		return err
+	case !same:
+		d.drop(k, h)
+		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
+	}
+	return nil
+}
+
+var errSevered = fmt.Errorf("%w: the lock file descriptor was closed", driver.ErrNotHeld)
+
+// drop forgets h and closes its descriptor, if it is still the lock of k.
+func (d *Driver) drop(k holdKey, h *holding) {
+	d.mu.Lock()
+	if d.held[k] == h {
+		delete(d.held, k)
+	}
+	f := h.f
+	h.f = nil
+	d.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
+
+// Release closes req.Owner's descriptor on the key's lock file, which drops the
+// flock. It returns driver.ErrNotHeld if req.Owner holds no lock on req.Key, or if
+// the lock file had been deleted or replaced so the lock no longer excluded
+// anyone; it never touches another owner's descriptor.
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	k := holdKey{req.Key, req.Owner}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.held[k]
+	if h == nil {
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	delete(d.held, k)
+	f := h.f
+	h.f = nil
+	d.mu.Unlock()
+	if f == nil {
+		return errSevered
+	}
+	same, err := samePath(f, h.path)
+	f.Close() // closing the last descriptor of an open file drops its flock
+	if err == nil && !same {
+		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
+	}
+	return nil
+}
+
+// Sever closes every lock file descriptor this client holds, as the kernel does
+// when the process dies, so other clients can take the locks at once. The holder
+// learns it at its next refresh (driver.ErrNotHeld), which with automatic refresh
+// closes the lock's Lost channel. It is meant for tests, such as the conformance
+// suite's lost-session checks.
+func (d *Driver) Sever() {
+	d.mu.Lock()
+	var files []*os.File
+	for _, h := range d.held {
+		if h.f != nil {
+			files = append(files, h.f)
+			h.f = nil
+		}
+	}
+	d.mu.Unlock()
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// Close closes every lock file descriptor, which releases the locks still held as
+// the end of the process would, makes waiting Acquire calls return
+// driver.ErrClosed, and stops the inotify reader. Later calls return
+// driver.ErrClosed; closing twice returns nil.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	var files []*os.File
+	for _, h := range d.held {
+		if h.f != nil {
+			files = append(files, h.f)
+			h.f = nil
+		}
+	}
+	d.held = nil
+	n := d.notify
+	d.mu.Unlock()
+	for _, f := range files {
+		f.Close()
+	}
+	n.close()
+	return nil
+}
+
+// openLockFile opens (creating if missing) the lock file at path.
+func openLockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, openFlags, 0o644)
+	if err != nil {
+		if isSymlinkErr(err) {
+			return nil, fmt.Errorf("filedriver: lock file %s is a symbolic link; lock files must be regular files", path)
+		}
+		return nil, fmt.Errorf("filedriver: open lock file: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("filedriver: stat lock file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("filedriver: lock file %s is not a regular file (%v)", path, fi.Mode().Type())
+	}
+	return f, nil
+}
+
+// samePath reports whether path still names the file f has open. It is false
+// when the file was deleted, or replaced by another.
+func samePath(f *os.File, path string) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	pi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("filedriver: stat lock file: %w", err)
+	}
+	return os.SameFile(fi, pi), nil
+}

@@ -1,0 +1,319 @@
+//go:build linux
+
+package filedriver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// On Linux a waiting Acquire keeps its own descriptor on the lock file open and
+// watches the file with inotify. The kernel reports every close of a descriptor
+// on the file, and both ways a lock ends are closes: a release closes the holder's
+// descriptor, and a dying process's descriptors are closed by the kernel. So a
+// waiter retries its flock when a close is reported, instead of polling. Keeping
+// its descriptor open matters: were each retry to open and close the file, every
+// waiter would wake every other for ever.
+const notifySupported = true
+
+const (
+	// watchMask: a close of any descriptor on the file (a possible release), and a
+	// change of its links (deleted or replaced: the waiter must reopen the path).
+	watchMask = syscall.IN_CLOSE_WRITE | syscall.IN_CLOSE_NOWRITE | syscall.IN_ATTRIB |
+		syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_DONT_FOLLOW
+
+	// settleRecheck: the kernel queues the close event just before it drops the
+	// closed descriptor's flock, so a waiter woken very fast can still find the
+	// lock taken. It tries once more this much later.
+	settleRecheck = 2 * time.Millisecond
+
+	// fallbackRecheck is the belt-and-braces retry of a watched waiter, in case an
+	// event was lost; it is not how waiters normally wake.
+	fallbackRecheck = 500 * time.Millisecond
+
+	// pollRecheck is the retry interval of a waiter that could not get a watch
+	// (inotify limits reached), which must poll.
+	pollRecheck = 25 * time.Millisecond
+)
+
+var _ driver.Acquirer = (*Driver)(nil)
+
+// Acquire blocks until req.Owner holds req.Key, ctx is done (it returns
+// ctx.Err()) or the driver is closed (driver.ErrClosed). It is woken by inotify
+// when a descriptor on the lock file is closed, so it takes the lock within
+// moments of a release or a holder's death. When it returns an error it leaves no
+// descriptor or watch behind.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	path := d.path(req.Key)
+	w := d.watcher()
+	wake := make(chan struct{}, 1)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		f, err := openLockFile(path)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		// Watch before the first flock attempt, so a release right after a
+		// failed attempt is still reported.
+		unwatch, werr := w.watch(path, wake)
+		recheck := fallbackRecheck
+		if werr != nil {
+			recheck = pollRecheck
+		}
+		f, err = d.waitLock(ctx, req.Key, f, path, wake, timer, recheck)
+		unwatch()
+		if errors.Is(err, errReplaced) {
+			continue
+		}
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		return d.grant(req, f, path)
+	}
+}
+
+// errReplaced: the path no longer names the file the waiter has open.
+var errReplaced = errors.New("lock file replaced")
+
+// waitLock retries the flock of f (open on path) each time wake fires or the
+// timer passes, and returns f locked. On any error f is closed.
+func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path string, wake <-chan struct{}, timer *time.Timer, recheck time.Duration) (*os.File, error) {
+	resetTimer(timer, recheck)
+	for {
+		err := flockNB(f)
+		if err != nil && !errors.Is(err, driver.ErrLocked) {
+			f.Close()
+			return nil, err
+		}
+		same, serr := samePath(f, path)
+		if serr != nil || !same {
+			f.Close() // drops the flock if we just took it on a stale file
+			if serr != nil {
+				return nil, serr
+			}
+			return nil, errReplaced
+		}
+		if err == nil {
+			return f, nil
+		}
+		if d.testHookWait != nil {
+			d.testHookWait(key)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-d.done:
+			f.Close()
+			return nil, driver.ErrClosed
+		case <-wake:
+			resetTimer(timer, settleRecheck)
+		case <-timer.C:
+			timer.Reset(recheck)
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
+// notifier is the Driver's inotify state, guarded by Driver.mu.
+type notifier struct {
+	w   *watcher
+	err error // why inotify is unavailable; waiters then poll
+}
+
+func (n notifier) close() {
+	if n.w != nil {
+		n.w.close()
+	}
+}
+
+// watcher returns the Driver's inotify watcher, starting it on first use. It
+// returns nil, on which watch fails, if the driver is closed or inotify is
+// unavailable (for example fs.inotify.max_user_instances reached).
+func (d *Driver) watcher() *watcher {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	if d.notify.w == nil && d.notify.err == nil {
+		d.notify.w, d.notify.err = newWatcher()
+	}
+	return d.notify.w
+}
+
+// watcher is one inotify instance and the goroutine that reads it, shared by all
+// waiters of a Driver. Waiters on the same file share its watch descriptor.
+type watcher struct {
+	f    *os.File      // nonblocking, so reads use the runtime poller and Close ends them
+	done chan struct{} // closed when the reader has returned
+
+	mu     sync.Mutex
+	closed bool
+	wds    map[int32]*watch
+}
+
+// watch is one inotify watch descriptor and the waiters it wakes.
+type watch struct {
+	wd      int32
+	waiters map[chan<- struct{}]struct{}
+	dead    bool // the kernel removed the watch (IN_IGNORED)
+}
+
+func newWatcher() (*watcher, error) {
+	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("inotify_init1", err)
+	}
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), wds: map[int32]*watch{}}
+	go w.read()
+	return w, nil
+}
+
+// watch adds a watch on path and registers ch to be sent to (without blocking)
+// on each event about the file. The returned function unregisters ch and removes
+// the watch when no waiter is left; it must be called exactly once.
+func (w *watcher) watch(path string, ch chan<- struct{}) (func(), error) {
+	if w == nil {
+		return func() {}, errors.New("filedriver: no inotify watcher")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return func() {}, driver.ErrClosed
+	}
+	var wd int
+	var err error
+	if cerr := w.control(func(fd int) { wd, err = syscall.InotifyAddWatch(fd, path, watchMask) }); cerr != nil {
+		return func() {}, cerr
+	}
+	if err != nil {
+		return func() {}, os.NewSyscallError("inotify_add_watch", err)
+	}
+	e := w.wds[int32(wd)]
+	if e == nil {
+		e = &watch{wd: int32(wd), waiters: map[chan<- struct{}]struct{}{}}
+		w.wds[e.wd] = e
+	}
+	e.waiters[ch] = struct{}{}
+	return func() { w.unwatch(e, ch) }, nil
+}
+
+func (w *watcher) unwatch(e *watch, ch chan<- struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(e.waiters, ch)
+	if len(e.waiters) > 0 || e.dead {
+		return
+	}
+	e.dead = true
+	delete(w.wds, e.wd)
+	if !w.closed {
+		_ = w.control(func(fd int) { _, _ = syscall.InotifyRmWatch(fd, uint32(e.wd)) })
+	}
+}
+
+// control runs fn on the inotify descriptor while it cannot be closed, so a
+// descriptor number reused after Close is never touched.
+func (w *watcher) control(fn func(fd int)) error {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(fd uintptr) { fn(int(fd)) })
+}
+
+// read dispatches inotify events until the watcher is closed. Should reading
+// fail otherwise, waiters fall back to their recheck timers.
+func (w *watcher) read() {
+	defer close(w.done)
+	buf := make([]byte, 64*(syscall.SizeofInotifyEvent+syscall.NAME_MAX+1))
+	for {
+		n, err := w.f.Read(buf)
+		if err != nil {
+			return
+		}
+		w.dispatch(buf[:n])
+	}
+}
+
+func (w *watcher) dispatch(events []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(events) >= syscall.SizeofInotifyEvent {
+		wd := int32(binary.NativeEndian.Uint32(events[0:]))
+		mask := binary.NativeEndian.Uint32(events[4:])
+		size := syscall.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(events[12:]))
+		if size > len(events) {
+			size = len(events)
+		}
+		events = events[size:]
+		if mask&syscall.IN_Q_OVERFLOW != 0 { // events were dropped: wake everyone
+			for _, e := range w.wds {
+				e.wake()
+			}
+			continue
+		}
+		e := w.wds[wd]
+		if e == nil {
+			continue
+		}
+		e.wake()
+		if mask&syscall.IN_IGNORED != 0 {
+			e.dead = true
+			delete(w.wds, wd)
+		}
+	}
+}
+
+func (e *watch) wake() {
+	for ch := range e.waiters {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// close stops the reader and waits for it to return.
+func (w *watcher) close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	w.mu.Unlock()
+	w.f.Close() // ends the pending Read
+	<-w.done
+}
+
+// watches counts the watch descriptors in use, for tests.
+func (w *watcher) watches() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.wds)
+}

@@ -1,0 +1,52 @@
+package filedriver
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Scheme is the URL scheme of the file driver: file:///path/to/dir.
+const Scheme = "file"
+
+func init() { driver.Register(Scheme, open) }
+
+// open is the driver.Opener for file URLs.
+func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
+	dir, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithOptions(dir, Options{Prefix: cfg.Prefix})
+}
+
+// parseURL returns the directory a file URL names. The portable layer has already
+// removed its own parameters, so any query parameter left is unknown.
+func parseURL(u *url.URL) (string, error) {
+	if u == nil {
+		return "", fmt.Errorf("filedriver: nil URL")
+	}
+	if q := u.Query(); len(q) > 0 {
+		names := make([]string, 0, len(q))
+		for name := range q {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		return "", fmt.Errorf("filedriver: unknown URL parameter %s; the file driver has none of its own (accepted: ttl, auto_refresh, prefix)", strings.Join(names, ", "))
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("filedriver: a file URL has no user or password: want file:///path/to/dir")
+	}
+	if u.Host != "" && u.Host != "localhost" {
+		return "", fmt.Errorf("filedriver: file URL names host %q; file locks are local: want file:///path/to/dir", u.Host)
+	}
+	if u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
+		return "", fmt.Errorf("filedriver: file URL needs an absolute path: want file:///path/to/dir")
+	}
+	return path.Clean(u.Path), nil
+}
