@@ -24,9 +24,14 @@ func testMutualExclusionUnderContention(e *env) {
 		mu       sync.Mutex
 		tokens   []uint64
 		count    int
-		failures = make(chan string, clients*goroutines)
+		failures []string
 		wg       sync.WaitGroup
 	)
+	fail := func(msg string) {
+		mu.Lock()
+		failures = append(failures, msg)
+		mu.Unlock()
+	}
 	for c := 0; c < clients; c++ {
 		lk := e.client()
 		for g := 0; g < goroutines; g++ {
@@ -36,11 +41,11 @@ func testMutualExclusionUnderContention(e *env) {
 				for r := 0; r < rounds; r++ {
 					l, err := lk.Acquire(e.ctx, e.key)
 					if err != nil {
-						failures <- fmt.Sprintf("Acquire: %v", err)
+						fail(fmt.Sprintf("Acquire: %v", err))
 						return
 					}
 					if n := inside.Add(1); n != 1 {
-						failures <- fmt.Sprintf("%d holders at once", n)
+						fail(fmt.Sprintf("%d holders at once", n))
 					}
 					mu.Lock()
 					count++
@@ -51,7 +56,7 @@ func testMutualExclusionUnderContention(e *env) {
 					runtime.Gosched()
 					inside.Add(-1)
 					if err := l.Release(e.ctx); err != nil {
-						failures <- fmt.Sprintf("Release: %v", err)
+						fail(fmt.Sprintf("Release: %v", err))
 						return
 					}
 				}
@@ -59,8 +64,11 @@ func testMutualExclusionUnderContention(e *env) {
 		}
 	}
 	wg.Wait()
-	close(failures)
-	for f := range failures {
+	for i, f := range failures {
+		if i == 10 {
+			e.Errorf("... and %d more failures", len(failures)-i)
+			break
+		}
 		e.Error(f)
 	}
 	if want := clients * goroutines * rounds; count != want {

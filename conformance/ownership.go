@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
@@ -131,6 +132,54 @@ func testReleaseByExpiredHolderKeepsNewOwnersLock(e *env) {
 		e.Skip("driver's locks are session-bound and never expire (Capabilities.Expiring is false); ReleaseBySeveredHolderKeepsNewOwnersLock covers the stale holder")
 	}
 	e.checkStaleRelease(true)
+
+	// A holder paused past its TTL has not seen its own deadline, so its Release
+	// reaches the driver, which must refuse it.
+	d, d2 := e.rawDriver(), e.rawDriver()
+	stale, next := e.request(newOwner()), e.request(newOwner())
+	if _, err := d.TryAcquire(e.ctx, stale); err != nil {
+		e.Fatalf("TryAcquire: %v", err)
+	}
+	e.rawAcquire(d2, next)
+	if err := d.Release(e.ctx, stale); !errors.Is(err, driver.ErrNotHeld) {
+		e.Errorf("driver Release by the expired holder = %v, want ErrNotHeld", err)
+	}
+	if err := d.Refresh(e.ctx, stale); !errors.Is(err, driver.ErrNotHeld) {
+		e.Errorf("driver Refresh by the expired holder = %v, want ErrNotHeld", err)
+	}
+	probe := e.request(newOwner())
+	if _, err := e.rawDriver().TryAcquire(e.ctx, probe); !errors.Is(err, driver.ErrLocked) {
+		e.Fatalf("after the expired holder's Release, TryAcquire = %v, want ErrLocked: the new owner's lock was removed", err)
+	}
+	if err := d2.Release(e.ctx, next); err != nil {
+		e.Errorf("new owner's Release: %v", err)
+	}
+}
+
+// rawAcquire takes req on d without the portable layer, waiting as long as needed.
+func (e *env) rawAcquire(d driver.Driver, req *driver.Request) driver.Grant {
+	e.Helper()
+	if a, ok := d.(driver.Acquirer); ok {
+		g, err := a.Acquire(e.ctx, req)
+		if err != nil {
+			e.Fatalf("driver Acquire: %v", err)
+		}
+		return g
+	}
+	for {
+		g, err := d.TryAcquire(e.ctx, req)
+		if err == nil {
+			return g
+		}
+		if !errors.Is(err, driver.ErrLocked) {
+			e.Fatalf("driver TryAcquire: %v", err)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.Fatal("driver TryAcquire: the lock never became free")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func testReleaseBySeveredHolderKeepsNewOwnersLock(e *env) { e.checkStaleRelease(false) }

@@ -255,6 +255,18 @@ func (d *Driver) Sever() {
 	}
 }
 
+// Delete removes the lock on key whoever holds it, as an operator deleting a key
+// on a server would. The holder learns at its next refresh.
+func (d *Driver) Delete(key string) {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	k := d.key(key)
+	if _, ok := d.s.locks[k]; ok {
+		delete(d.s.locks, k)
+		d.s.wake(k)
+	}
+}
+
 // Close implements driver.Driver. Locks the client still holds stay until their
 // TTL passes, as they would on a server after the client went away.
 func (d *Driver) Close() error {
@@ -265,4 +277,3 @@ func (d *Driver) Close() error {
 }
 
 var _ driver.Acquirer = (*Driver)(nil)
-
