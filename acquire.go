@@ -39,6 +39,9 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	if err := validateKey(key); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}
+	if err := parent.Err(); err != nil {
+		return nil, &Error{Op: op, Key: key, Err: err}
+	}
 	o := lk.defaults.apply(opts)
 	if err := lk.validate(o); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
@@ -128,6 +131,9 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 	if lk.closed {
 		lk.mu.Unlock()
 		return ErrClosed
+	}
+	if !g.Start.IsZero() && g.Start.After(start) {
+		start = g.Start
 	}
 	l.token = g.Token
 	l.state = stateHeld

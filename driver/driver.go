@@ -63,6 +63,7 @@ type Driver interface {
 
 	// Close releases the driver's resources. Locks still held are released by the
 	// backend as if the process had ended (session closed) or left to expire.
+	// Calls after Close return ErrClosed; calling Close again returns nil.
 	Close() error
 }
 
@@ -120,6 +121,13 @@ type Grant struct {
 	// earlier granted for the same key, when Capabilities.Fencing is set. Zero
 	// otherwise.
 	Token uint64
+
+	// Start is when the request that took the lock was sent, read from time.Now
+	// before sending. The portable layer measures the validity deadline from it.
+	// Zero means the start of the TryAcquire or Acquire call, which is right for
+	// one round trip but too early for an Acquire that waited: a blocking Acquire
+	// should set it.
+	Start time.Time
 }
 
 // Capabilities are facts about a driver that the portable layer and the

@@ -1,0 +1,277 @@
+// Package conformance is the suite every distlock driver runs. It checks, through
+// the portable layer (lock.New over the driver), the semantics DESIGN.md promises:
+// mutual exclusion, owner-checked release and refresh, fencing, the Lost signal,
+// prompt wake-up, cancellation without residue, key distinctness, input
+// validation and Close. A driver author proves a driver with one test:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Harness{
+//			NewDriver: func(ctx context.Context) (driver.Driver, error) { return mydriver.Open(ctx, url) },
+//			Sever:     func(ctx context.Context, d driver.Driver) error { return killSession(ctx, d) },
+//		})
+//	}
+//
+// Properties a driver declares it lacks (Capabilities) are skipped with the reason;
+// nothing is passed silently. Every property uses a fresh key and fresh clients,
+// checks that no goroutine outlives it, and fails instead of hanging.
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+)
+
+// Harness connects the suite to a backend.
+type Harness struct {
+	// NewDriver opens a new client of the backend, independent of every other
+	// client as a separate process's would be (its own connection or session).
+	// The suite closes it.
+	NewDriver func(ctx context.Context) (driver.Driver, error)
+
+	// Sever makes the backend forget every lock the client d holds, as it does when
+	// d's session ends (CLIENT KILL, pg_terminate_backend, lease revoke, session
+	// expiry), while d's process lives on and must notice. Required.
+	Sever func(ctx context.Context, d driver.Driver) error
+
+	// RestartBackend restarts the backend server, keeping whatever data it
+	// persists. Optional: when nil, the properties that need it are skipped with
+	// that reason.
+	RestartBackend func(ctx context.Context) error
+
+	// TTL is the lock TTL used by properties that wait for expiry or loss. Zero
+	// means one second, raised to the driver's MinTTL.
+	TTL time.Duration
+
+	// Options are given to every Locker the suite makes.
+	Options []lock.Option
+}
+
+// Bounds the suite asserts. They are generous for slow CI machines under the race
+// detector, yet far below what a polling or hung implementation produces.
+const (
+	// WakeBound is the median time from a release to a blocked waiter holding the
+	// lock, on drivers that declare Notify.
+	WakeBound = 100 * time.Millisecond
+	// pollWakeBound is the same for drivers that poll, run with pollBackoff.
+	pollWakeBound = 150 * time.Millisecond
+	// propertyTimeout ends a property that hangs.
+	propertyTimeout = 2 * time.Minute
+)
+
+var pollBackoff = lock.Backoff{Min: time.Millisecond, Max: 20 * time.Millisecond}
+
+// Run runs every property against the harness's driver, each as a subtest named by
+// the property it checks.
+func Run(t *testing.T, h Harness) {
+	if h.NewDriver == nil || h.Sever == nil {
+		t.Fatal("conformance: Harness.NewDriver and Harness.Sever are required")
+	}
+	run := func(name string, property func(*env)) {
+		t.Run(name, func(t *testing.T) { runProperty(t, h, property) })
+	}
+
+	// Exclusion and waiting.
+	run("MutualExclusionUnderContention", testMutualExclusionUnderContention)
+	run("TryAcquireReportsLockedWhileHeld", testTryAcquireReportsLockedWhileHeld)
+	run("AcquireWaitsForRelease", testAcquireWaitsForRelease)
+	run("BlockedWaiterWakesPromptlyOnRelease", testBlockedWaiterWakesPromptlyOnRelease)
+	run("DistinctKeysAreDistinctLocks", testDistinctKeysAreDistinctLocks)
+	run("IndependentKeysDoNotBlockEachOther", testIndependentKeysDoNotBlockEachOther)
+	run("ManyHeldLocksNeedNoGoroutineEach", testManyHeldLocksNeedNoGoroutineEach)
+	run("WaitersAreGrantedInArrivalOrder", testWaitersAreGrantedInArrivalOrder)
+	run("SharedHoldersExcludeWriters", testSharedHoldersExcludeWriters)
+
+	// Ownership.
+	run("RetriedAcquireBySameOwnerSucceeds", testRetriedAcquireBySameOwnerSucceeds)
+	run("ReleaseAndRefreshCheckTheOwner", testReleaseAndRefreshCheckTheOwner)
+	run("ReleaseByExpiredHolderKeepsNewOwnersLock", testReleaseByExpiredHolderKeepsNewOwnersLock)
+	run("ReleaseBySeveredHolderKeepsNewOwnersLock", testReleaseBySeveredHolderKeepsNewOwnersLock)
+	run("RefreshByStaleHolderFailsAndKeepsNewOwnersLock", testRefreshByStaleHolderFails)
+	run("ReleaseTwiceIsSafe", testReleaseTwiceIsSafe)
+
+	// Fencing.
+	run("TokensIncreaseAcrossHolders", testTokensIncreaseAcrossHolders)
+	run("TokensIncreaseAcrossExpiry", testTokensIncreaseAcrossExpiry)
+	run("TokensIncreaseAcrossClientRestart", testTokensIncreaseAcrossClientRestart)
+	run("TokensIncreaseAcrossBackendRestart", testTokensIncreaseAcrossBackendRestart)
+	run("TokenWithoutFencingIsAnError", testTokenWithoutFencingIsAnError)
+
+	// Liveness and the Lost signal.
+	run("AutoRefreshKeepsLockPastTTL", testAutoRefreshKeepsLockPastTTL)
+	run("LostClosesAtDeadlineBeforeOthersAcquire", testLostClosesAtDeadlineBeforeOthersAcquire)
+	run("LostClosesWhenSessionSevered", testLostClosesWhenSessionSevered)
+	run("CrashedHolderStopsBlockingOthers", testCrashedHolderStopsBlockingOthers)
+	run("DoCancelsFnAndReportsErrLostOnLoss", testDoCancelsFnAndReportsErrLostOnLoss)
+	run("DoRunsFnUnderLockAndReleases", testDoRunsFnUnderLockAndReleases)
+
+	// Cancellation, input, lifecycle.
+	run("CancelledAcquireReturnsPromptlyAndLeavesNothing", testCancelledAcquireLeavesNothing)
+	run("InvalidKeysAreRejectedAndChangeNothing", testInvalidKeysAreRejected)
+	run("BadOptionsAreRejected", testBadOptionsAreRejected)
+	run("CloseReleasesLocksAndRejectsLaterCalls", testCloseReleasesLocksAndRejectsLaterCalls)
+}
+
+// env is what a property gets: the harness, a context bounded by the property
+// timeout, a unique key and the driver's capabilities.
+type env struct {
+	*testing.T
+	h    Harness
+	ctx  context.Context
+	key  string
+	ttl  time.Duration
+	caps driver.Capabilities
+}
+
+func runProperty(t *testing.T, h Harness, property func(*env)) {
+	// Registered first, so it runs after every client is closed.
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), propertyTimeout)
+	t.Cleanup(cancel)
+	name := t.Name()
+	watchdog := time.AfterFunc(propertyTimeout+30*time.Second, func() {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "conformance: %s hung; goroutines:\n%s\n", name, buf[:n])
+		panic("conformance: " + name + " hung")
+	})
+	t.Cleanup(func() { watchdog.Stop() })
+
+	probe, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatalf("Harness.NewDriver: %v", err)
+	}
+	caps := probe.Capabilities()
+	if err := probe.Close(); err != nil {
+		t.Fatalf("closing a fresh driver: %v", err)
+	}
+	ttl := h.TTL
+	if ttl == 0 {
+		ttl = time.Second
+	}
+	if ttl < caps.MinTTL {
+		ttl = caps.MinTTL
+	}
+	property(&env{T: t, h: h, ctx: ctx, key: uniqueKey(t), ttl: ttl, caps: caps})
+}
+
+func uniqueKey(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := t.Name()
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		name = name[i+1:]
+	}
+	return "conformance:" + name + ":" + hex.EncodeToString(b[:])
+}
+
+// client opens a new independent client and wraps it in a Locker, closed at the
+// end of the property.
+func (e *env) client(opts ...lock.Option) *lock.Locker {
+	lk, _ := e.clientAndDriver(opts...)
+	return lk
+}
+
+func (e *env) clientAndDriver(opts ...lock.Option) (*lock.Locker, driver.Driver) {
+	e.Helper()
+	d, err := e.h.NewDriver(e.ctx)
+	if err != nil {
+		e.Fatalf("Harness.NewDriver: %v", err)
+	}
+	all := append([]lock.Option{lock.WithTTL(e.ttl)}, e.h.Options...)
+	if !e.caps.Notify {
+		all = append(all, lock.WithBackoff(pollBackoff))
+	}
+	lk := lock.New(d, append(all, opts...)...)
+	e.Cleanup(func() {
+		if err := lk.Close(); err != nil {
+			e.Errorf("Close: %v", err)
+		}
+	})
+	return lk, d
+}
+
+func (e *env) acquire(lk *lock.Locker, key string, opts ...lock.Option) *lock.Lock {
+	e.Helper()
+	l, err := lk.Acquire(e.ctx, key, opts...)
+	if err != nil {
+		e.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return l
+}
+
+func (e *env) release(l *lock.Lock) {
+	e.Helper()
+	if err := l.Release(e.ctx); err != nil {
+		e.Fatalf("Release(%q): %v", l.Key(), err)
+	}
+}
+
+// requireLocked asserts that lk cannot take key now.
+func (e *env) requireLocked(lk *lock.Locker, key, why string) {
+	e.Helper()
+	l, err := lk.TryAcquire(e.ctx, key)
+	if err == nil {
+		_ = l.Release(e.ctx)
+		e.Fatalf("TryAcquire(%q) succeeded, want ErrLocked: %s", key, why)
+	}
+	if !isErr(err, lock.ErrLocked) {
+		e.Fatalf("TryAcquire(%q) = %v, want ErrLocked: %s", key, err, why)
+	}
+}
+
+// waitClosed waits for ch to close within bound and returns how long it took.
+func (e *env) waitClosed(ch <-chan struct{}, bound time.Duration, what string) time.Duration {
+	e.Helper()
+	start := time.Now()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return time.Since(start)
+	case <-t.C:
+		e.Fatalf("%s: not within %v", what, bound)
+	case <-e.ctx.Done():
+		e.Fatalf("%s: property timed out", what)
+	}
+	return 0
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *env) needFencing() {
+	if !e.caps.Fencing {
+		e.Skip("driver declares no fencing (Capabilities.Fencing is false); TokenWithoutFencingIsAnError checks Token refuses")
+	}
+}
+
+func (e *env) token(l *lock.Lock) uint64 {
+	e.Helper()
+	tok := l.Token()
+	if tok == 0 {
+		e.Fatalf("Token() = 0 on a fencing driver; tokens start at 1")
+	}
+	return tok
+}
+
+func isErr(err, target error) bool { return errors.Is(err, target) }

@@ -1,0 +1,24 @@
+package memdriver_test
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/memdriver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Harness{
+		NewDriver: func(context.Context) (driver.Driver, error) { return memdriver.New(t.Name()), nil },
+		Sever: func(_ context.Context, d driver.Driver) error {
+			d.(*memdriver.Driver).Sever()
+			return nil
+		},
+	})
+}
