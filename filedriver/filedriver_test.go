@@ -1,0 +1,25 @@
+package filedriver_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/filedriver"
+)
+
+func TestConformance(t *testing.T) {
+	dir := t.TempDir() // one lock directory, as processes of one host would share
+	conformance.Run(t, conformance.Harness{
+		// Each client is a Driver of its own: its own descriptors, its own flocks,
+		// as a separate process would have.
+		NewDriver: func(context.Context) (driver.Driver, error) { return filedriver.New(dir) },
+		// Closing a client's descriptors is what the kernel does when its process
+		// dies.
+		Sever: func(_ context.Context, d driver.Driver) error {
+			d.(*filedriver.Driver).Sever()
+			return nil
+		},
+	})
+}
