@@ -29,10 +29,6 @@ const (
 	watchMask = syscall.IN_CLOSE_WRITE | syscall.IN_CLOSE_NOWRITE | syscall.IN_ATTRIB |
 		syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_DONT_FOLLOW
 
-	// settleRecheck: the kernel queues the close event just before it drops the
-	// closed descriptor's flock, so a waiter woken very fast can still find the
-	// lock taken. It tries once more this much later.
-	settleRecheck = 2 * time.Millisecond
 
 	// fallbackRecheck is the belt-and-braces retry of a watched waiter, in case an
 	// event was lost; it is not how waiters normally wake.
@@ -42,6 +38,13 @@ const (
 	// (inotify limits reached), which must poll.
 	pollRecheck = 25 * time.Millisecond
 )
+
+// settleRechecks: the kernel queues the close event just before it drops the
+// closed descriptor's flock (fsnotify_close precedes locks_remove_file in
+// __fput), so a waiter woken fast can still find the lock taken, in about one
+// handoff out of several hundred. It then tries again after each of these delays
+// before falling back to fallbackRecheck.
+var settleRechecks = [...]time.Duration{100 * time.Microsecond, time.Millisecond, 10 * time.Millisecond}
 
 var _ driver.Acquirer = (*Driver)(nil)
 
@@ -93,6 +96,7 @@ var errReplaced = errors.New("lock file replaced")
 // timer passes, and returns f locked. On any error f is closed.
 func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path string, wake <-chan struct{}, timer *time.Timer, recheck time.Duration) (*os.File, error) {
 	resetTimer(timer, recheck)
+	settle := len(settleRechecks) // index of the next settle recheck; none until woken
 	for {
 		err := flockNB(f)
 		if err != nil && !errors.Is(err, driver.ErrLocked) {
@@ -121,9 +125,14 @@ func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path stri
 			f.Close()
 			return nil, driver.ErrClosed
 		case <-wake:
-			resetTimer(timer, settleRecheck)
+			settle = 0
+			resetTimer(timer, settleRechecks[0])
 		case <-timer.C:
-			timer.Reset(recheck)
+			if settle++; settle < len(settleRechecks) {
+				timer.Reset(settleRechecks[settle])
+			} else {
+				timer.Reset(recheck)
+			}
 		}
 	}
 }
