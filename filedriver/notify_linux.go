@@ -29,7 +29,6 @@ const (
 	watchMask = syscall.IN_CLOSE_WRITE | syscall.IN_CLOSE_NOWRITE | syscall.IN_ATTRIB |
 		syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_DONT_FOLLOW
 
-
 	// fallbackRecheck is the belt-and-braces retry of a watched waiter, in case an
 	// event was lost; it is not how waiters normally wake.
 	fallbackRecheck = 500 * time.Millisecond
