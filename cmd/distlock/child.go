@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/distlock/lock"
+)
+
+// runHolding runs the command while l is held, and releases l when the command
+// exits. It returns the command's exit status, or exitLost if the lock was lost
+// at any time before the release.
+func (r *runner) runHolding(l *lock.Lock) int {
+	env := append(os.Environ(), "DISTLOCK_KEY="+r.cfg.key)
+	if r.locker.Capabilities().Fencing {
+		tok := strconv.FormatUint(l.Token(), 10)
+		env = append(env, "DISTLOCK_TOKEN="+tok)
+		r.verbosef("holding the lock %q on %s, token %s", r.cfg.key, r.locker, tok)
+	} else {
+		r.verbosef("holding the lock %q on %s (no fencing token on this backend)", r.cfg.key, r.locker)
+	}
+	// A signal that arrived between the grant and the start ends the run here.
+	select {
+	case s := <-r.sigs:
+		r.release(l)
+		r.errorf("%v before the command started", s)
+		return exitSignalBase + signum(s)
+	default:
+	}
+
+	cmd := exec.Command(r.cfg.argv[0], r.cfg.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env // later entries win, so an outer distlock's variables are replaced
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		r.release(l)
+		r.errorf("%v", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotRun
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the status is read from cmd.ProcessState
+		close(exited)
+	}()
+
+	lost := l.Lost()
+	wasLost := false
+	var kill <-chan time.Time
+	for waiting := true; waiting; {
+		select {
+		case <-exited:
+			waiting = false
+		case s := <-r.sigs:
+			_ = cmd.Process.Signal(s)
+		case <-lost:
+			lost, wasLost = nil, true
+			r.errorf("lost the lock %q on %s; terminating %s", r.cfg.key, r.locker, r.cfg.argv[0])
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			t := time.NewTimer(r.cfg.grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			r.errorf("%s did not exit within --grace %v; killing it", r.cfg.argv[0], r.cfg.grace)
+			_ = cmd.Process.Kill()
+		}
+	}
+
+	status := exitStatus(cmd.ProcessState)
+	if err := r.release(l); err != nil {
+		if errors.Is(err, lock.ErrNotHeld) {
+			if !wasLost {
+				r.errorf("the lock %q was lost before %s exited", r.cfg.key, r.cfg.argv[0])
+			}
+			wasLost = true
+		} else {
+			r.errorf("%v", err) // it ends with our session or expires
+		}
+	}
+	if wasLost {
+		return exitLost
+	}
+	return status
+}
+
+// exitStatus is the status a shell would report for the command: its exit code,
+// or 128 plus the signal that killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignalBase + int(ws.Signal())
+	}
+	if code := ps.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitSignalBase
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// distlockBin is the distlock binary built once for the test binary, so the tests
+// run it as users do: as separate processes.
+var distlockBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "distlock-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	distlockBin = filepath.Join(dir, "distlock")
+	if out, err := exec.Command(goTool(), "build", "-o", distlockBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building distlock: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// goTool finds the go command that is running the tests.
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// watchdog bounds every wait in these tests; hitting it is a failure, not a hang.
+const watchdog = 20 * time.Second
+
+func fileURL(dir string) string { return (&url.URL{Scheme: "file", Path: dir}).String() }
+
+// testEnv is the environment of a distlock under test: ours without any
+// DISTLOCK_ variable, plus extra.
+func testEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISTLOCK_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// proc is a running distlock with its output read line by line.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout chan string // closed at EOF
+	stderr chan string // closed at EOF
+
+	mu        sync.Mutex
+	errText   strings.Builder // all of stderr
+	done      chan struct{}   // closed once the process has been waited for
+	exitCode  int
+	startTime time.Time
+}
+
+// start runs distlock with args and env (testEnv() if nil).
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	if env == nil {
+		env = testEnv()
+	}
+	cmd := exec.Command(distlockBin, args...)
+	cmd.Env = env
+	p := &proc{t: t, cmd: cmd, stdout: make(chan string, 100), stderr: make(chan string, 100), done: make(chan struct{})}
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.startTime = time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var reads sync.WaitGroup
+	reads.Add(2)
+	go p.scan(outPipe, p.stdout, nil, &reads)
+	go p.scan(errPipe, p.stderr, &p.errText, &reads)
+	go func() {
+		reads.Wait()
+		_ = cmd.Wait()
+		p.exitCode = cmd.ProcessState.ExitCode() // -1 if distlock itself was killed by a signal
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stdin.Close()
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func (p *proc) scan(r io.Reader, lines chan<- string, all *strings.Builder, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer close(lines)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if all != nil {
+			p.mu.Lock()
+			all.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		select {
+		case lines <- sc.Text():
+		default: // nobody is reading these lines
+		}
+	}
+}
+
+func (p *proc) stderrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.errText.String()
+}
+
+// expectLine waits for the next line on ch to contain want.
+func (p *proc) expectLine(ch <-chan string, want string) {
+	p.t.Helper()
+	select {
+	case line, ok := <-ch:
+		if !ok {
+			p.t.Fatalf("distlock output ended before %q; stderr:\n%s", want, p.stderrText())
+		}
+		if !strings.Contains(line, want) {
+			p.t.Fatalf("distlock printed %q, want %q; stderr:\n%s", line, want, p.stderrText())
+		}
+	case <-time.After(watchdog):
+		p.t.Fatalf("timed out waiting for %q; stderr:\n%s", want, p.stderrText())
+	}
+}
+
+// wait waits for distlock to exit and returns its exit status.
+func (p *proc) wait() int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.exitCode
+	case <-time.After(watchdog):
+		p.t.Fatalf("distlock did not exit; stderr:\n%s", p.stderrText())
+		return 0
+	}
+}
+
+// runDistlock runs distlock to completion and returns its stdout, stderr and
+// exit status.
+func runDistlock(t *testing.T, env []string, args ...string) (stdout, stderr string, status int) {
+	t.Helper()
+	p := start(t, env, args...)
+	p.stdin.Close()
+	var out strings.Builder
+	for line := range p.stdout {
+		out.WriteString(line + "\n")
+	}
+	status = p.wait()
+	return out.String(), p.stderrText(), status
+}
+
+func expectStatus(t *testing.T, got, want int, stderr string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", got, want, stderr)
+	}
+}

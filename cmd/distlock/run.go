@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/distlock/lock"
+)
+
+// forwarded are the signals distlock passes on to the command (and that end a
+// wait for the lock).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// releaseTimeout bounds the release after the command exits; a lock that cannot
+// be released then ends with distlock's session or expires.
+const releaseTimeout = 10 * time.Second
+
+// runConfig is a parsed "distlock run" command line.
+type runConfig struct {
+	url     string
+	ttl     time.Duration
+	wait    time.Duration // 0: wait as long as it takes
+	noWait  bool
+	grace   time.Duration
+	verbose bool
+	key     string
+	argv    []string
+}
+
+// parseRun parses the arguments of "distlock run". It returns ok false with the
+// exit status when distlock must stop (bad usage, or help was asked for).
+func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bool) {
+	fs := flag.NewFlagSet("distlock run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.StringVar(&cfg.url, "url", "", "backend URL")
+	fs.DurationVar(&cfg.ttl, "ttl", lock.DefaultTTL, "lock TTL")
+	fs.DurationVar(&cfg.wait, "wait", 0, "give up after this long")
+	fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL after a lost lock")
+	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, exitOK, false
+		}
+		return cfg, exitUsage, false
+	}
+	waitSet := false
+	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
+	bad := func(format string, a ...any) (runConfig, int, bool) {
+		fmt.Fprintf(stderr, "distlock: "+format+"\n\n%s", append(a, usage)...)
+		return cfg, exitUsage, false
+	}
+	switch {
+	case waitSet && cfg.noWait:
+		return bad("--wait and --no-wait exclude each other")
+	case waitSet && cfg.wait <= 0:
+		return bad("--wait %v: want a positive duration (or --no-wait)", cfg.wait)
+	case cfg.ttl <= 0:
+		return bad("--ttl %v: want a positive duration", cfg.ttl)
+	case cfg.grace < 0:
+		return bad("--grace %v: want a duration of at least 0", cfg.grace)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return bad("missing KEY and CMD")
+	}
+	cfg.key, rest = rest[0], rest[1:]
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) == 0 {
+		return bad("missing CMD to run while holding %q", cfg.key)
+	}
+	cfg.argv = rest
+	if cfg.url == "" {
+		cfg.url = defaultURL()
+	}
+	return cfg, 0, true
+}
+
+// defaultURL is $DISTLOCK_URL, else a lock directory under the OS temp directory,
+// which needs no setup and coordinates the processes of this host.
+func defaultURL() string {
+	if u := os.Getenv("DISTLOCK_URL"); u != "" {
+		return u
+	}
+	dir := filepath.Join(os.TempDir(), "distlock")
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(dir)}).String()
+}
+
+// run is "distlock run": it returns the exit status.
+func run(args []string, stderr io.Writer) int {
+	cfg, status, ok := parseRun(args, stderr)
+	if !ok {
+		return status
+	}
+	// From here on the forwarded signals are ours to handle: while waiting they
+	// end the wait, while the command runs they are passed on to it.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	r := &runner{cfg: cfg, stderr: stderr, sigs: sigs}
+	return r.run()
+}
+
+type runner struct {
+	cfg    runConfig
+	stderr io.Writer
+	sigs   chan os.Signal
+	locker *lock.Locker
+}
+
+func (r *runner) errorf(format string, a ...any) {
+	fmt.Fprintf(r.stderr, "distlock: "+format+"\n", a...)
+}
+
+func (r *runner) verbosef(format string, a ...any) {
+	if r.cfg.verbose {
+		r.errorf(format, a...)
+	}
+}
+
+func (r *runner) run() int {
+	locker, err := lock.Open(context.Background(), r.cfg.url, lock.WithTTL(r.cfg.ttl))
+	if err != nil {
+		r.errorf("%v", err) // lock's errors never carry a password
+		if errors.Is(err, lock.ErrInvalidURL) || errors.Is(err, lock.ErrUnknownScheme) || errors.Is(err, lock.ErrInvalidArgument) {
+			return exitUsage
+		}
+		return exitUnavailable
+	}
+	defer locker.Close()
+	r.locker = locker
+	l, status := r.acquire()
+	if l == nil {
+		return status
+	}
+	return r.runHolding(l)
+}
+
+// acquire takes the lock as the flags say, or returns nil and the exit status.
+func (r *runner) acquire() (*lock.Lock, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if r.cfg.wait > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), r.cfg.wait)
+	}
+	defer cancel()
+	type result struct {
+		l   *lock.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := r.locker.TryAcquire(ctx, r.cfg.key)
+		if errors.Is(err, lock.ErrLocked) && !r.cfg.noWait {
+			r.verbosef("waiting for the lock %q on %s", r.cfg.key, r.locker)
+			l, err = r.locker.Acquire(ctx, r.cfg.key)
+		}
+		done <- result{l, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case s := <-r.sigs:
+		cancel()
+		if res = <-done; res.err == nil {
+			r.release(res.l)
+		}
+		r.errorf("%v while waiting for the lock %q", s, r.cfg.key)
+		return nil, exitSignalBase + signum(s)
+	}
+	err := res.err
+	switch {
+	case err == nil:
+		return res.l, 0
+	case errors.Is(err, lock.ErrLocked):
+		r.errorf("the lock %q is held elsewhere (%s)", r.cfg.key, r.locker)
+		return nil, exitHeld
+	case errors.Is(err, context.DeadlineExceeded):
+		r.errorf("the lock %q is still held elsewhere after --wait %v (%s)", r.cfg.key, r.cfg.wait, r.locker)
+		return nil, exitHeld
+	case errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrInvalidArgument), errors.Is(err, lock.ErrUnsupported):
+		r.errorf("%v", err)
+		return nil, exitUsage
+	default:
+		r.errorf("%v", err)
+		return nil, exitUnavailable
+	}
+}
+
+// release gives the lock up after the command, and returns the error.
+func (r *runner) release(l *lock.Lock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := l.Release(ctx)
+	if err == nil {
+		r.verbosef("released the lock %q", l.Key())
+	}
+	return err
+}
+
+func signum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
+}
