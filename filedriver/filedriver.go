@@ -34,11 +34,16 @@
 //
 // # Capabilities
 //
-//	Fencing:  yes: the last token lives in the lock file, written and fsynced by the holder before it is handed out, so tokens increase across holders, processes and restarts.
-//	Expiring: no: a lock lives until it is released or its holder's process ends (session-bound).
-//	Notify:   on Linux: a waiter watches the lock file with inotify, and every close of a descriptor on it (a release, or a holder's death) wakes it; elsewhere waiters poll.
-//	FIFO:     no: flock(2) wakes waiters in no promised order.
-//	Shared:   no: the fencing counter needs one writer at a time.
+//   - Fencing: yes; the last token lives in the lock file, written and fsynced
+//     by the holder before it is handed out, so tokens increase across holders,
+//     processes and restarts of both.
+//   - Expiring: no; a lock lives until it is released or its holder's process
+//     ends (session-bound).
+//   - Notify: on Linux; a waiter watches the lock file with inotify, and every
+//     close of a descriptor on it (a release, or a holder's death) wakes it.
+//     Elsewhere the portable layer polls.
+//   - FIFO: no; flock(2) promises no order among waiters.
+//   - Shared: no; the fencing counter needs one writer at a time.
 //
 // # TTL
 //
