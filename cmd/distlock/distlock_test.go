@@ -158,7 +158,9 @@ func TestLostLockTerminatesTheCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			p := start(t, nil, "run", "--url", fileURL(dir), "--ttl", "300ms", "--grace", "200ms", "job", "--", "sh", "-c", tc.script)
+			// --ttl must win over the URL's ttl, or the loss would go unnoticed
+			// for an hour.
+			p := start(t, nil, "run", "--url", fileURL(dir)+"?ttl=1h", "--ttl", "300ms", "--grace", "200ms", "job", "--", "sh", "-c", tc.script)
 			p.expectLine(p.stdout, "ready")
 			// An operator deletes the lock file: another process could now lock a
 			// new one, so the holder's next check finds the lock lost.

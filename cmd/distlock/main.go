@@ -15,7 +15,11 @@
 //
 // The backend is the URL of --url, else $DISTLOCK_URL, else a file:// directory
 // "distlock" under the OS temp directory (flock(2) files: it coordinates the
-// processes of one host with no setup).
+// processes of one host with no setup). --ttl overrides the URL's ttl parameter.
+// On backends whose locks expire it is the lease; on session-bound ones (file,
+// PostgreSQL, ZooKeeper) it bounds how long the lock is trusted without a
+// confirmed check, so it also bounds how long CMD may run on after a loss
+// before distlock notices.
 //
 // Exit status:
 //
@@ -28,7 +32,8 @@
 //	126               CMD could not be started
 //	127               CMD was not found
 //
-// distlock never prints a URL's password.
+// CMD's own status may coincide with one of these; distlock's reason is always
+// printed on standard error. distlock never prints a URL's password.
 package main
 
 import (
@@ -64,7 +69,7 @@ forwarded to it; if the lock is lost CMD gets SIGTERM, then SIGKILL after --grac
 
 Flags:
   --url URL     backend URL (default $DISTLOCK_URL, else file://$TMPDIR/distlock)
-  --ttl D       lock TTL, e.g. 30s (default 30s)
+  --ttl D       lock TTL, e.g. 10s (default: the URL's ttl parameter, else 30s)
   --wait D      give up if the lock is not held after D
   --no-wait     make one attempt; do not wait
   --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s)

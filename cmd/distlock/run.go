@@ -27,7 +27,7 @@ const releaseTimeout = 10 * time.Second
 // runConfig is a parsed "distlock run" command line.
 type runConfig struct {
 	url     string
-	ttl     time.Duration
+	ttl     time.Duration // 0: the URL's ttl parameter, else lock.DefaultTTL
 	wait    time.Duration // 0: wait as long as it takes
 	noWait  bool
 	grace   time.Duration
@@ -43,7 +43,7 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&cfg.url, "url", "", "backend URL")
-	fs.DurationVar(&cfg.ttl, "ttl", lock.DefaultTTL, "lock TTL")
+	fs.DurationVar(&cfg.ttl, "ttl", 0, "lock TTL")
 	fs.DurationVar(&cfg.wait, "wait", 0, "give up after this long")
 	fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
 	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL after a lost lock")
@@ -54,8 +54,11 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 		}
 		return cfg, exitUsage, false
 	}
-	waitSet := false
-	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
+	waitSet, ttlSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		waitSet = waitSet || f.Name == "wait"
+		ttlSet = ttlSet || f.Name == "ttl"
+	})
 	bad := func(format string, a ...any) (runConfig, int, bool) {
 		fmt.Fprintf(stderr, "distlock: "+format+"\n\n%s", append(a, usage)...)
 		return cfg, exitUsage, false
@@ -65,7 +68,7 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 		return bad("--wait and --no-wait exclude each other")
 	case waitSet && cfg.wait <= 0:
 		return bad("--wait %v: want a positive duration (or --no-wait)", cfg.wait)
-	case cfg.ttl <= 0:
+	case ttlSet && cfg.ttl <= 0:
 		return bad("--ttl %v: want a positive duration", cfg.ttl)
 	case cfg.grace < 0:
 		return bad("--grace %v: want a duration of at least 0", cfg.grace)
@@ -131,7 +134,7 @@ func (r *runner) verbosef(format string, a ...any) {
 }
 
 func (r *runner) run() int {
-	locker, err := lock.Open(context.Background(), r.cfg.url, lock.WithTTL(r.cfg.ttl))
+	locker, err := lock.Open(context.Background(), r.cfg.url)
 	if err != nil {
 		r.errorf("%v", err) // lock's errors never carry a password
 		if errors.Is(err, lock.ErrInvalidURL) || errors.Is(err, lock.ErrUnknownScheme) || errors.Is(err, lock.ErrInvalidArgument) {
@@ -159,12 +162,18 @@ func (r *runner) acquire() (*lock.Lock, int) {
 		l   *lock.Lock
 		err error
 	}
+	// --ttl is a per-call option, so it wins over the URL's ttl parameter, which
+	// sets the Locker's default.
+	var opts []lock.AcquireOption
+	if r.cfg.ttl > 0 {
+		opts = append(opts, lock.WithTTL(r.cfg.ttl))
+	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := r.locker.TryAcquire(ctx, r.cfg.key)
+		l, err := r.locker.TryAcquire(ctx, r.cfg.key, opts...)
 		if errors.Is(err, lock.ErrLocked) && !r.cfg.noWait {
 			r.verbosef("waiting for the lock %q on %s", r.cfg.key, r.locker)
-			l, err = r.locker.Acquire(ctx, r.cfg.key)
+			l, err = r.locker.Acquire(ctx, r.cfg.key, opts...)
 		}
 		done <- result{l, err}
 	}()
