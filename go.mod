@@ -1,5 +1,5 @@
 module github.com/distlock/lock
 
-go 1.22
+go 1.21
 
 require go.uber.org/goleak v1.3.0

@@ -108,7 +108,9 @@ func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Durati
 			expired = append(expired, l)
 			continue
 		}
-		if l.when().After(now.Add(refreshSlack)) {
+		if l.refreshing || l.when().After(now.Add(refreshSlack)) {
+			// The next event is a refresh in the future, or the deadline of a
+			// lock whose refresh is under way.
 			break
 		}
 		l.refreshing = true

@@ -23,33 +23,36 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
 	secrets := urlSecrets(rawURL)
+	fail := func(err error) (*Locker, error) {
+		return nil, &Error{Op: "open", Err: &redactedError{msg: redact(err.Error(), secrets), err: err}}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the raw URL, password included
+			err = ue.Err // url.Error repeats the raw URL
 		}
-		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrInvalidURL, redact(err.Error(), secrets))}
+		return fail(fmt.Errorf("%w: %s", ErrInvalidURL, err.Error()))
 	}
 	if u.Scheme == "" {
-		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: no scheme (want scheme://..., e.g. %s)", ErrInvalidURL, schemeExamples())}
+		return fail(fmt.Errorf("%w: no scheme (want scheme://..., e.g. %s)", ErrInvalidURL, schemeExamples()))
 	}
 	scheme := strings.ToLower(u.Scheme)
 	open, ok := driver.Lookup(scheme)
 	if !ok {
-		return nil, &Error{Op: "open", Err: fmt.Errorf("%w %q: registered schemes are %s; is the driver package imported (import _ \"github.com/distlock/lock/<driver>\")?",
-			ErrUnknownScheme, scheme, schemeList())}
+		return fail(fmt.Errorf("%w %q: registered schemes are %s; is the driver package imported (import _ \"github.com/distlock/lock/<driver>\")?",
+			ErrUnknownScheme, scheme, schemeList()))
 	}
 	cfg, urlOpts, err := portableParams(u)
 	if err != nil {
-		return nil, &Error{Op: "open", Err: fmt.Errorf("%s: %w", redactURL(u), err)}
+		return fail(fmt.Errorf("%s: %w", redactURL(u), err))
 	}
 	d, err := open(ctx, cfg)
 	if err != nil {
-		return nil, &Error{Op: "open", Err: &redactedError{msg: redactURL(u) + ": " + redact(err.Error(), secrets), err: err}}
+		return fail(fmt.Errorf("%s: %w", redactURL(u), err))
 	}
 	lk := New(d, append(opts, urlOpts...)...)
-	lk.name = redactURL(u)
+	lk.name = redact(redactURL(u), secrets)
 	return lk, nil
 }
 
@@ -120,19 +123,22 @@ func schemeExamples() string {
 var secretParams = []string{"password", "passwd", "pass", "pwd", "secret", "token", "sslpassword", "sslkey", "key", "auth"}
 
 // redactURL prints u with its password and secret-looking query values replaced.
+// It rewrites the raw query pair by pair, so a pair that does not unescape is
+// still redacted.
 func redactURL(u *url.URL) string {
 	c := *u
-	if q := c.Query(); len(q) > 0 {
-		changed := false
-		for name := range q {
-			if isSecretParam(name) {
-				q[name] = []string{"xxxxx"}
-				changed = true
+	if c.RawQuery != "" {
+		pairs := strings.FieldsFunc(c.RawQuery, func(r rune) bool { return r == '&' || r == ';' })
+		for i, kv := range pairs {
+			k, _, _ := strings.Cut(kv, "=")
+			if uk, err := url.QueryUnescape(k); err == nil {
+				k = uk
+			}
+			if isSecretParam(k) {
+				pairs[i] = url.QueryEscape(k) + "=xxxxx"
 			}
 		}
-		if changed {
-			c.RawQuery = q.Encode()
-		}
+		c.RawQuery = strings.Join(pairs, "&")
 	}
 	return c.Redacted()
 }
@@ -167,10 +173,17 @@ func urlSecrets(raw string) []string {
 	if i := strings.Index(rest, "://"); i >= 0 {
 		rest = rest[i+3:]
 	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		userinfo := rest[:at]
-		if c := strings.Index(userinfo, ":"); c >= 0 {
-			add(userinfo[c+1:])
+	// The userinfo ends at the last "@" of the authority; a password with an
+	// unescaped "/", "?" or "#" moves that boundary, so try both readings.
+	authority := rest
+	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+		authority = authority[:i]
+	}
+	for _, r := range []string{authority, rest} {
+		if at := strings.LastIndex(r, "@"); at >= 0 {
+			if c := strings.Index(r[:at], ":"); c >= 0 {
+				add(r[:at][c+1:])
+			}
 		}
 	}
 	if q := strings.Index(raw, "?"); q >= 0 {

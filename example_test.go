@@ -1,0 +1,104 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock"
+	_ "github.com/distlock/lock/memdriver" // registers mem://
+)
+
+func ExampleOpen() {
+	ctx := context.Background()
+	// The URL picks the backend: redis://, postgres://, etcd://, zk://, file://, mem://.
+	locker, err := lock.Open(ctx, "mem://example-open?ttl=10s")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	l, err := locker.Acquire(ctx, "invoice:42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Release(ctx)
+	fmt.Println("holding", l.Key(), "with fencing token", l.Token())
+	// Output: holding invoice:42 with fencing token 1
+}
+
+func ExampleLocker_Do() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-do")
+	defer locker.Close()
+
+	// Do acquires, keeps the lock refreshed, cancels ctx if the lock is lost,
+	// and releases when fn returns: the pattern otherwise written by hand.
+	err := locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		fmt.Println("only one replica runs this at a time")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// only one replica runs this at a time
+	// err: <nil>
+}
+
+func ExampleLocker_TryAcquire() {
+	ctx := context.Background()
+	replicaA, _ := lock.Open(ctx, "mem://example-try")
+	defer replicaA.Close()
+	replicaB, _ := lock.Open(ctx, "mem://example-try")
+	defer replicaB.Close()
+
+	l, _ := replicaA.TryAcquire(ctx, "cron:cleanup")
+	defer l.Release(ctx)
+
+	_, err := replicaB.TryAcquire(ctx, "cron:cleanup")
+	if errors.Is(err, lock.ErrLocked) {
+		fmt.Println("another replica is running the job; skipping")
+	}
+	// Output: another replica is running the job; skipping
+}
+
+func ExampleLock_Lost() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-lost")
+	defer locker.Close()
+
+	// Without automatic refresh the lock is lost at its validity deadline.
+	l, _ := locker.Acquire(ctx, "k", lock.WithTTL(50*time.Millisecond), lock.WithAutoRefresh(false))
+	select {
+	case <-l.Lost():
+		fmt.Println("lost: stop touching the resource")
+	case <-time.After(5 * time.Second):
+		fmt.Println("still held")
+	}
+	err := l.Release(ctx)
+	fmt.Println(errors.Is(err, lock.ErrNotHeld), errors.Is(err, lock.ErrLost))
+	// Output:
+	// lost: stop touching the resource
+	// true true
+}
+
+func ExampleLock_Token() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-token")
+	defer locker.Close()
+
+	for i := 0; i < 3; i++ {
+		l, _ := locker.Acquire(ctx, "account:7")
+		// Pass the token to the protected resource, which rejects writes carrying
+		// a token lower than the highest it has seen:
+		//   UPDATE accounts SET balance = $1, fence = $2 WHERE id = 7 AND fence < $2
+		fmt.Println("token", l.Token())
+		l.Release(ctx)
+	}
+	// Output:
+	// token 1
+	// token 2
+	// token 3
+}

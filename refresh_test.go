@@ -1,0 +1,141 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/memdriver"
+)
+
+// hangingRefresh is memdriver whose Refresh never answers until its context ends,
+// as a backend behind a silent network would.
+type hangingRefresh struct{ *memdriver.Driver }
+
+func (h hangingRefresh) Refresh(ctx context.Context, _ *driver.Request) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestLostClosesAtDeadlineWhileRefreshHangs(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	lk := lock.New(hangingRefresh{memdriver.New(t.Name())}, lock.WithTTL(ttl))
+	defer lk.Close()
+	start := time.Now()
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(ttl + time.Second):
+		t.Fatal("Lost() did not close although no refresh was ever confirmed")
+	}
+	if took := time.Since(start); took > ttl || took < ttl*9/10 {
+		t.Errorf("Lost() closed after %v, want at the validity deadline (TTL %v minus drift)", took, ttl)
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Release after the deadline = %v, want ErrLost", err)
+	}
+}
+
+// countingBatch is memdriver that counts how refreshes arrive.
+type countingBatch struct {
+	*memdriver.Driver
+	batches, batched, single atomic.Int64
+}
+
+func (c *countingBatch) Refresh(ctx context.Context, req *driver.Request) error {
+	c.single.Add(1)
+	return c.Driver.Refresh(ctx, req)
+}
+
+func (c *countingBatch) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
+	c.batches.Add(1)
+	c.batched.Add(int64(len(reqs)))
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		errs[i] = c.Driver.Refresh(ctx, r)
+	}
+	return errs
+}
+
+func TestManyHeldLocksAreRefreshedInBatchesAndKept(t *testing.T) {
+	ctx := context.Background()
+	const n, ttl = 2000, 300 * time.Millisecond
+	d := &countingBatch{Driver: memdriver.New(t.Name())}
+	lk := lock.New(d, lock.WithTTL(ttl))
+	defer lk.Close()
+	held := make([]*lock.Lock, n)
+	for i := range held {
+		l, err := lk.Acquire(ctx, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	time.Sleep(3 * ttl) // time must pass for refreshes to happen
+	for i, l := range held {
+		select {
+		case <-l.Lost():
+			t.Fatalf("lock %d lost while refreshed on a healthy backend", i)
+		default:
+		}
+	}
+	refreshed := d.batched.Load() + d.single.Load()
+	if refreshed < n*2 {
+		t.Errorf("%d refreshes for %d locks over 3 TTLs, want at least %d", refreshed, n, n*2)
+	}
+	if d.batches.Load() == 0 || d.batched.Load() < refreshed*9/10 {
+		t.Errorf("%d of %d refreshes went through %d batches; want most batched", d.batched.Load(), refreshed, d.batches.Load())
+	}
+	t.Logf("%d refreshes, %d in %d batches (%.0f per batch)", refreshed, d.batched.Load(), d.batches.Load(), float64(d.batched.Load())/float64(d.batches.Load()))
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A refresh that fails for a while but succeeds before the deadline keeps the
+// lock: transient errors are retried, not treated as loss.
+type flakyRefresh struct {
+	*memdriver.Driver
+	failures atomic.Int64
+}
+
+func (f *flakyRefresh) Refresh(ctx context.Context, req *driver.Request) error {
+	if f.failures.Add(1) <= 2 {
+		return errors.New("connection reset by peer")
+	}
+	return f.Driver.Refresh(ctx, req)
+}
+
+func TestTransientRefreshErrorsAreRetriedBeforeTheDeadline(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	d := &flakyRefresh{Driver: memdriver.New(t.Name())}
+	lk := lock.New(d, lock.WithTTL(ttl))
+	defer lk.Close()
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("lost after transient refresh errors that a retry overcame")
+	case <-time.After(2 * ttl):
+	}
+	if d.failures.Load() < 3 {
+		t.Fatalf("only %d refresh attempts", d.failures.Load())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
