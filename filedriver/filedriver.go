@@ -69,6 +69,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/distlock/lock/driver"
 )
@@ -106,6 +107,7 @@ type holding struct {
 	f     *os.File // nil once severed; guarded by Driver.mu
 	path  string
 	token uint64
+	start time.Time // when the flock that took it was attempted
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -159,11 +161,11 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 		return g, err
 	}
 	path := d.path(req.Key)
-	f, err := tryLock(path)
+	f, start, err := tryLock(path)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.grant(req, f, path)
+	return d.grant(req, f, path, start)
 }
 
 // heldBy reports the grant of req.Owner if it already holds req.Key.
@@ -182,41 +184,44 @@ func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
 		delete(d.held, k)
 		return driver.Grant{}, false, nil
 	}
-	return driver.Grant{Token: h.token}, true, nil
+	return driver.Grant{Token: h.token, Start: h.start}, true, nil
 }
 
 // maxReplaced bounds how often one TryAcquire reopens a lock file that was
 // replaced between its open and its flock.
 const maxReplaced = 8
 
-// tryLock opens and flocks path without waiting, and returns the locked file.
-func tryLock(path string) (*os.File, error) {
+// tryLock opens and flocks path without waiting, and returns the locked file and
+// the time the successful flock was attempted.
+func tryLock(path string) (*os.File, time.Time, error) {
 	for i := 0; ; i++ {
 		f, err := openLockFile(path)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
+		start := time.Now()
 		if err := flockNB(f); err != nil {
 			f.Close()
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		same, err := samePath(f, path)
 		if err != nil || same {
 			if err != nil {
 				f.Close()
-				return nil, err
+				return nil, time.Time{}, err
 			}
-			return f, nil
+			return f, start, nil
 		}
 		f.Close() // we locked a file that is no longer at path
 		if i == maxReplaced {
-			return nil, fmt.Errorf("filedriver: lock file %s keeps being replaced", path)
+			return nil, time.Time{}, fmt.Errorf("filedriver: lock file %s keeps being replaced", path)
 		}
 	}
 }
 
-// grant bumps the fencing counter of the locked file f and records the lock.
-func (d *Driver) grant(req *driver.Request, f *os.File, path string) (driver.Grant, error) {
+// grant bumps the fencing counter of the locked file f and records the lock,
+// taken by a flock attempted at start.
+func (d *Driver) grant(req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
 	token, err := nextToken(f)
 	if err != nil {
 		f.Close()
@@ -228,8 +233,8 @@ func (d *Driver) grant(req *driver.Request, f *os.File, path string) (driver.Gra
 		f.Close()
 		return driver.Grant{}, driver.ErrClosed
 	}
-	d.held[holdKey{req.Key, req.Owner}] = &holding{f: f, path: path, token: token}
-	return driver.Grant{Token: token}, nil
+	d.held[holdKey{req.Key, req.Owner}] = &holding{f: f, path: path, token: token, start: start}
+	return driver.Grant{Token: token, Start: start}, nil
 }
 
 // Refresh confirms that req.Owner still holds req.Key: its descriptor is open

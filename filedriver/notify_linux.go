@@ -76,7 +76,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		if werr != nil {
 			recheck = pollRecheck
 		}
-		f, err = d.waitLock(ctx, req.Key, f, path, wake, timer, recheck)
+		f, start, err := d.waitLock(ctx, req.Key, f, path, wake, timer, recheck)
 		unwatch()
 		if errors.Is(err, errReplaced) {
 			continue
@@ -84,7 +84,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		return d.grant(req, f, path)
+		return d.grant(req, f, path, start)
 	}
 }
 
@@ -92,26 +92,28 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 var errReplaced = errors.New("lock file replaced")
 
 // waitLock retries the flock of f (open on path) each time wake fires or the
-// timer passes, and returns f locked. On any error f is closed.
-func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path string, wake <-chan struct{}, timer *time.Timer, recheck time.Duration) (*os.File, error) {
+// timer passes, and returns f locked and when the successful flock was
+// attempted. On any error f is closed.
+func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path string, wake <-chan struct{}, timer *time.Timer, recheck time.Duration) (*os.File, time.Time, error) {
 	resetTimer(timer, recheck)
 	settle := len(settleRechecks) // index of the next settle recheck; none until woken
 	for {
+		start := time.Now()
 		err := flockNB(f)
 		if err != nil && !errors.Is(err, driver.ErrLocked) {
 			f.Close()
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		same, serr := samePath(f, path)
 		if serr != nil || !same {
 			f.Close() // drops the flock if we just took it on a stale file
 			if serr != nil {
-				return nil, serr
+				return nil, time.Time{}, serr
 			}
-			return nil, errReplaced
+			return nil, time.Time{}, errReplaced
 		}
 		if err == nil {
-			return f, nil
+			return f, start, nil
 		}
 		if d.testHookWait != nil {
 			d.testHookWait(key)
@@ -119,10 +121,10 @@ func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path stri
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, ctx.Err()
+			return nil, time.Time{}, ctx.Err()
 		case <-d.done:
 			f.Close()
-			return nil, driver.ErrClosed
+			return nil, time.Time{}, driver.ErrClosed
 		case <-wake:
 			settle = 0
 			resetTimer(timer, settleRechecks[0])

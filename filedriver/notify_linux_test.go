@@ -141,6 +141,7 @@ func TestWaitersOnOneFileShareOneWatchAndAllGetTheLock(t *testing.T) {
 	reqs := []*driver.Request{newReq("k", "w1"), newReq("k", "w2"), newReq("k", "w3")}
 	results := make(chan *driver.Request, len(reqs))
 	for _, r := range reqs {
+		r := r // go 1.21 loop variable semantics
 		go func() {
 			if _, err := d2.Acquire(testCtx(t), r); err != nil {
 				t.Error(err)
