@@ -57,9 +57,15 @@
 //
 // Deleting or replacing a lock file while it is held breaks exclusion (a new
 // holder locks the new file); the holder notices at its next refresh and loses
-// the lock, but the new file's tokens start again at 1. Lock files are created
-// with mode 0644, so processes of different users share a lock only if the
-// directory and files are made writable for all of them.
+// the lock, but the new file's tokens start again at 1. A lock file that is a
+// symbolic link or not a regular file is refused, so a link planted in a shared
+// directory such as /tmp cannot make the driver write elsewhere. Lock files are
+// created with mode 0644, so processes of different users share a lock only if
+// the directory and files are made writable for all of them.
+//
+// Each held lock, and each waiting Acquire, keeps one file descriptor open (Go
+// raises the soft RLIMIT_NOFILE to the hard limit at start-up) and needs no
+// goroutine: one inotify reader serves all the waiters of a Driver.
 package filedriver
 
 import (
