@@ -44,7 +44,7 @@ var (
 
 	// ErrInvalidURL is returned by Open for a URL that does not parse, has no
 	// scheme, or carries a bad value for one of the portable parameters.
-	ErrInvalidURL = errors.New("invalid URL")
+	ErrInvalidURL = driver.ErrInvalidURL
 
 	// ErrUnknownScheme is returned by Open when no driver registered the URL's
 	// scheme (usually a forgotten blank import of the driver package).

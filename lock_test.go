@@ -48,7 +48,7 @@ func TestOpenRejectsBadURLsWithoutPrintingPasswords(t *testing.T) {
 		{"mem://x?ttl=-1s", lock.ErrInvalidURL},
 		{"mem://x?auto_refresh=maybe", lock.ErrInvalidURL},
 		{"mem://x?prefix=", lock.ErrInvalidURL},
-		{"mem://x?password=hunter2&bogus=1", nil}, // the driver's own error
+		{"mem://x?password=hunter2&bogus=1", lock.ErrInvalidURL}, // the driver's own check
 	} {
 		_, err := lock.Open(context.Background(), c.url)
 		if err == nil {

@@ -33,6 +33,10 @@ var (
 
 	// ErrClosed is returned by a driver used after Close.
 	ErrClosed = errors.New("locker closed")
+
+	// ErrInvalidURL is what an Opener wraps for a URL it cannot use: an unknown
+	// parameter, a bad value, a missing host or path.
+	ErrInvalidURL = errors.New("invalid URL")
 )
 
 // Driver is a connection to one backend, as one process would hold it.
@@ -54,6 +58,10 @@ type Driver interface {
 	// Refresh confirms that req.Owner still holds req.Key and, for drivers whose locks
 	// expire, extends the lock to req.TTL from now. It returns ErrNotHeld when the
 	// lock is no longer ours; it never re-creates a lock that is gone.
+	//
+	// After Refresh returns ErrNotHeld, or after the driver called req.Lost, the
+	// portable layer considers the lock ended and does not call Release for it: the
+	// driver frees whatever it kept for the lock (a descriptor, a map entry) itself.
 	Refresh(ctx context.Context, req *Request) error
 
 	// Release gives up the lock if req.Owner holds it, and returns ErrNotHeld if it

@@ -29,7 +29,7 @@ func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
 // removed its own parameters, so any query parameter left is unknown.
 func parseURL(u *url.URL) (string, error) {
 	if u == nil {
-		return "", fmt.Errorf("filedriver: nil URL")
+		return "", fmt.Errorf("%w: filedriver: nil URL", driver.ErrInvalidURL)
 	}
 	if q := u.Query(); len(q) > 0 {
 		names := make([]string, 0, len(q))
@@ -37,16 +37,16 @@ func parseURL(u *url.URL) (string, error) {
 			names = append(names, name)
 		}
 		sort.Strings(names)
-		return "", fmt.Errorf("filedriver: unknown URL parameter %s; the file driver has none of its own (accepted: ttl, auto_refresh, prefix)", strings.Join(names, ", "))
+		return "", fmt.Errorf("%w: filedriver: unknown URL parameter %s; the file driver has none of its own (accepted: ttl, auto_refresh, prefix)", driver.ErrInvalidURL, strings.Join(names, ", "))
 	}
 	if u.User != nil {
-		return "", fmt.Errorf("filedriver: a file URL has no user or password: want file:///path/to/dir")
+		return "", fmt.Errorf("%w: filedriver: a file URL has no user or password: want file:///path/to/dir", driver.ErrInvalidURL)
 	}
 	if u.Host != "" && u.Host != "localhost" {
-		return "", fmt.Errorf("filedriver: file URL names host %q; file locks are local: want file:///path/to/dir", u.Host)
+		return "", fmt.Errorf("%w: filedriver: file URL names host %q; file locks are local: want file:///path/to/dir", driver.ErrInvalidURL, u.Host)
 	}
 	if u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
-		return "", fmt.Errorf("filedriver: file URL needs an absolute path: want file:///path/to/dir")
+		return "", fmt.Errorf("%w: filedriver: file URL needs an absolute path: want file:///path/to/dir", driver.ErrInvalidURL)
 	}
 	return path.Clean(u.Path), nil
 }

@@ -47,10 +47,10 @@ func init() {
 				names = append(names, k)
 			}
 			sort.Strings(names)
-			return nil, fmt.Errorf("memdriver: unknown URL parameter(s) %s: mem:// accepts only the portable ttl, auto_refresh and prefix", strings.Join(names, ", "))
+			return nil, fmt.Errorf("%w: memdriver: unknown URL parameter(s) %s: mem:// accepts only the portable ttl, auto_refresh and prefix", driver.ErrInvalidURL, strings.Join(names, ", "))
 		}
 		if u.User != nil || u.Port() != "" {
-			return nil, fmt.Errorf("memdriver: want mem://name, got a user or port")
+			return nil, fmt.Errorf("%w: memdriver: want mem://name, got a user or port", driver.ErrInvalidURL)
 		}
 		name := u.Host + u.Path
 		d := New(name)
