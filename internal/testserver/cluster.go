@@ -54,7 +54,7 @@ func startCluster(t testing.TB, b *backend, start func() (*Cluster, error)) *Clu
 	var missing *notInstalledError
 	switch {
 	case errors.As(err, &missing):
-		skipOrFail(t, fmt.Sprintf("a %s cluster needs %v; run %q", b.name, missing, installHint))
+		skipOrFail(t, fmt.Sprintf("cannot start a %s cluster: %v; run %q", b.name, missing, installHint))
 	case err != nil:
 		t.Fatalf("testserver: %v", err)
 	}

@@ -199,7 +199,7 @@ func startPrivate(t testing.TB, b *backend, args []string) *Server {
 	var missing *notInstalledError
 	switch {
 	case errors.As(err, &missing):
-		skipOrFail(t, fmt.Sprintf("a private %s server needs %v (an environment URL or Docker cannot be stopped or paused by a test); run %q",
+		skipOrFail(t, fmt.Sprintf("cannot start a private %s server: %v (a server from the environment or Docker cannot be stopped or paused by a test); run %q",
 			b.name, missing, installHint))
 	case err != nil:
 		t.Fatalf("testserver: %v", err)
