@@ -78,6 +78,17 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatalf("after Restart(true) the table is gone: %v", err)
 	}
 
+	// A crash: PostgreSQL recovers its data from the WAL.
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgConnect(t, s.URL()).Exec(ctx, "SELECT * FROM t"); err != nil {
+		t.Fatalf("after Kill and Restart(true) the table is gone: %v", err)
+	}
+
 	if err := s.Restart(false); err != nil {
 		t.Fatal(err)
 	}

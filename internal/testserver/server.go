@@ -272,8 +272,8 @@ func startProcess(cmd *exec.Cmd, logPath string) (*process, error) {
 }
 
 // signalAll sends sig to the server's process group and to every descendant (a
-// PostgreSQL backend runs in a session of its own). For SIGSTOP and SIGKILL the
-// server is stopped first, so that it cannot start a process meanwhile.
+// PostgreSQL backend runs in a session of its own). For SIGSTOP the server is
+// stopped first, so that it cannot start a process meanwhile.
 func (p *process) signalAll(sig syscall.Signal) error {
 	select {
 	case <-p.done:
@@ -281,7 +281,7 @@ func (p *process) signalAll(sig syscall.Signal) error {
 	default:
 	}
 	pid := p.cmd.Process.Pid
-	if sig == syscall.SIGSTOP || sig == syscall.SIGKILL {
+	if sig == syscall.SIGSTOP {
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
 	}
 	for _, child := range descendants(pid) {
@@ -292,8 +292,12 @@ func (p *process) signalAll(sig syscall.Signal) error {
 
 // kill kills the server and its descendants and waits for the server to exit.
 func (p *process) kill() {
-	_ = p.signalAll(syscall.SIGKILL)
-	<-p.done
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	killTree(p.cmd.Process.Pid, p.done)
 }
 
 // run runs a short-lived command (such as initdb) to completion, tied to the test

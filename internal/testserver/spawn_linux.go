@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // Children are started from one goroutine locked to its OS thread, with
@@ -104,4 +105,61 @@ func descendants(pid int) []int {
 		queue = append(queue, children[queue[0]]...)
 	}
 	return all
+}
+
+// killTree kills pid, its process group and its descendants with SIGKILL and waits
+// until done is closed (pid reaped). The descendants, orphaned when pid dies, would
+// linger as zombies until init reaps them; this process becomes a child subreaper
+// meanwhile, so that it inherits and reaps them itself.
+func killTree(pid int, done <-chan struct{}) {
+	_ = syscall.Kill(pid, syscall.SIGSTOP) // it can start no process while we look
+	kids := descendants(pid)
+	if len(kids) > 0 {
+		subreaper(true)
+		defer subreaper(false)
+	}
+	for _, kid := range kids {
+		_ = syscall.Kill(kid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-done
+	for _, kid := range kids {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(kid, &ws, 0, nil) // ECHILD: not ours after all
+	}
+}
+
+const (
+	prSetChildSubreaper = 36
+	prGetChildSubreaper = 37
+)
+
+var subreaperState struct {
+	mu      sync.Mutex
+	users   int
+	already bool // the process was a subreaper before we touched it
+}
+
+// subreaper turns PR_SET_CHILD_SUBREAPER on for the first user and off after the
+// last, leaving it alone if something else had set it.
+func subreaper(on bool) {
+	s := &subreaperState
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.users++
+		if s.users == 1 {
+			var cur int32
+			_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prGetChildSubreaper, uintptr(unsafe.Pointer(&cur)), 0)
+			s.already = cur != 0
+			if !s.already {
+				_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+			}
+		}
+		return
+	}
+	s.users--
+	if s.users == 0 && !s.already {
+		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 0, 0)
+	}
 }

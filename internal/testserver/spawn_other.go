@@ -21,3 +21,9 @@ func stopSpawner() {}
 
 // descendants is not known without /proc; signals reach the process group only.
 func descendants(pid int) []int { return nil }
+
+// killTree kills pid's process group and waits until done is closed.
+func killTree(pid int, done <-chan struct{}) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-done
+}
