@@ -199,8 +199,8 @@ func startPrivate(t testing.TB, b *backend, args []string) *Server {
 	var missing *notInstalledError
 	switch {
 	case errors.As(err, &missing):
-		skipOrFail(t, fmt.Sprintf("cannot start a private %s server: %v (a server from the environment or Docker cannot be stopped or paused by a test); run %q",
-			b.name, missing, installHint))
+		skipOrFail(t, fmt.Sprintf("cannot start a private %s server for this test to control (%s or Docker do not help here): %v; run %q",
+			b.name, b.env, missing, installHint))
 	case err != nil:
 		t.Fatalf("testserver: %v", err)
 	}
