@@ -38,13 +38,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 )
 
 // RequireEnv is the environment variable that turns "no server available" from a
-// skip into a test failure when set to 1.
+// skip into a test failure when set to 1 (or true).
 const RequireEnv = "DISTLOCK_TEST_REQUIRE"
 
 // installHint is the command that installs every server on Debian or Ubuntu.
@@ -184,7 +185,7 @@ func (e *unavailableError) Error() string { return e.msg }
 // skipOrFail skips the test with msg, or fails it when DISTLOCK_TEST_REQUIRE=1.
 func skipOrFail(t testing.TB, msg string) {
 	t.Helper()
-	if os.Getenv(RequireEnv) == "1" {
+	if require, _ := strconv.ParseBool(os.Getenv(RequireEnv)); require {
 		t.Fatalf("testserver: %s (failing because %s=1)", msg, RequireEnv)
 	}
 	t.Skipf("testserver: %s", msg)
