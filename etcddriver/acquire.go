@@ -1,0 +1,431 @@
+package etcddriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock/driver"
+)
+
+// errSessionEnded is returned when the lease a request was using ended under it;
+// the request may try again on a new lease.
+var errSessionEnded = errors.New("etcddriver: the lease ended while acquiring")
+
+// errKeyGone is returned by a waiter whose own key vanished while it waited: its
+// lease expired or was revoked, or the key was deleted. It must not be told it
+// holds the lock (etcd issue #11456, the Jepsen etcd 3.4.3 finding).
+var errKeyGone = fmt.Errorf("%w: etcddriver: our key vanished while waiting (lease expired or revoked, or key deleted)", driver.ErrNotHeld)
+
+// sessionAttempts is how many leases one call tries when they end under it.
+const sessionAttempts = 3
+
+// TryAcquire implements driver.Driver: one transaction that writes our key only if
+// no one else's is there, so a failed attempt writes nothing.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, req, false)
+}
+
+// Acquire implements driver.Acquirer: it queues a key and, unless it is first,
+// watches the key just before it (never the whole queue) until that one is
+// deleted.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, req, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (driver.Grant, error) {
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return driver.Grant{}, err
+		}
+		s, err := d.session(ctx, req.TTL)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, err := d.acquireOn(ctx, s, req, wait)
+		if errors.Is(err, errSessionEnded) && attempt < sessionAttempts {
+			continue
+		}
+		return g, err
+	}
+}
+
+func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request, wait bool) (driver.Grant, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.Grant{}, driver.ErrClosed
+	}
+	if s.dead != nil {
+		d.mu.Unlock()
+		return driver.Grant{}, errSessionEnded
+	}
+	e := d.lookupLocked(req)
+	switch {
+	case e == nil:
+		e = d.enterLocked(s, req)
+		if e.state == stateQueued && !wait {
+			d.removeLocked(e)
+			d.mu.Unlock()
+			return driver.Grant{}, fmt.Errorf("%w: another request of this process holds or waits for it", driver.ErrLocked)
+		}
+	case e.state == stateHeld:
+		// A retry after a lost reply: the same grant.
+		g := driver.Grant{Token: uint64(e.rev)}
+		d.mu.Unlock()
+		return g, nil
+	case e.s != s:
+		d.mu.Unlock()
+		return driver.Grant{}, fmt.Errorf("etcddriver: request %q retried with another TTL", req.Key)
+	case e.state == stateQueued && !wait:
+		d.mu.Unlock()
+		return driver.Grant{}, fmt.Errorf("%w: another request of this process holds or waits for it", driver.ErrLocked)
+	}
+	d.mu.Unlock()
+
+	if err := d.waitTurn(ctx, e); err != nil {
+		return driver.Grant{}, err
+	}
+	if !wait {
+		return d.try(ctx, e)
+	}
+	return d.enqueue(ctx, e)
+}
+
+// waitTurn waits until e is its slot's active entry.
+func (d *Driver) waitTurn(ctx context.Context, e *entry) error {
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+	case <-e.s.lost:
+	case <-d.done:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case e.state == stateActive:
+		return nil
+	case e.state == stateRemoved && e.s.dead != nil:
+		return errSessionEnded
+	case e.state == stateRemoved:
+		return fmt.Errorf("%w: etcddriver: released while waiting", driver.ErrNotHeld)
+	}
+	d.removeLocked(e)
+	if d.closed {
+		return driver.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// try is TryAcquire's transaction: if the lock's range is empty, write our key;
+// otherwise read our key (a retry may have written it) and the holder's.
+func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
+	for round := 0; ; round++ {
+		sent := time.Now()
+		resp, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))).
+			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			return driver.Grant{}, d.failed(e, err)
+		}
+		if resp.Succeeded {
+			return d.hold(e, resp.Header.Revision, sent)
+		}
+		mine := resp.Responses[0].GetResponseRange().Kvs
+		first := resp.Responses[1].GetResponseRange().Kvs
+		if len(mine) == 0 {
+			d.forget(e)
+			return driver.Grant{}, driver.ErrLocked
+		}
+		kv := mine[0]
+		if string(kv.Value) != e.owner {
+			// A key of ours that no request owns any more (its delete failed):
+			// remove it and look again.
+			if round == 0 {
+				if err := d.deleteStale(ctx, e, kv); err != nil {
+					return driver.Grant{}, d.failed(e, err)
+				}
+				continue
+			}
+			d.forget(e)
+			return driver.Grant{}, driver.ErrLocked
+		}
+		// Our own key, from an earlier attempt of this request.
+		if len(first) > 0 && first[0].CreateRevision == kv.CreateRevision {
+			return d.hold(e, kv.CreateRevision, sent)
+		}
+		d.setRev(e, kv.CreateRevision)
+		d.abandon(e)
+		return driver.Grant{}, driver.ErrLocked
+	}
+}
+
+// enqueue is Acquire's path: write our key if it is not there (the layout and
+// transaction of concurrency.Mutex), then wait for every earlier key to go.
+func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
+	var (
+		pred  *mvccpb.KeyValue // the key just before ours
+		known int64            // a revision at which pred existed
+		sent  time.Time
+	)
+	for round := 0; ; round++ {
+		sent = time.Now()
+		resp, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
+			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id)),
+				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Else(clientv3.OpGet(e.key)).
+			Commit()
+		if err != nil {
+			return driver.Grant{}, d.failed(e, err)
+		}
+		if resp.Succeeded {
+			rev := resp.Header.Revision
+			d.setRev(e, rev)
+			last := resp.Responses[1].GetResponseRange().Kvs // ours, then the one before
+			if len(last) < 2 {
+				return d.hold(e, rev, sent)
+			}
+			pred, known = last[1], rev
+			break
+		}
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		if string(kv.Value) == e.owner {
+			// Written by an earlier attempt of this request: keep its place.
+			d.setRev(e, kv.CreateRevision)
+			var held bool
+			pred, known, sent, held, err = d.check(ctx, e)
+			if err != nil {
+				return driver.Grant{}, d.failed(e, err)
+			}
+			if held {
+				return d.hold(e, e.rev, sent)
+			}
+			break
+		}
+		if round > 0 {
+			return driver.Grant{}, d.failed(e, fmt.Errorf("etcddriver: key %s keeps being taken by another request of this lease", e.key))
+		}
+		if err := d.deleteStale(ctx, e, kv); err != nil {
+			return driver.Grant{}, d.failed(e, err)
+		}
+	}
+
+	for {
+		if err := d.waitDelete(ctx, e, pred, known); err != nil {
+			return driver.Grant{}, d.failed(e, err)
+		}
+		var (
+			held bool
+			err  error
+		)
+		pred, known, sent, held, err = d.check(ctx, e)
+		if err != nil {
+			return driver.Grant{}, d.failed(e, err)
+		}
+		if held {
+			return d.hold(e, e.rev, sent)
+		}
+	}
+}
+
+// check confirms, in one read transaction, that our key still exists with our
+// create revision and lease, and finds the key just before it. No predecessor
+// means we hold the lock as of that revision. A waiter whose lease expired while
+// it waited fails here rather than being told it holds.
+func (d *Driver) check(ctx context.Context, e *entry) (pred *mvccpb.KeyValue, known int64, sent time.Time, held bool, err error) {
+	sent = time.Now()
+	resp, err := d.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
+			clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
+		Then(clientv3.OpGet(e.rng, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...)).
+		Commit()
+	if err != nil {
+		return nil, 0, sent, false, err
+	}
+	if !resp.Succeeded {
+		return nil, 0, sent, false, errKeyGone
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, 0, sent, true, nil
+	}
+	return kvs[0], resp.Header.Revision, sent, false, nil
+}
+
+// waitDelete returns once pred is deleted, or may have been. The watch starts at
+// the current revision, never an old one: etcd serves a watch that starts in the
+// past ("unsynced") only every 100ms, which is what makes concurrency.Mutex hand
+// over at about 80 locks a second. A delete that happened between reading pred
+// and starting the watch is caught by reading pred again, unless the watch started
+// at the very revision we read it at.
+func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue, known int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := d.c.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return errors.New("etcddriver: watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return fmt.Errorf("etcddriver: watch: %w", err)
+			}
+			if wr.Created && wr.Header.Revision != known {
+				gone, err := d.gone(ctx, pred)
+				if err != nil || gone {
+					return err
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.s.lost:
+			return errSessionEnded
+		case <-d.done:
+			return driver.ErrClosed
+		}
+	}
+}
+
+// gone reports whether the key kv is no longer there as it was.
+func (d *Driver) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
+	resp, err := d.c.Get(ctx, string(kv.Key))
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision, nil
+}
+
+func (d *Driver) setRev(e *entry, rev int64) {
+	d.mu.Lock()
+	e.rev = rev
+	d.mu.Unlock()
+}
+
+// hold records that e holds its lock since sent.
+func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error) {
+	d.mu.Lock()
+	e.rev = rev
+	switch {
+	case e.state == stateActive:
+		e.state = stateHeld
+		e.paidUntil = sent.Add(e.req.TTL)
+		d.mu.Unlock()
+		return driver.Grant{Token: uint64(rev), Start: sent}, nil
+	case e.s.dead != nil:
+		d.mu.Unlock()
+		return driver.Grant{}, errSessionEnded
+	}
+	d.mu.Unlock()
+	// Released while its write was in flight (only a caller that releases a
+	// request it is still acquiring can do that): the write must not stay.
+	d.abandon(e)
+	return driver.Grant{}, fmt.Errorf("%w: etcddriver: released while acquiring", driver.ErrNotHeld)
+}
+
+// failed handles an error in the middle of an acquisition and returns the error
+// to report. Where the outcome is known (the lease ended, the driver closed, the
+// call was cancelled), our key is deleted and the entry forgotten. A bare backend
+// error leaves the key's fate unknown: the entry stays, so that a retry of the
+// same request finds its place again and a Release removes the key.
+func (d *Driver) failed(e *entry, err error) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errSessionEnded):
+		d.mu.Lock()
+		if e.s.dead == nil {
+			s := e.s
+			lost := s.endLocked(errLeaseGone)
+			d.mu.Unlock()
+			lost.run()
+		} else {
+			d.mu.Unlock()
+		}
+		d.forget(e)
+		return errSessionEnded
+	case errors.Is(err, errKeyGone):
+		d.forget(e)
+		return err
+	case errors.Is(err, driver.ErrClosed), isContextErr(err):
+		d.abandon(e)
+		return err
+	}
+	return err
+}
+
+// forget drops e, whose key is known to be absent.
+func (d *Driver) forget(e *entry) {
+	d.mu.Lock()
+	d.removeLocked(e)
+	d.mu.Unlock()
+}
+
+// abandon deletes e's key, if it may exist, and drops e. If the delete fails the
+// session goroutine retries it, so the key cannot block others for the life of
+// our lease.
+func (d *Driver) abandon(e *entry) {
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	err := d.deleteKey(ctx, e)
+	d.mu.Lock()
+	d.removeLocked(e)
+	if err != nil && e.s.dead == nil && !d.closed {
+		e.s.orphans = append(e.s.orphans, e)
+	}
+	d.mu.Unlock()
+}
+
+// cleanupTimeout bounds deleting the key of an abandoned acquisition.
+const cleanupTimeout = 5 * time.Second
+
+// deleteKey deletes e's key if it is still the one e wrote: the same create
+// revision, or, while that is unknown, e's owner in the value. A delayed or
+// repeated delete can therefore never remove a newer key of the same name
+// (etcd issue #22082).
+func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
+	d.mu.Lock()
+	rev := e.rev
+	d.mu.Unlock()
+	_, err := d.deleteIf(ctx, e, rev)
+	return err
+}
+
+func (d *Driver) deleteIf(ctx context.Context, e *entry, rev int64) (bool, error) {
+	same := clientv3.Compare(clientv3.Value(e.key), "=", e.owner)
+	if rev > 0 {
+		same = clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev)
+	}
+	resp, err := d.c.Txn(ctx).
+		If(same, clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
+		Then(clientv3.OpDelete(e.key)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// deleteStale deletes a key of ours that no request owns, found where e wants to
+// write.
+func (d *Driver) deleteStale(ctx context.Context, e *entry, kv *mvccpb.KeyValue) error {
+	_, err := d.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", kv.CreateRevision)).
+		Then(clientv3.OpDelete(e.key)).
+		Commit()
+	return err
+}

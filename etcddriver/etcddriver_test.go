@@ -1,0 +1,31 @@
+package etcddriver_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/etcddriver"
+)
+
+func TestConformance(t *testing.T) {
+	base, restart := sharedEtcd(t)
+	admin := newClient(t, base)
+	u, err := url.Parse(base + "/distlock-conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, _ := driver.Lookup(etcddriver.Scheme)
+	conformance.Run(t, conformance.Harness{
+		// Each client is a Driver opened from the URL, with its own etcd client and
+		// leases, as a separate process would have; closing it closes the client.
+		NewDriver: func(ctx context.Context) (driver.Driver, error) {
+			return open(ctx, driver.Config{URL: u})
+		},
+		// Revoking a client's leases is what etcd does when its keepalives stop.
+		Sever:          func(ctx context.Context, d driver.Driver) error { return sever(ctx, admin, d) },
+		RestartBackend: restart,
+	})
+}

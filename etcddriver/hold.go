@@ -1,0 +1,140 @@
+package etcddriver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock/driver"
+)
+
+// maxTxnOps is etcd's default limit on operations in one transaction
+// (--max-txn-ops); RefreshBatch reads at most this many keys per round trip.
+const maxTxnOps = 128
+
+// Refresh implements driver.Driver. It reads our key: the lock is still ours if the
+// key exists with our create revision and our lease, which also shows the lease
+// alive. The lease itself is kept alive by the session goroutine, whose own
+// deadline ends the lock if keepalives stop getting through; a refresh extends the
+// lock's TTL on this driver (see the expiry in session.keep).
+func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
+	e, err := d.heldEntry(req)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := d.c.Get(ctx, e.key)
+	if err != nil {
+		return err
+	}
+	return d.confirm(e, resp.Kvs, start)
+}
+
+// RefreshBatch implements driver.BatchRefresher: one read transaction for up to
+// 128 locks, all read at one revision.
+func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
+	errs := make([]error, len(reqs))
+	var (
+		batch []*entry
+		index []int
+	)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ops := make([]clientv3.Op, len(batch))
+		for i, e := range batch {
+			ops[i] = clientv3.OpGet(e.key)
+		}
+		start := time.Now()
+		resp, err := d.c.Txn(ctx).Then(ops...).Commit()
+		for i, e := range batch {
+			if err != nil {
+				errs[index[i]] = err
+				continue
+			}
+			errs[index[i]] = d.confirm(e, resp.Responses[i].GetResponseRange().Kvs, start)
+		}
+		batch, index = batch[:0], index[:0]
+	}
+	for i, req := range reqs {
+		e, err := d.heldEntry(req)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		batch = append(batch, e)
+		index = append(index, i)
+		if len(batch) == maxTxnOps {
+			flush()
+		}
+	}
+	flush()
+	return errs
+}
+
+func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, driver.ErrClosed
+	}
+	e := d.lookupLocked(req)
+	if e == nil || e.state != stateHeld {
+		return nil, driver.ErrNotHeld
+	}
+	return e, nil
+}
+
+// confirm checks a read of e's key, made at start, and records the refresh.
+func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.state != stateHeld {
+		return driver.ErrNotHeld
+	}
+	if len(kvs) == 0 || kvs[0].CreateRevision != e.rev || kvs[0].Lease != int64(e.s.id) {
+		d.removeLocked(e)
+		return fmt.Errorf("%w: etcddriver: key %s is gone (deleted, or its lease ended)", driver.ErrNotHeld, e.key)
+	}
+	if paid := start.Add(e.req.TTL); paid.After(e.paidUntil) {
+		e.paidUntil = paid
+	}
+	return nil
+}
+
+// Release implements driver.Driver. The delete is a transaction on our key's create
+// revision and lease, so a delayed or retried release can never remove a newer
+// lock, even one of the same name (etcd issue #22082).
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	e := d.lookupLocked(req)
+	if e == nil {
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	state, rev := e.state, e.rev
+	if state == stateQueued {
+		d.removeLocked(e)
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	d.mu.Unlock()
+
+	deleted, err := d.deleteIf(ctx, e, rev)
+	if err != nil {
+		return err
+	}
+	d.forget(e)
+	if !deleted || state != stateHeld {
+		return driver.ErrNotHeld
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+package etcddriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock/driver"
+)
+
+// A session is one lease of a Driver and the keys written with it. There is one
+// live session per distinct lease TTL (in whole seconds); with the Locker's
+// default TTL that is one lease for the whole Driver, however many locks it
+// holds. One goroutine per session keeps the lease alive and watches the time:
+//
+//   - it sends a keepalive every third of the lease TTL and records when the last
+//     confirmed one was sent: the server cannot expire the lease before that
+//     moment plus the TTL, so the lease is trusted until then, less a drift
+//     allowance;
+//   - when that deadline passes without a confirmed keepalive (etcd unreachable,
+//     keepalives failing), or etcd says the lease is gone (expired, or revoked by
+//     an operator), every lock on the lease is lost: their Lost callbacks run,
+//     waiters are woken with an error, and new acquisitions get a new lease;
+//   - it deletes held keys whose TTL passed without a Refresh (a lock on this
+//     driver expires like a lease even though its lease lives on for others), and
+//     retries deletes that failed, so no key of ours is left to block others;
+//   - it revokes the lease after it served no key for a whole TTL.
+type session struct {
+	d     *Driver
+	secs  int64         // requested TTL, the key in Driver.leases
+	ready chan struct{} // closed once the grant finished, well or not
+	lost  chan struct{} // closed when the lease is gone or abandoned
+
+	// Set before ready is closed, read-only afterwards.
+	grantErr error
+	id       clientv3.LeaseID
+	hex      string
+	ttl      time.Duration // as granted by the server
+	drift    time.Duration
+
+	// Guarded by d.mu.
+	dead      error     // why the session ended; nil while live
+	confirmed time.Time // when the last confirmed grant or keepalive was sent
+	members   map[*entry]struct{}
+	orphans   []*entry // keys to delete whose delete failed
+	idleSince time.Time
+}
+
+var (
+	errLeaseGone     = errors.New("etcddriver: the lease is gone (expired or revoked)")
+	errLeaseDeadline = errors.New("etcddriver: no keepalive of the lease was confirmed within its TTL")
+	errExpired       = fmt.Errorf("%w: etcddriver: the lock's TTL passed without a refresh", driver.ErrNotHeld)
+)
+
+// leaseDrift is the allowance for clock-rate differences between this process and
+// the etcd leader, which measures the lease: 1% of the TTL plus 2ms, as the
+// portable layer's.
+func leaseDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// session returns the live session for ttl, granting its lease on first use.
+func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	secs, err := d.leaseSeconds(ttl)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil, driver.ErrClosed
+		}
+		s := d.leases[secs]
+		if s == nil {
+			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), members: map[*entry]struct{}{}}
+			d.leases[secs] = s
+			d.mu.Unlock()
+			if err := d.grant(ctx, s); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		d.mu.Unlock()
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if s.grantErr != nil {
+			if ctx.Err() == nil && isContextErr(s.grantErr) {
+				continue // the caller that granted gave up; try ourselves
+			}
+			return nil, s.grantErr
+		}
+		d.mu.Lock()
+		dead := s.dead
+		d.mu.Unlock()
+		if dead == nil {
+			return s, nil
+		}
+		// It ended meanwhile and left the map; the next round grants a new one.
+	}
+}
+
+func (d *Driver) leaseSeconds(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%w: etcddriver: TTL %v is not positive", driver.ErrUnsupported, ttl)
+	}
+	if ttl < d.minTTL {
+		return 0, fmt.Errorf("%w: etcddriver: TTL %v is below the server's minimum lease TTL %v", driver.ErrUnsupported, ttl, d.minTTL)
+	}
+	// Round up: a lease shorter than the TTL could expire while the holder
+	// still trusts its lock.
+	return int64((ttl + time.Second - 1) / time.Second), nil
+}
+
+// grant asks etcd for s's lease and starts its keeper. On failure s leaves the map.
+func (d *Driver) grant(ctx context.Context, s *session) (err error) {
+	defer func() {
+		if err != nil {
+			s.grantErr = err
+			d.mu.Lock()
+			if d.leases[s.secs] == s {
+				delete(d.leases, s.secs)
+			}
+			s.dead = err
+			d.mu.Unlock()
+			close(s.lost)
+		}
+		close(s.ready)
+	}()
+	sent := time.Now()
+	resp, err := d.c.Grant(ctx, s.secs)
+	if err != nil {
+		return fmt.Errorf("etcddriver: grant lease: %w", err)
+	}
+	if resp.TTL > s.secs {
+		d.revokeSoon(resp.ID)
+		return fmt.Errorf("%w: etcddriver: etcd raised a lease TTL of %ds to %ds: its minimum lease TTL is above the %v this driver was told (WithMinTTL)",
+			driver.ErrUnsupported, s.secs, resp.TTL, d.minTTL)
+	}
+	s.id = resp.ID
+	s.hex = leaseHex(resp.ID)
+	s.ttl = time.Duration(resp.TTL) * time.Second
+	s.drift = leaseDrift(s.ttl)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.revoke(resp.ID)
+		return driver.ErrClosed
+	}
+	s.confirmed = sent
+	s.idleSince = sent
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go s.keep()
+	return nil
+}
+
+// keep is the session's goroutine; see the type's comment.
+func (s *session) keep() {
+	d := s.d
+	defer d.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	nextKeepalive := time.Now().Add(s.ttl / 3)
+	for {
+		now := time.Now()
+		d.mu.Lock()
+		if s.dead != nil {
+			d.mu.Unlock()
+			return
+		}
+		if !now.Before(s.confirmed.Add(s.ttl - s.drift)) {
+			lost := s.endLocked(errLeaseDeadline)
+			d.mu.Unlock()
+			lost.run()
+			d.revokeSoon(s.id)
+			return
+		}
+		expired, earliest := s.expiredLocked(now)
+		s.orphans = append(s.orphans, expired...)
+		cleanup := len(s.orphans) > 0
+		if len(s.members) > 0 || cleanup {
+			s.idleSince = now
+		} else if now.Sub(s.idleSince) >= s.ttl {
+			lost := s.endLocked(errIdle)
+			d.mu.Unlock()
+			lost.run()
+			d.revokeSoon(s.id)
+			return
+		}
+		d.mu.Unlock()
+		for _, e := range expired {
+			e.req.Lost(errExpired)
+		}
+		if cleanup {
+			s.deleteOrphans()
+		}
+
+		if !now.Before(nextKeepalive) {
+			switch err := s.keepalive(); {
+			case err == nil:
+				nextKeepalive = time.Now().Add(s.ttl / 3)
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				d.mu.Lock()
+				lost := s.endLocked(errLeaseGone)
+				d.mu.Unlock()
+				lost.run()
+				return
+			default:
+				// Try again soon; the deadline above ends the session if no
+				// keepalive gets through in time.
+				nextKeepalive = time.Now().Add(retryInterval(s.ttl))
+			}
+			continue // the keepalive took time: look at the clock again
+		}
+
+		wake := nextKeepalive
+		if !earliest.IsZero() && earliest.Before(wake) {
+			wake = earliest
+		}
+		if cleanup {
+			if t := now.Add(retryInterval(s.ttl)); t.Before(wake) {
+				wake = t
+			}
+		}
+		timer.Reset(time.Until(wake))
+		select {
+		case <-d.done:
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+var errIdle = errors.New("etcddriver: lease retired after serving no lock for a whole TTL")
+
+func retryInterval(ttl time.Duration) time.Duration {
+	d := ttl / 20
+	if d < 20*time.Millisecond {
+		d = 20 * time.Millisecond
+	}
+	return d
+}
+
+// keepalive renews the lease once and moves the confirmed time to the moment
+// the request was sent.
+func (s *session) keepalive() error {
+	d := s.d
+	d.mu.Lock()
+	deadline := s.confirmed.Add(s.ttl - s.drift)
+	d.mu.Unlock()
+	ctx, cancel := context.WithDeadline(d.ctx, deadline)
+	defer cancel()
+	sent := time.Now()
+	resp, err := d.c.KeepAliveOnce(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	if time.Duration(resp.TTL)*time.Second < s.ttl {
+		// The server renews to the full TTL; anything else means it did not.
+		return fmt.Errorf("etcddriver: keepalive returned TTL %ds, want %v", resp.TTL, s.ttl)
+	}
+	d.mu.Lock()
+	if sent.After(s.confirmed) {
+		s.confirmed = sent
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// expiredLocked removes the held entries whose TTL passed without a refresh and
+// returns them, with the earliest expiry among those left.
+func (s *session) expiredLocked(now time.Time) (expired []*entry, earliest time.Time) {
+	for e := range s.members {
+		if e.state != stateHeld {
+			continue
+		}
+		if !now.Before(e.paidUntil) {
+			s.d.removeLocked(e)
+			expired = append(expired, e)
+			continue
+		}
+		if earliest.IsZero() || e.paidUntil.Before(earliest) {
+			earliest = e.paidUntil
+		}
+	}
+	return expired, earliest
+}
+
+// deleteOrphans deletes the keys whose delete failed before; those that fail
+// again stay for the next round.
+func (s *session) deleteOrphans() {
+	d := s.d
+	d.mu.Lock()
+	todo := s.orphans
+	s.orphans = nil
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(d.ctx, opTimeout(s.ttl))
+	defer cancel()
+	var failed []*entry
+	for _, e := range todo {
+		if err := d.deleteKey(ctx, e); err != nil {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) > 0 {
+		d.mu.Lock()
+		if s.dead == nil {
+			s.orphans = append(s.orphans, failed...)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// opTimeout bounds a background request on behalf of a session.
+func opTimeout(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// lostSet is what ending a session leaves to do once d.mu is released.
+type lostSet struct {
+	held []*entry
+	err  error
+}
+
+func (l lostSet) run() {
+	for _, e := range l.held {
+		e.req.Lost(l.err)
+	}
+}
+
+// endLocked ends the session: it leaves the map, its waiters are woken, and its
+// held locks are returned for their Lost callbacks.
+func (s *session) endLocked(cause error) lostSet {
+	d := s.d
+	if s.dead != nil {
+		return lostSet{}
+	}
+	s.dead = cause
+	if d.leases[s.secs] == s {
+		delete(d.leases, s.secs)
+	}
+	close(s.lost)
+	var held []*entry
+	for e := range s.members {
+		if e.state == stateHeld {
+			held = append(held, e)
+		}
+		d.removeLocked(e)
+	}
+	s.orphans = nil // the lease takes its keys with it
+	return lostSet{held: held, err: fmt.Errorf("%w: lease %s: %w", driver.ErrNotHeld, s.hex, cause)}
+}
+
+// revokeSoon revokes a lease we gave up on, in the background and bounded, so
+// that its keys stop blocking others at once rather than at its expiry.
+func (d *Driver) revokeSoon(id clientv3.LeaseID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return // Close revokes what is left
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.revoke(id)
+	}()
+}
+
+func (d *Driver) revoke(id clientv3.LeaseID) {
+	// Not d.ctx: Close cancels that first, and still wants its revokes.
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	_, _ = d.c.Revoke(ctx, id)
+}
+
+// revokeTimeout bounds a revoke; a lease not revoked in time expires by itself.
+const revokeTimeout = 5 * time.Second
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

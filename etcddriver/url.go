@@ -1,0 +1,206 @@
+package etcddriver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Scheme is the URL scheme of plain-text etcd: etcd://host:2379/prefix.
+const Scheme = "etcd"
+
+// SchemeTLS is the URL scheme of etcd over TLS: etcds://host:2379/prefix.
+const SchemeTLS = "etcds"
+
+// DefaultPort is the client port used when a host has none.
+const DefaultPort = "2379"
+
+// Defaults of the connection parameters, those of etcdctl where it has them.
+const (
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultKeepaliveTime    = 10 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
+)
+
+func init() {
+	driver.Register(Scheme, open)
+	driver.Register(SchemeTLS, open)
+}
+
+// urlParams are the query parameters the driver accepts, besides the portable
+// ttl, auto_refresh and prefix.
+var urlParams = []string{"cacert", "cert", "key", "server_name", "dial_timeout", "keepalive_time", "keepalive_timeout"}
+
+var tlsParams = map[string]bool{"cacert": true, "cert": true, "key": true, "server_name": true}
+
+// open is the driver.Opener of both schemes.
+func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
+	spec, prefix, err := parseURL(cfg.URL, cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	ccfg, err := clientv3.NewClientConfig(spec, zap.NewNop())
+	if err != nil {
+		// The TLS files could not be loaded; the error names files, not secrets.
+		return nil, fmt.Errorf("%w: etcddriver: %v", driver.ErrInvalidURL, err)
+	}
+	ccfg.Logger = zap.NewNop() // a library does not write to the program's stderr
+	where := strings.Join(spec.Endpoints, ",")
+	c, err := clientv3.New(*ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcddriver: connect to %s: %w", where, err)
+	}
+	// The client dials in the background; the first request, measuring the
+	// minimum lease TTL, is what shows that etcd answers.
+	pctx, cancel := context.WithTimeout(ctx, spec.DialTimeout)
+	defer cancel()
+	d, err := newDriver(pctx, c, true, []Option{WithPrefix(prefix)})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcddriver: %s (dial_timeout %v): %w", where, spec.DialTimeout, err)
+	}
+	return d, nil
+}
+
+// parseURL turns an etcd or etcds URL into the client library's own declarative
+// configuration (the one etcdctl's flags fill) and the key prefix. The portable
+// layer has removed its own parameters (and put prefix= in portablePrefix).
+func parseURL(u *url.URL, portablePrefix string) (*clientv3.ConfigSpec, string, error) {
+	bad := func(format string, args ...any) (*clientv3.ConfigSpec, string, error) {
+		return nil, "", fmt.Errorf("%w: etcddriver: "+format, append([]any{driver.ErrInvalidURL}, args...)...)
+	}
+	if u == nil {
+		return bad("nil URL")
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != Scheme && scheme != SchemeTLS {
+		return bad("scheme %q is neither %s nor %s", u.Scheme, Scheme, SchemeTLS)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return bad("no host: want %s://host:2379[,host2:2379...]/prefix", scheme)
+	}
+	if u.Fragment != "" {
+		return bad("a fragment (#...) means nothing here")
+	}
+	spec := &clientv3.ConfigSpec{
+		DialTimeout:      DefaultDialTimeout,
+		KeepAliveTime:    DefaultKeepaliveTime,
+		KeepAliveTimeout: DefaultKeepaliveTimeout,
+	}
+	for _, hp := range strings.Split(u.Host, ",") {
+		ep, err := endpoint(hp)
+		if err != nil {
+			return bad("%v", err)
+		}
+		spec.Endpoints = append(spec.Endpoints, ep)
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		if u.User.Username() == "" || pw == "" {
+			return bad("user and password go together: want %s://user:password@host:2379", scheme)
+		}
+		spec.Auth = &clientv3.AuthConfig{Username: u.User.Username(), Password: pw}
+	}
+
+	q := u.Query()
+	var unknown []string
+	for name := range q {
+		if !contains(urlParams, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return bad("unknown parameter %s; accepted: %s (and the portable ttl, auto_refresh, prefix)",
+			strings.Join(unknown, ", "), strings.Join(urlParams, ", "))
+	}
+	for name, vs := range q {
+		if len(vs) > 1 {
+			return bad("parameter %s given %d times", name, len(vs))
+		}
+		if vs[0] == "" {
+			return bad("parameter %s is empty", name)
+		}
+		if tlsParams[name] && scheme != SchemeTLS {
+			return bad("parameter %s needs TLS: use %s://", name, SchemeTLS)
+		}
+	}
+	for name, dst := range map[string]*time.Duration{
+		"dial_timeout":      &spec.DialTimeout,
+		"keepalive_time":    &spec.KeepAliveTime,
+		"keepalive_timeout": &spec.KeepAliveTimeout,
+	} {
+		if v := q.Get(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("%s=%q is not a positive duration such as 5s", name, v)
+			}
+			*dst = d
+		}
+	}
+	if scheme == SchemeTLS {
+		spec.Secure = &clientv3.SecureConfig{
+			Cacert:     q.Get("cacert"),
+			Cert:       q.Get("cert"),
+			Key:        q.Get("key"),
+			ServerName: q.Get("server_name"),
+		}
+		if (spec.Secure.Cert == "") != (spec.Secure.Key == "") {
+			return bad("a client certificate needs both cert and key")
+		}
+	}
+
+	prefix := strings.TrimRight(u.Path, "/")
+	if portablePrefix != "" {
+		if prefix != "" {
+			return bad("the key prefix is given twice, as the path %q and as prefix=%q: give one", prefix, portablePrefix)
+		}
+		prefix = "/" + strings.Trim(portablePrefix, "/")
+	}
+	return spec, prefix, nil
+}
+
+// endpoint checks one host[:port] of the URL and adds the default port.
+func endpoint(hp string) (string, error) {
+	if hp == "" {
+		return "", fmt.Errorf("empty host in the host list")
+	}
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		// No port, or not host:port at all.
+		if strings.Contains(strings.Trim(hp, "[]"), ":") && !strings.HasPrefix(hp, "[") {
+			return "", fmt.Errorf("host %q: want host:port", hp)
+		}
+		host, port = strings.Trim(hp, "[]"), DefaultPort
+	}
+	if host == "" {
+		return "", fmt.Errorf("host %q has no name", hp)
+	}
+	if port == "" {
+		return "", fmt.Errorf("host %q has an empty port", hp)
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return "", fmt.Errorf("host %q: port %q is not a number", hp, port)
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
