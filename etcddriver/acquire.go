@@ -22,7 +22,13 @@ var errSessionEnded = errors.New("etcddriver: the lease ended while acquiring")
 // holds the lock (etcd issue #11456, the Jepsen etcd 3.4.3 finding).
 var errKeyGone = fmt.Errorf("%w: etcddriver: our key vanished while waiting (lease expired or revoked, or key deleted)", driver.ErrNotHeld)
 
-// sessionAttempts is how many leases one call tries when they end under it.
+// errLeaseLostWaiting is returned by a waiter whose lease ended while it waited;
+// it lost its place in the queue. It is not retried here on a new lease: the
+// caller decides (the portable layer retries a few times).
+var errLeaseLostWaiting = errors.New("etcddriver: the lease ended while waiting for the lock")
+
+// sessionAttempts is how many leases one call tries when they end before it
+// wrote its key.
 const sessionAttempts = 3
 
 // TryAcquire implements driver.Driver: one transaction that writes our key only if
@@ -218,9 +224,16 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		}
 	}
 
+	// Our key is queued now: losing the lease loses our place.
+	waitFailed := func(err error) error {
+		if err = d.failed(e, err); errors.Is(err, errSessionEnded) {
+			return errLeaseLostWaiting
+		}
+		return err
+	}
 	for {
 		if err := d.waitDelete(ctx, e, pred, known); err != nil {
-			return driver.Grant{}, d.failed(e, err)
+			return driver.Grant{}, waitFailed(err)
 		}
 		var (
 			held bool
@@ -228,10 +241,14 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		)
 		pred, known, sent, held, err = d.check(ctx, e)
 		if err != nil {
-			return driver.Grant{}, d.failed(e, err)
+			return driver.Grant{}, waitFailed(err)
 		}
 		if held {
-			return d.hold(e, e.rev, sent)
+			g, err := d.hold(e, e.rev, sent)
+			if err != nil {
+				return driver.Grant{}, waitFailed(err)
+			}
+			return g, nil
 		}
 	}
 }

@@ -1,6 +1,124 @@
-// Package etcddriver is the distlock driver for etcd v3.
+// Package etcddriver is the distlock driver for etcd v3: locks are keys written
+// with a lease, ordered by their create revision, in the layout of etcd's own
+// concurrency.Mutex and etcdctl lock, so that those and this driver exclude each
+// other.
 //
-// (Package documentation is completed below.)
+//	import _ "github.com/distlock/lock/etcddriver"
+//
+//	locker, err := lock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp")
+//
+// Users who already have a *clientv3.Client build the driver from it with New and
+// pass it to lock.New.
+//
+// # URL format
+//
+//	etcd://host:2379/prefix                       one member, plain text
+//	etcd://host1:2379,host2:2379,host3:2379/myapp  several members of one cluster
+//	etcd://user:password@host:2379/myapp           etcd authentication
+//	etcds://host:2379/myapp                        TLS, server verified with the system roots
+//	etcds://host:2379/myapp?cacert=/etc/etcd/ca.pem&cert=/etc/etcd/client.pem&key=/etc/etcd/client-key.pem
+//	etcd://host:2379/myapp?dial_timeout=3s&keepalive_time=30s&keepalive_timeout=10s
+//
+// A host without a port gets 2379. The path is the key prefix (DefaultPrefix,
+// /distlock, when empty); the portable prefix parameter may name it instead
+// (prefix=myapp means /myapp), but not both. The driver's own parameters are those
+// of etcdctl's flags of the same names: cacert (file of CA certificates to verify
+// the server with), cert and key (files of a client certificate and its key, both
+// or neither), server_name (the name to verify the server's certificate for), all
+// four only with etcds://; dial_timeout (default 5s; Open fails if etcd does not
+// answer within it), keepalive_time and keepalive_timeout (the gRPC connection's
+// pings: defaults 10s and 5s). Any other parameter is an error that lists these;
+// the portable ttl, auto_refresh and prefix are described in package lock. A list
+// of several IPv6 literal hosts cannot be written in a URL; use names.
+//
+// # Key layout
+//
+// The lock on key k is held by the key, among
+//
+//	<prefix>/<escaped k>/<lease ID in hex>
+//
+// with the lowest create revision; its value is the holder's owner ID. The
+// escaping keeps ASCII letters, digits, - . _ ~ : @ and non-ASCII UTF-8 as they
+// are and writes every other byte as %XX, so distinct keys are distinct locks and
+// no key reaches outside its prefix or into another key's range ("a/b", "a_b" and
+// "../a" are three locks). Driver.LockPrefix gives <prefix>/<escaped k>: the name
+// that `etcdctl lock` and concurrency.NewMutex take for the same lock, so
+//
+//	etcdctl lock /distlock/invoice:42 ./run-by-hand.sh
+//
+// waits for, and then excludes, lock.Acquire(ctx, "invoice:42") on /distlock.
+//
+// Waiters queue by create revision, and each watches only the key just before its
+// own, so a release wakes one waiter, not the queue. The watch starts at the
+// current revision, not an old one: etcd delivers a watch that starts in the past
+// only every 100ms, which caps a contended concurrency.Mutex near 80 handoffs a
+// second; here a waiter holds the lock about a millisecond after the release. A
+// waiter confirms, in the read that makes it the holder, that its key still exists
+// with its lease: one whose lease expired while it waited is never told it holds
+// (etcd issue #11456, the Jepsen finding).
+//
+// Keys are named by lease, so two requests of one Driver on one key and lease
+// would share a key (with one shared session, concurrency.Mutex lets several
+// goroutines hold at once). Instead they queue in-process: only the first has a
+// key in etcd, and the next takes its own turn in etcd, behind whoever queued
+// meanwhile, when the first leaves. The layout stays exactly etcd's.
+//
+// # Leases and TTL
+//
+// A Driver keeps one lease per distinct lease TTL alive, with one goroutine each
+// (with the Locker's default TTL that is one lease for all its locks), and grants
+// it on first use. The lease TTL is the lock TTL rounded up to whole seconds: the
+// time after which etcd drops the locks of a process that stopped. Each held lock
+// also expires on its own: a lock not refreshed within its TTL is deleted by the
+// driver (with automatic refresh off, that is its lifetime), and a process that
+// stops keeping its lease alive loses its locks at the lease's expiry.
+//
+// etcd grants no lease shorter than its minimum, 1.5 election timeouts rounded up
+// to whole seconds (2s with the default --election-timeout=1000), and raises a
+// shorter one without saying so. New measures it by asking for a one-second lease
+// and reading what etcd granted, and declares it as Capabilities.MinTTL, so a
+// shorter TTL is refused with an error rather than silently lengthened.
+//
+// # Capabilities
+//
+//   - Fencing: yes; the token is the create revision of the holder's key, which
+//     only grows, cluster-wide, across expiry, client restarts and server
+//     restarts (etcd keeps its revision). etcd's own IsOwner compare in a
+//     transaction can fence writes to etcd itself: CreateRevision(key) = token.
+//   - Expiring: yes; a lock lives for its TTL unless refreshed (see above).
+//   - Notify: yes; a waiter watches its predecessor's key and is woken by its
+//     delete.
+//   - FIFO: no; across processes waiters are served in arrival order, but a
+//     request that queued in-process behind another of the same Driver enters
+//     etcd's queue only when that one leaves.
+//   - Shared: no, not yet; readers could queue in the same range, marked in
+//     their value, waiting only for the last writer before them (etcd's
+//     recipes.RWMutex does so); etcd's tools would treat them as writers, which
+//     is safe.
+//   - MinTTL: the server's minimum lease TTL, measured by New.
+//
+// # Lost locks
+//
+// A lock's Lost channel closes when etcd says its lease is gone (expired, or
+// revoked by an operator: etcdctl lease revoke), when no keepalive of the lease
+// was confirmed within its TTL (counted from the moment the last confirmed one
+// was sent, less a drift allowance, so before etcd can expire it), when a refresh
+// finds its key deleted or replaced (only that lock), and when the Driver closes.
+// After a lease is lost, new acquisitions get a new lease. A leader change does
+// not lose locks: etcd extends leases across elections, and the driver retries
+// keepalives until the lease's deadline.
+//
+// Release deletes the key in a transaction on its create revision and lease, so
+// a delayed or retried release can never remove a newer lock, even one of the
+// same name (etcd issue #22082).
+//
+// # Limits
+//
+// Each held lock costs one key and no goroutine; each waiting Acquire a key and a
+// watch. Prefixes must not nest (see WithPrefix). Keys written by others under a
+// lock's range count as contenders, as they do for concurrency.Mutex. etcd's
+// --max-txn-ops (default 128) bounds how many locks one refresh transaction
+// confirms; more are confirmed in several.
 package etcddriver
 
 import (

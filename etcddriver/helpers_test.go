@@ -99,3 +99,6 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// testserverEtcd is the shared etcd server for tests that need no control over it.
+func testserverEtcd(t testing.TB) string { return testserver.Etcd(t) }
