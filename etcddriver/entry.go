@@ -90,6 +90,9 @@ func (d *Driver) removeLocked(e *entry) {
 		delete(d.entries, k)
 	}
 	delete(e.s.members, e)
+	if len(e.s.members) == 0 {
+		e.s.idleSince = time.Now()
+	}
 	sl := e.slot
 	if wasQueued {
 		close(e.ready)
