@@ -66,9 +66,9 @@ func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
 }
 
 type lossyTxn struct {
-	kv                *lossyKV
-	ctx               context.Context
-	cmps              []clientv3.Cmp
+	kv               *lossyKV
+	ctx              context.Context
+	cmps             []clientv3.Cmp
 	thenOps, elseOps []clientv3.Op
 }
 
