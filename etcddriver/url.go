@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/distlock/lock/driver"
 )
@@ -54,6 +55,11 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		return nil, fmt.Errorf("%w: etcddriver: %v", driver.ErrInvalidURL, err)
 	}
 	ccfg.Logger = zap.NewNop() // a library does not write to the program's stderr
+	if spec.Secure != nil && spec.Secure.ServerName != "" {
+		// gRPC verifies the server's certificate for the dial target's authority
+		// and ignores tls.Config.ServerName, where the client library puts it.
+		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithAuthority(spec.Secure.ServerName))
+	}
 	where := strings.Join(spec.Endpoints, ",")
 	c, err := clientv3.New(*ccfg)
 	if err != nil {
@@ -66,7 +72,13 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 	d, err := newDriver(pctx, c, true, []Option{WithPrefix(prefix)})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("etcddriver: %s (dial_timeout %v): %w", where, spec.DialTimeout, err)
+		if pctx.Err() != nil && ctx.Err() == nil {
+			// gRPC keeps retrying a failed connection or TLS handshake and
+			// does not say why; the caller learns only that etcd did not answer.
+			return nil, fmt.Errorf("etcddriver: no answer from %s within dial_timeout %v (is etcd up there, and are the scheme and TLS files right?): %w",
+				where, spec.DialTimeout, err)
+		}
+		return nil, fmt.Errorf("etcddriver: %s: %w", where, err)
 	}
 	return d, nil
 }
