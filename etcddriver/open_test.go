@@ -32,8 +32,8 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		want error
 	}{
 		{"etcd://root:" + secret + "@127.0.0.1:2379/x?bogus=1", lock.ErrInvalidURL},
-		{"etcd://root:" + secret + "@127.0.0.1:abc/x", lock.ErrInvalidURL},   // bad port
-		{"etcd://root:" + secret + "@h1,,h2/x", lock.ErrInvalidURL},          // empty host
+		{"etcd://root:" + secret + "@127.0.0.1:abc/x", lock.ErrInvalidURL},    // bad port
+		{"etcd://root:" + secret + "@h1,,h2/x", lock.ErrInvalidURL},           // empty host
 		{"etcd://root:" + secret + "@h/x?cacert=/ca.pem", lock.ErrInvalidURL}, // TLS parameter without TLS
 		{"etcds://root:" + secret + "@h/x?cacert=/nonexistent/ca.pem", lock.ErrInvalidURL},
 		{"etcd://root:" + secret + "@h/x%zz", lock.ErrInvalidURL}, // bad escape
