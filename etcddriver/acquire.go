@@ -75,11 +75,6 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	switch {
 	case e == nil:
 		e = d.enterLocked(s, req)
-		if e.state == stateQueued && !wait {
-			d.removeLocked(e)
-			d.mu.Unlock()
-			return driver.Grant{}, fmt.Errorf("%w: another request of this process holds or waits for it", driver.ErrLocked)
-		}
 	case e.state == stateHeld:
 		// A retry after a lost reply: the same grant.
 		g := driver.Grant{Token: uint64(e.rev)}
@@ -88,44 +83,13 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	case e.s != s:
 		d.mu.Unlock()
 		return driver.Grant{}, fmt.Errorf("etcddriver: request %q retried with another TTL", req.Key)
-	case e.state == stateQueued && !wait:
-		d.mu.Unlock()
-		return driver.Grant{}, fmt.Errorf("%w: another request of this process holds or waits for it", driver.ErrLocked)
 	}
 	d.mu.Unlock()
 
-	if err := d.waitTurn(ctx, e); err != nil {
-		return driver.Grant{}, err
-	}
 	if !wait {
 		return d.try(ctx, e)
 	}
 	return d.enqueue(ctx, e)
-}
-
-// waitTurn waits until e is its slot's active entry.
-func (d *Driver) waitTurn(ctx context.Context, e *entry) error {
-	select {
-	case <-e.ready:
-	case <-ctx.Done():
-	case <-e.s.lost:
-	case <-d.done:
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case e.state == stateActive:
-		return nil
-	case e.state == stateRemoved && e.s.dead != nil:
-		return errSessionEnded
-	case e.state == stateRemoved:
-		return fmt.Errorf("%w: etcddriver: released while waiting", driver.ErrNotHeld)
-	}
-	d.removeLocked(e)
-	if d.closed {
-		return driver.ErrClosed
-	}
-	return ctx.Err()
 }
 
 // try is TryAcquire's transaction: if the lock's range is empty, write our key;
@@ -283,10 +247,28 @@ func (d *Driver) check(ctx context.Context, e *entry) (pred *mvccpb.KeyValue, kn
 // over at about 80 locks a second. A delete that happened between reading pred
 // and starting the watch is caught by reading pred again, unless the watch started
 // at the very revision we read it at.
+//
+// etcd 3.4 can still register a watch from "now" as unsynced: it picks the start
+// revision before it takes the lock that registers the watch, and a write in
+// between leaves the watch behind by one revision, to be served up to 100ms late.
+// So for a while after the watch starts, pred is also read again on a doubling
+// schedule (recheckFirst, twice that, ... until recheckUntil, when etcd has surely
+// caught the watch up); a handoff is then late by a few milliseconds at worst.
 func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue, known int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := d.c.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
+	var (
+		recheck <-chan time.Time
+		timer   *time.Timer
+		step    = recheckFirst
+		started time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -299,16 +281,32 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			if err := wr.Err(); err != nil {
 				return fmt.Errorf("etcddriver: watch: %w", err)
 			}
-			if wr.Created && wr.Header.Revision != known {
-				gone, err := d.gone(ctx, pred)
-				if err != nil || gone {
-					return err
+			if wr.Created {
+				if wr.Header.Revision != known {
+					gone, err := d.gone(ctx, pred)
+					if err != nil || gone {
+						return err
+					}
 				}
+				started = time.Now()
+				timer = time.NewTimer(step)
+				recheck = timer.C
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
 					return nil
 				}
+			}
+		case <-recheck:
+			gone, err := d.gone(ctx, pred)
+			if err != nil || gone {
+				return err
+			}
+			if time.Since(started) < recheckUntil {
+				step *= 2
+				timer.Reset(step)
+			} else {
+				recheck = nil
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -320,9 +318,19 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 	}
 }
 
-// gone reports whether the key kv is no longer there as it was.
+// The schedule of the extra reads of a waiter's predecessor while its watch may
+// still be unsynced: about six reads in the first quarter second of a wait.
+const (
+	recheckFirst = 4 * time.Millisecond
+	recheckUntil = 250 * time.Millisecond
+)
+
+// gone reports whether the key kv is no longer there as it was. The read is
+// serializable (the member's own state, no round of the consensus): it only
+// decides whether to run check, which reads linearizably, and a stale answer
+// merely delays that.
 func (d *Driver) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
-	resp, err := d.c.Get(ctx, string(kv.Key))
+	resp, err := d.c.Get(ctx, string(kv.Key), clientv3.WithSerializable())
 	if err != nil {
 		return false, err
 	}

@@ -1,90 +1,84 @@
 package etcddriver
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/distlock/lock/driver"
 )
 
-// An entry is one request's place: a key in etcd, or a place in the in-process
-// queue in front of it.
+// An entry is one request's key in etcd, waiting or holding.
 //
-// The etcd key of a lock is named by the lease, as concurrency.Mutex names it, so
-// two requests of this Driver on the same key and lease would share one etcd key,
-// and concurrency.Mutex with one shared session indeed lets several goroutines
-// "hold" at once. Here the requests of one lease on one key form an in-process
-// queue (a slot): only its head, the active entry, has an etcd key; the others
-// wait for it to leave and then take their own turn in etcd, behind whoever queued
-// there meanwhile. The layout stays exactly that of etcd's tools.
+// etcd's own tools name a contender's key by its lease alone, so with one shared
+// session concurrency.Mutex lets several goroutines "hold" at once: they all own
+// the same key. Here the first request of a lease on a key gets exactly that name,
+// <prefix>/<escaped key>/<lease hex>, and each further request of the same lease
+// on the same key while the first is there gets <lease hex>_<n>: its own place in
+// etcd's queue, in the same range, where etcd's tools count it as a contender like
+// any other key. Every request queues in etcd in arrival order, so waiters of one
+// process are served in turn with everyone else's, and each waiter's watch is in
+// place long before its turn comes.
 type entry struct {
 	req   *driver.Request
 	owner string
 	s     *session
-	key   string // <prefix>/<escaped key>/<lease hex>
+	key   string // <prefix>/<escaped key>/<lease hex>[_<n>]
 	rng   string // <prefix>/<escaped key>/
-	slot  *slot
+	name  nameKey
+	index int // n of the key's name; 0 for the plain lease name
 
 	// Guarded by Driver.mu.
 	state     entryState
-	rev       int64         // create revision of key, the fencing token; 0 while unknown
-	ready     chan struct{} // closed when a queued entry becomes active or is removed
-	paidUntil time.Time     // a held lock not refreshed by then is deleted
+	rev       int64     // create revision of key, the fencing token; 0 while unknown
+	paidUntil time.Time // a held lock not refreshed by then is deleted
 }
 
 type entryState int
 
 const (
-	stateQueued  entryState = iota // waiting in-process behind the slot's active entry
-	stateActive                    // its etcd key exists or may exist; not the holder yet
+	stateActive  entryState = iota // its etcd key exists or may exist; not the holder yet
 	stateHeld                      // its etcd key has the lowest create revision
 	stateRemoved                   // forgotten by the driver
 )
 
 type ownerKey struct{ key, owner string }
 
-type slotKey struct {
+// nameKey identifies the names in use for one lease and user key.
+type nameKey struct {
 	s   *session
 	key string
 }
 
-// slot is the in-process queue of one lease and user key.
-type slot struct {
-	sk     slotKey
-	active *entry
-	queue  []*entry
-}
-
-// enterLocked registers a new entry for req on s: active if the slot is free,
-// queued otherwise.
+// enterLocked registers a new entry for req on s, under the first key name of
+// the lease that no other request of this driver uses.
 func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
-	sk := slotKey{s, req.Key}
-	sl := d.slots[sk]
-	if sl == nil {
-		sl = &slot{sk: sk}
-		d.slots[sk] = sl
+	nk := nameKey{s, req.Key}
+	used := d.names[nk]
+	if used == nil {
+		used = map[int]bool{}
+		d.names[nk] = used
 	}
+	index := 0
+	for used[index] {
+		index++
+	}
+	used[index] = true
 	rng := rangePrefix(d.prefix, req.Key)
-	e := &entry{req: req, owner: req.Owner, s: s, key: rng + s.hex, rng: rng, slot: sl, ready: make(chan struct{})}
-	if sl.active == nil {
-		sl.active = e
-		e.state = stateActive
-		close(e.ready)
-	} else {
-		e.state = stateQueued
-		sl.queue = append(sl.queue, e)
+	key := rng + s.hex
+	if index > 0 {
+		key += "_" + strconv.Itoa(index)
 	}
+	e := &entry{req: req, owner: req.Owner, s: s, key: key, rng: rng, name: nk, index: index}
 	d.entries[ownerKey{req.Key, req.Owner}] = e
 	s.members[e] = struct{}{}
 	return e
 }
 
-// removeLocked forgets e and, if it was its slot's active entry, makes the next
-// queued entry active.
+// removeLocked forgets e and frees its key name.
 func (d *Driver) removeLocked(e *entry) {
 	if e.state == stateRemoved {
 		return
 	}
-	wasQueued := e.state == stateQueued
 	e.state = stateRemoved
 	if k := (ownerKey{e.req.Key, e.owner}); d.entries[k] == e {
 		delete(d.entries, k)
@@ -93,28 +87,11 @@ func (d *Driver) removeLocked(e *entry) {
 	if len(e.s.members) == 0 {
 		e.s.idleSince = time.Now()
 	}
-	sl := e.slot
-	if wasQueued {
-		close(e.ready)
-		for i, q := range sl.queue {
-			if q == e {
-				sl.queue = append(sl.queue[:i], sl.queue[i+1:]...)
-				break
-			}
+	if used := d.names[e.name]; used != nil {
+		delete(used, e.index)
+		if len(used) == 0 {
+			delete(d.names, e.name)
 		}
-	} else if sl.active == e {
-		sl.active = nil
-		if len(sl.queue) > 0 {
-			next := sl.queue[0]
-			sl.queue[0] = nil
-			sl.queue = sl.queue[1:]
-			sl.active = next
-			next.state = stateActive
-			close(next.ready)
-		}
-	}
-	if sl.active == nil && len(sl.queue) == 0 && d.slots[sl.sk] == sl {
-		delete(d.slots, sl.sk)
 	}
 }
 

@@ -121,11 +121,6 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	state, rev := e.state, e.rev
-	if state == stateQueued {
-		d.removeLocked(e)
-		d.mu.Unlock()
-		return driver.ErrNotHeld
-	}
 	d.mu.Unlock()
 
 	deleted, err := d.deleteIf(ctx, e, rev)

@@ -2,18 +2,20 @@ package etcddriver_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/distlock/lock"
 )
 
-// Goroutines of one Locker share one lease, so their etcd key would have one
-// name; they must still exclude each other, and tokens must still grow.
+// Goroutines of one Locker share one lease, which names etcd's keys; they must
+// still exclude each other, and tokens must still grow.
 func TestGoroutinesSharingOneLeaseExcludeEachOther(t *testing.T) {
 	url := testserverEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -90,4 +92,48 @@ func TestConcurrencyMutexWithSharedSessionLetsTwoGoroutinesHold(t *testing.T) {
 	}
 	t.Log("concurrency.Mutex: two goroutines on one session hold the same lock at once")
 	_ = m1.Unlock(ctx)
+}
+
+// The first request of a lease on a key has exactly etcd's name for it,
+// <LockPrefix>/<lease hex>; a second request of the same lease while the first is
+// there queues under <lease hex>_1, in the same range.
+func TestKeyNamesFollowEtcdLayout(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lk, d := newLocker(t, url, lock.WithTTL(5*time.Second))
+	admin := newClient(t, url)
+	l := mustAcquire(t, lk, "k")
+	waiting := make(chan error, 1)
+	go func() {
+		l2, err := lk.Acquire(ctx, "k")
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		waiting <- err
+	}()
+	queued(t, admin, d, "k", 2)
+	resp, err := admin.Get(ctx, d.LockPrefix("k")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := fmt.Sprintf("%x", int64(d.Leases()[0]))
+	want := []string{d.LockPrefix("k") + "/" + lease, d.LockPrefix("k") + "/" + lease + "_1"}
+	for i, kv := range resp.Kvs {
+		if string(kv.Key) != want[i] {
+			t.Errorf("key %d is %q, want %q", i, kv.Key, want[i])
+		}
+		if kv.Lease != int64(d.Leases()[0]) {
+			t.Errorf("key %q has lease %x", kv.Key, kv.Lease)
+		}
+	}
+	if uint64(resp.Kvs[0].CreateRevision) != l.Token() {
+		t.Errorf("token %d, the key's create revision %d", l.Token(), resp.Kvs[0].CreateRevision)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
 }

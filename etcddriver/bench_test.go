@@ -1,0 +1,175 @@
+package etcddriver_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// The benchmarks compare the driver with etcd's own concurrency.Mutex in the same
+// run, against one server, and give the floor etcd sets (it fsyncs every write):
+//
+//	go test -run '^$' -bench . -count 8 ./etcddriver | tee bench.txt
+//	benchstat -col /impl bench.txt
+
+var benchRun atomic.Int64
+
+func benchKey() string { return fmt.Sprintf("bench-%d", benchRun.Add(1)) }
+
+// contend runs b.N acquire-release rounds spread over workers goroutines and
+// reports the handoff rate; a second holder fails the benchmark.
+func contend(b *testing.B, workers int, acquire func(ctx context.Context, w int) (release func() error, err error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var (
+		next   atomic.Int64
+		inside atomic.Int32
+		wg     sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				release, err := acquire(ctx, w)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					b.Errorf("%d holders at once", n)
+				}
+				inside.Add(-1)
+				if err := release(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+}
+
+// benchClient is a plain client closed when b ends.
+func benchClient(b *testing.B, url string) *clientv3.Client { return newClient(b, url) }
+
+// 8 goroutines over 2 Lockers (two processes' worth of clients) contend for one
+// key, against 8 goroutines each with its own concurrency.Mutex session, over 2
+// clients.
+func BenchmarkContended(b *testing.B) {
+	url := testserver.Etcd(b)
+	const clients, perClient = 2, 4
+	b.Run("impl=etcddriver", func(b *testing.B) {
+		key := benchKey()
+		var lockers []*lock.Locker
+		for c := 0; c < clients; c++ {
+			lk, _ := newLocker(b, url, lock.WithTTL(10*time.Second))
+			lockers = append(lockers, lk)
+		}
+		contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
+			l, err := lockers[w%clients].Acquire(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		})
+	})
+	b.Run("impl=mutex", func(b *testing.B) {
+		name := testPrefix(b) + "/" + benchKey()
+		var mutexes []*concurrency.Mutex
+		for c := 0; c < clients; c++ {
+			client := benchClient(b, url)
+			for g := 0; g < perClient; g++ {
+				s, err := concurrency.NewSession(client, concurrency.WithTTL(10))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				mutexes = append(mutexes, concurrency.NewMutex(s, name))
+			}
+		}
+		contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
+			m := mutexes[w]
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { return m.Unlock(ctx) }, nil
+		})
+	})
+}
+
+// One goroutine takes and gives back a free lock, against concurrency.Mutex
+// Lock+Unlock on an existing session, and the floor: one Put (the least any
+// handoff costs), and a Put and a Delete (the least any acquire+release costs).
+func BenchmarkUncontended(b *testing.B) {
+	url := testserver.Etcd(b)
+	ctx := context.Background()
+	b.Run("impl=etcddriver", func(b *testing.B) {
+		lk, _ := newLocker(b, url, lock.WithTTL(10*time.Second))
+		key := benchKey()
+		_ = mustAcquire(b, lk, key).Release(ctx) // the lease is granted on first use
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			l, err := lk.Acquire(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=mutex", func(b *testing.B) {
+		s, err := concurrency.NewSession(benchClient(b, url), concurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		m := concurrency.NewMutex(s, testPrefix(b)+"/"+benchKey())
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := m.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=floor-put", func(b *testing.B) {
+		c := benchClient(b, url)
+		key := testPrefix(b) + "/" + benchKey()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Put(ctx, key, "v"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=floor-put+delete", func(b *testing.B) {
+		c := benchClient(b, url)
+		key := testPrefix(b) + "/" + benchKey()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Put(ctx, key, "v"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Delete(ctx, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
