@@ -311,6 +311,9 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-e.s.lost:
+			if d.isClosed() {
+				return driver.ErrClosed // Close ends the sessions too
+			}
 			return errSessionEnded
 		case <-d.done:
 			return driver.ErrClosed
@@ -348,11 +351,23 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 	d.mu.Lock()
 	e.rev = rev
 	switch {
+	case e.state == stateActive && !time.Now().Before(e.s.deadlineLocked()):
+		// No keepalive was confirmed in time: the lease may be gone by now, so
+		// the lock is not granted, and the lease is given up (as the session
+		// goroutine is about to).
+		lost := e.s.endLocked(errLeaseDeadline)
+		d.mu.Unlock()
+		lost.run()
+		d.revokeSoon(e.s.id)
+		return driver.Grant{}, errSessionEnded
 	case e.state == stateActive:
 		e.state = stateHeld
 		e.paidUntil = sent.Add(e.req.TTL)
 		d.mu.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: sent}, nil
+	case d.closed:
+		d.mu.Unlock()
+		return driver.Grant{}, driver.ErrClosed
 	case e.s.dead != nil:
 		d.mu.Unlock()
 		return driver.Grant{}, errSessionEnded

@@ -300,6 +300,12 @@ func (d *Driver) Leases() []clientv3.LeaseID {
 	return ids
 }
 
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
 // String names the driver by its prefix; it never prints credentials.
 func (d *Driver) String() string { return "etcddriver(" + d.prefix + ")" }
 

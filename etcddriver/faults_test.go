@@ -280,3 +280,51 @@ func TestWaiterWhoseLeaseEndsIsNeverToldItHolds(t *testing.T) {
 		})
 	}
 }
+
+// Closing a driver ends its waiting Acquire calls with ErrClosed and its held
+// locks' Lost, and revokes its lease at once, so others need not wait for expiry.
+func TestCloseEndsWaitersAndFreesLocksAtOnce(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	other, _ := newLocker(t, url, lock.WithTTL(5*time.Second))
+	busy := mustAcquire(t, other, "busy")
+	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
+	ttl := 5 * time.Second
+	lost := make(chan error, 1)
+	held := &driver.Request{Key: "held", Owner: "h", TTL: ttl, Lost: func(err error) { lost <- err }}
+	if _, err := d.TryAcquire(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	waiter := &driver.Request{Key: "busy", Owner: "w", TTL: ttl, Lost: func(error) {}}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(ctx, waiter)
+		waited <- err
+	}()
+	queued(t, newClient(t, url), d, "busy", 2)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("waiting Acquire after Close = %v, want ErrClosed", err)
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Lost cause %v, want one matching ErrNotHeld", err)
+		}
+	default:
+		t.Error("Close did not report the held lock lost")
+	}
+	// The lease was revoked: the lock is free now, not after its TTL.
+	l, err := other.TryAcquire(ctx, "held")
+	if err != nil {
+		t.Fatalf("TryAcquire right after the holder's Close: %v", err)
+	}
+	_ = l.Release(ctx)
+	_ = busy.Release(ctx)
+	if _, err := d.TryAcquire(ctx, held); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+}

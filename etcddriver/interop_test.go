@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,17 +184,19 @@ func TestEtcdctlLockAndDriverExcludeEachOther(t *testing.T) {
 	}
 
 	// etcdctl lock runs the command only while it holds the lock; the command says
-	// so and then waits for a line on its stdin.
+	// so and then waits until the test creates a file (etcdctl gives the command no
+	// stdin to wait on).
+	done := filepath.Join(t.TempDir(), "done")
 	cmd := exec.CommandContext(ctx, bin, "--endpoints="+strings.Join(endpoints(url), ","), "lock", d.LockPrefix(key), "--",
-		"sh", "-c", "echo holding; read line")
+		"sh", "-c", `echo holding; while [ ! -e "$0" ]; do sleep 0.02; done`, done)
 	cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
-	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	finish := func() { _ = os.WriteFile(done, nil, 0o600) }
 	defer cmd.Wait()
-	defer stdin.Close()
+	defer finish()
 	lines := make(chan string, 1)
 	go func() {
 		r := bufio.NewReader(stdout)
@@ -219,7 +223,7 @@ func TestEtcdctlLockAndDriverExcludeEachOther(t *testing.T) {
 	if _, err := lk.TryAcquire(ctx, key); !errors.Is(err, lock.ErrLocked) {
 		t.Fatalf("TryAcquire while etcdctl lock holds = %v, want ErrLocked", err)
 	}
-	stdin.Close()
+	finish()
 	l2, err := lk.Acquire(ctx, key)
 	if err != nil {
 		t.Fatalf("Acquire after etcdctl lock's command ended: %v", err)

@@ -160,6 +160,11 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 	return nil
 }
 
+// deadlineLocked is when the lease may have expired unless a keepalive is
+// confirmed before: etcd cannot expire it sooner than the TTL after the last
+// confirmed keepalive was sent, less the drift allowance.
+func (s *session) deadlineLocked() time.Time { return s.confirmed.Add(s.ttl - s.drift) }
+
 // keep is the session's goroutine; see the type's comment.
 func (s *session) keep() {
 	d := s.d
@@ -174,7 +179,7 @@ func (s *session) keep() {
 			d.mu.Unlock()
 			return
 		}
-		if !now.Before(s.confirmed.Add(s.ttl - s.drift)) {
+		if !now.Before(s.deadlineLocked()) {
 			lost := s.endLocked(errLeaseDeadline)
 			d.mu.Unlock()
 			lost.run()
@@ -252,7 +257,7 @@ func retryInterval(ttl time.Duration) time.Duration {
 func (s *session) keepalive() error {
 	d := s.d
 	d.mu.Lock()
-	deadline := s.confirmed.Add(s.ttl - s.drift)
+	deadline := s.deadlineLocked()
 	d.mu.Unlock()
 	ctx, cancel := context.WithDeadline(d.ctx, deadline)
 	defer cancel()

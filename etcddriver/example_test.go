@@ -1,0 +1,61 @@
+package etcddriver_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/etcddriver"
+)
+
+// Open a Locker on an etcd cluster by URL; the blank import of etcddriver (here a
+// plain one) registers the etcd and etcds schemes.
+func Example_open() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?ttl=10s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	err = locker.Do(ctx, "invoice:42", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost.
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Build a driver from a client the program already has. The client stays the
+// program's: closing the Locker revokes the driver's leases but leaves the client
+// open.
+func ExampleNew() {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, err := etcddriver.New(c, etcddriver.WithPrefix("/myapp/locks"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker := lock.New(d, lock.WithTTL(10*time.Second))
+	defer locker.Close()
+
+	ctx := context.Background()
+	l, err := locker.Acquire(ctx, "report:daily")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// The token is the create revision of the lock's key: pass it to the
+	// resource, or fence writes to etcd itself with a compare on it.
+	fmt.Println("fencing token", l.Token())
+	// The same lock, for etcd's own tools: etcdctl lock <this name>.
+	fmt.Println(d.LockPrefix("report:daily"))
+}
