@@ -1,0 +1,93 @@
+package etcddriver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/etcddriver"
+)
+
+// Many locks refreshed together are confirmed in batches of at most 128 keys per
+// transaction, each lock on its own: a deleted key fails only its lock.
+func TestRefreshBatchConfirmsEachLock(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
+	const n = 300
+	reqs := make([]*driver.Request, n)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: func(error) {}}
+		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := map[int]bool{7: true, 150: true, 299: true}
+	admin := newClient(t, url)
+	for i := range gone {
+		if _, err := admin.Delete(ctx, d.LockPrefix(reqs[i].Key)+"/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := &driver.Request{Key: "k1", Owner: "someone else", TTL: 5 * time.Second}
+	errs := d.RefreshBatch(ctx, append(reqs, foreign))
+	for i, err := range errs[:n] {
+		switch {
+		case gone[i] && !errors.Is(err, driver.ErrNotHeld):
+			t.Errorf("lock %d, whose key was deleted: %v, want ErrNotHeld", i, err)
+		case !gone[i] && err != nil:
+			t.Errorf("lock %d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[n], driver.ErrNotHeld) {
+		t.Errorf("foreign owner: %v, want ErrNotHeld", errs[n])
+	}
+	for i, req := range reqs {
+		if gone[i] {
+			continue
+		}
+		if err := d.Release(ctx, req); err != nil {
+			t.Fatalf("Release %d: %v", i, err)
+		}
+	}
+}
+
+// Locks held longer than their TTL through the Locker stay held: the portable
+// layer refreshes them in batches.
+func TestManyLocksStayHeldPastTheirTTL(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, d := newLocker(t, url)
+	ttl := d.Capabilities().MinTTL
+	var held []*lock.Lock
+	for i := 0; i < 200; i++ {
+		l, err := lk.TryAcquire(ctx, fmt.Sprint("k", i), lock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	time.Sleep(ttl*2 + ttl/2) // time must pass: the property is outliving the TTL
+	other, _ := newLocker(t, url)
+	for _, l := range held {
+		if isClosed(l.Lost()) {
+			t.Fatalf("%s lost while refreshed", l.Key())
+		}
+		if _, err := other.TryAcquire(ctx, l.Key(), lock.WithTTL(ttl)); !errors.Is(err, lock.ErrLocked) {
+			t.Fatalf("TryAcquire(%s) by another client = %v, want ErrLocked", l.Key(), err)
+		}
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
