@@ -171,7 +171,7 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 			// Written by an earlier attempt of this request: keep its place.
 			d.setRev(e, kv.CreateRevision)
 			var held bool
-			pred, known, sent, held, err = d.check(ctx, e)
+			pred, known, sent, held, err = d.check(ctx, e, nil)
 			if err != nil {
 				return driver.Grant{}, d.failed(e, err)
 			}
@@ -203,7 +203,7 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 			held bool
 			err  error
 		)
-		pred, known, sent, held, err = d.check(ctx, e)
+		pred, known, sent, held, err = d.check(ctx, e, pred)
 		if err != nil {
 			return driver.Grant{}, waitFailed(err)
 		}
@@ -219,26 +219,52 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 
 // check confirms, in one read transaction, that our key still exists with our
 // create revision and lease, and finds the key just before it. No predecessor
-// means we hold the lock as of that revision. A waiter whose lease expired while
-// it waited fails here rather than being told it holds.
-func (d *Driver) check(ctx context.Context, e *entry) (pred *mvccpb.KeyValue, known int64, sent time.Time, held bool, err error) {
-	sent = time.Now()
-	resp, err := d.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
-			clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
-		Then(clientv3.OpGet(e.rng, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...)).
-		Commit()
-	if err != nil {
-		return nil, 0, sent, false, err
+// means we held the lock as of that revision; hold then refuses the grant if our
+// lease's keepalive deadline has passed. So a waiter whose lease expired while it
+// waited is never told it holds (etcd issue #11456, the Jepsen finding).
+//
+// The read is first served from the member's own state ("serializable"): a
+// linearizable read needs a round of the consensus, which under write load waits
+// for the write being made durable, and that would double the time of a handoff.
+// What it proves is enough: our key existed with our lease, and no key before it,
+// at a revision after our predecessor's delete (an older revision would still show
+// the predecessor), and etcd cannot have expired the lease since (the deadline
+// check). Only an operator's revoke or delete in the member's few milliseconds of
+// lag could slip by, as one right after any read could, and the next refresh
+// reports it. A read that finds our key gone, or still finds the predecessor we
+// saw deleted (after), may come from a member that is behind, so it is repeated
+// linearizably before it counts.
+func (d *Driver) check(ctx context.Context, e *entry, after *mvccpb.KeyValue) (pred *mvccpb.KeyValue, known int64, sent time.Time, held bool, err error) {
+	for _, linearizable := range []bool{false, true} {
+		opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))
+		if !linearizable {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		sent = time.Now()
+		resp, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
+				clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
+			Then(clientv3.OpGet(e.rng, opts...)).
+			Commit()
+		if err != nil {
+			return nil, 0, sent, false, err
+		}
+		if !resp.Succeeded {
+			if linearizable {
+				return nil, 0, sent, false, errKeyGone
+			}
+			continue
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, 0, sent, true, nil
+		}
+		if !linearizable && after != nil && string(kvs[0].Key) == string(after.Key) && kvs[0].CreateRevision == after.CreateRevision {
+			continue
+		}
+		return kvs[0], resp.Header.Revision, sent, false, nil
 	}
-	if !resp.Succeeded {
-		return nil, 0, sent, false, errKeyGone
-	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return nil, 0, sent, true, nil
-	}
-	return kvs[0], resp.Header.Revision, sent, false, nil
+	panic("unreachable")
 }
 
 // waitDelete returns once pred is deleted, or may have been. The watch starts at
@@ -283,7 +309,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			}
 			if wr.Created {
 				if wr.Header.Revision != known {
-					gone, err := d.gone(ctx, pred)
+					gone, err := d.gone(ctx, pred, true)
 					if err != nil || gone {
 						return err
 					}
@@ -298,15 +324,16 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 				}
 			}
 		case <-recheck:
-			gone, err := d.gone(ctx, pred)
+			last := time.Since(started) >= recheckUntil
+			gone, err := d.gone(ctx, pred, last)
 			if err != nil || gone {
 				return err
 			}
-			if time.Since(started) < recheckUntil {
+			if last {
+				recheck = nil
+			} else {
 				step *= 2
 				timer.Reset(step)
-			} else {
-				recheck = nil
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -328,12 +355,17 @@ const (
 	recheckUntil = 250 * time.Millisecond
 )
 
-// gone reports whether the key kv is no longer there as it was. The read is
-// serializable (the member's own state, no round of the consensus): it only
-// decides whether to run check, which reads linearizably, and a stale answer
-// merely delays that.
-func (d *Driver) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
-	resp, err := d.c.Get(ctx, string(kv.Key), clientv3.WithSerializable())
+// gone reports whether the key kv is no longer there as it was. The early
+// re-reads of a waiter are served from the member's own state (serializable): they
+// only decide whether to run check, and a stale answer merely delays that. The
+// read after a watch started late, and the last re-read, are linearizable: after
+// them no delete can be missed.
+func (d *Driver) gone(ctx context.Context, kv *mvccpb.KeyValue, linearizable bool) (bool, error) {
+	var opts []clientv3.OpOption
+	if !linearizable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := d.c.Get(ctx, string(kv.Key), opts...)
 	if err != nil {
 		return false, err
 	}
