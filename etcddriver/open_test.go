@@ -49,7 +49,7 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 
 // With authentication on, a wrong password fails without being shown, the right
 // one works, and a user whose role only covers the lock prefix can lock there.
-func TestAuthenticatedOpen(t *testing.T) {
+func TestAuthenticationWorksAndNeverShowsThePassword(t *testing.T) {
 	s := testserver.StartEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -127,7 +127,7 @@ func TestAuthenticatedOpen(t *testing.T) {
 }
 
 // lock.Open of an etcd URL gives a working Locker named without secrets.
-func TestOpenURL(t *testing.T) {
+func TestOpenedURLGivesAWorkingLocker(t *testing.T) {
 	url := testserverEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -149,7 +149,7 @@ func TestOpenURL(t *testing.T) {
 }
 
 // An unreachable etcd fails Open within dial_timeout.
-func TestOpenUnreachableFailsWithinDialTimeout(t *testing.T) {
+func TestUnreachableEtcdFailsOpenWithinDialTimeout(t *testing.T) {
 	start := time.Now()
 	_, err := lock.Open(context.Background(), "etcd://127.0.0.1:1/x?dial_timeout=500ms")
 	if err == nil {

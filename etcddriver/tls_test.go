@@ -165,7 +165,7 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 
 // etcds:// verifies the server against cacert and presents cert and key; it fails
 // closed when the server cannot be verified or the client has no certificate.
-func TestTLSOpen(t *testing.T) {
+func TestTLSVerifiesTheServerAndPresentsTheClientCertificate(t *testing.T) {
 	url := testserverEtcd(t)
 	ca, otherCA := newCA(t, "test CA"), newCA(t, "other CA")
 	front := tlsFront(t, ca, strings.TrimPrefix(url, "etcd://"))
