@@ -69,8 +69,8 @@
 // # Leases and TTL
 //
 // A Driver keeps one lease per distinct lease TTL alive, with one goroutine each
-// (with the Locker's default TTL that is one lease for all its locks), and grants
-// it on first use. The lease TTL is the lock TTL rounded up to whole seconds: the
+// (with the Locker's default TTL that is one lease for all its locks); it grants
+// a lease on first use and revokes it once it served no lock for a whole TTL. The lease TTL is the lock TTL rounded up to whole seconds: the
 // time after which etcd drops the locks of a process that stopped. Each held lock
 // also expires on its own: a lock not refreshed within its TTL is deleted by the
 // driver (with automatic refresh off, that is its lifetime), and a process that
@@ -108,8 +108,8 @@
 // was sent, less a drift allowance, so before etcd can expire it), when a refresh
 // finds its key deleted or replaced (only that lock), and when the Driver closes.
 // After a lease is lost, new acquisitions get a new lease. A leader change does
-// not lose locks: etcd extends leases across elections, and the driver retries
-// keepalives until the lease's deadline.
+// not lose locks when the TTL outlasts the election: etcd extends leases across
+// elections, and the driver retries keepalives until the lease's deadline.
 //
 // Release deletes the key in a transaction on its create revision and lease, so
 // a delayed or retried release can never remove a newer lock, even one of the
@@ -118,7 +118,13 @@
 // # Limits
 //
 // Each held lock costs one key and no goroutine; each waiting Acquire a key and a
-// watch. Prefixes must not nest (see WithPrefix). Keys written by others under a
+// watch. Prefixes must not nest (see WithPrefix). On a cluster, keep the TTL well
+// above the time an election takes (several seconds; the tests use 5s with etcd's
+// default 1s election timeout): while there is no leader no keepalive is
+// confirmed, and a lease whose deadline passes meanwhile is given up. An
+// operator's revoke or delete that races a handoff within a member's replication
+// lag can escape the new holder's check (see check in the source); its next
+// refresh reports it. Keys written by others under a
 // lock's range count as contenders, as they do for concurrency.Mutex. etcd's
 // --max-txn-ops (default 128) bounds how many locks one refresh transaction
 // confirms; more are confirmed in several.

@@ -25,7 +25,8 @@ const SchemeTLS = "etcds"
 // DefaultPort is the client port used when a host has none.
 const DefaultPort = "2379"
 
-// Defaults of the connection parameters, those of etcdctl where it has them.
+// Defaults of the connection parameters dial_timeout, keepalive_time and
+// keepalive_timeout.
 const (
 	DefaultDialTimeout      = 5 * time.Second
 	DefaultKeepaliveTime    = 10 * time.Second
