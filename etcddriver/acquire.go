@@ -466,9 +466,9 @@ func (d *Driver) abandon(e *entry) {
 const cleanupTimeout = 5 * time.Second
 
 // deleteKey deletes e's key if it is still the one e wrote: the same create
-// revision, or, while that is unknown, e's owner in the value. A delayed or
-// repeated delete can therefore never remove a newer key of the same name
-// (etcd issue #22082).
+// revision (a key's incarnation), or, while that is unknown, e's owner in the
+// value (unique per request). A delayed or repeated delete can therefore never
+// remove a newer key of the same name (etcd issue #22082).
 func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
 	d.mu.Lock()
 	rev := e.rev
@@ -482,10 +482,7 @@ func (d *Driver) deleteIf(ctx context.Context, e *entry, rev int64) (bool, error
 	if rev > 0 {
 		same = clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev)
 	}
-	resp, err := d.c.Txn(ctx).
-		If(same, clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
-		Then(clientv3.OpDelete(e.key)).
-		Commit()
+	resp, err := d.c.Txn(ctx).If(same).Then(clientv3.OpDelete(e.key)).Commit()
 	if err != nil {
 		return false, err
 	}

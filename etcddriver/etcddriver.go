@@ -111,9 +111,9 @@
 // not lose locks when the TTL outlasts the election: etcd extends leases across
 // elections, and the driver retries keepalives until the lease's deadline.
 //
-// Release deletes the key in a transaction on its create revision and lease, so
-// a delayed or retried release can never remove a newer lock, even one of the
-// same name (etcd issue #22082).
+// Release deletes the key in a transaction on its create revision, so a delayed
+// or retried release can never remove a newer lock, even one of the same name
+// (etcd issue #22082).
 //
 // # Limits
 //

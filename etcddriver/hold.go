@@ -107,8 +107,8 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 }
 
 // Release implements driver.Driver. The delete is a transaction on our key's create
-// revision and lease, so a delayed or retried release can never remove a newer
-// lock, even one of the same name (etcd issue #22082).
+// revision, so a delayed or retried release can never remove a newer lock, even
+// one of the same name (etcd issue #22082).
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	d.mu.Lock()
 	if d.closed {
