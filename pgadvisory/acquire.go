@@ -1,0 +1,299 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// TryAcquire makes one attempt (pg_try_advisory_lock) on a connection shared
+// with other locks, and draws the fencing token in the same statement. It
+// returns driver.ErrLocked if another owner holds the key, here or elsewhere, and
+// the same grant again if req.Owner already holds it.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	st, err := d.statements(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.try(ctx, req, st, d.lockID(req.Key))
+}
+
+func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+	for {
+		c, err := d.connForTry(ctx, id, req.Shared)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, again, err := d.tryOn(ctx, c, req, st, id)
+		d.letGo(c)
+		if !again {
+			return g, err
+		}
+	}
+}
+
+// tryOn tries to take id on c. again reports that c turned out unusable for id
+// and another connection should be picked.
+func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
+	c.mu.Lock()
+	defer c.unlock()
+	d.mu.Lock()
+	if c.dead.Load() {
+		d.mu.Unlock()
+		return driver.Grant{}, true, nil
+	}
+	if h := c.locks[id]; h != nil {
+		// Taken on c by another owner since c was picked. The session would
+		// grant it again (session locks count), so never ask it.
+		d.mu.Unlock()
+		if !h.shared || !req.Shared {
+			return driver.Grant{}, false, errHeldHere
+		}
+		return driver.Grant{}, true, nil
+	}
+	d.mu.Unlock()
+
+	start := time.Now()
+	var tok *int64
+	err = c.queryRow(ctx, st.tryFor(req.Shared), d.lockArgs(id, c.pid), &tok)
+	switch {
+	case err != nil:
+		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
+	case tok == nil:
+		cause := fmt.Errorf("%w (backend pid changed from %d)", ErrTransactionPooler, c.pid)
+		d.kill(c, cause)
+		return driver.Grant{}, false, cause
+	case *tok == 0:
+		return driver.Grant{}, false, driver.ErrLocked
+	}
+	g, err = d.register(c, req, id, uint64(*tok), start)
+	return g, false, err
+}
+
+// failed handles an error of a lock statement for id on c (c.mu held): a broken
+// session is given up; on a live one the statement may have taken the lock before
+// failing (in nextval, say), so the lock is given back. c held no lock on id
+// before, so the unlock cannot drop anyone else's.
+func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool, err error) error {
+	if c.broken(err) {
+		cause := errSessionLost(err)
+		d.kill(c, cause)
+		return cause
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return err // not sent
+	}
+	var ok *bool
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	uerr := c.queryRow(uctx, unlockFor(shared), []any{id, c.pid}, &ok)
+	cancel()
+	if uerr != nil || ok == nil {
+		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
+	}
+	return fmt.Errorf("pgadvisory: lock statement: %w", err)
+}
+
+// lockArgs are the arguments of a lock statement.
+func (d *Driver) lockArgs(id int64, pid int32) []any {
+	if d.o.fencing {
+		return []any{id, pid, d.fence}
+	}
+	return []any{id, pid}
+}
+
+// Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
+// queue (pg_advisory_lock) on a connection of its own, so it is granted the lock
+// by the server, in arrival order, within a round trip of the release. When ctx
+// ends the wait is cancelled with a cancel request and the connection cleared
+// before Acquire returns ctx.Err(): a lock granted as the wait ended is not left
+// behind.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	st, err := d.statements(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	id := d.lockID(req.Key)
+	var backoff time.Duration
+	for {
+		// Where locks are already held, try there first: if the key is free the
+		// lock shares that connection instead of keeping one to itself.
+		if d.idleHolder(id) {
+			g, err := d.try(ctx, req, st, id)
+			if !errors.Is(err, driver.ErrLocked) {
+				return g, err
+			}
+		}
+		w, err := d.connForWait(ctx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if w != nil {
+			return d.wait(ctx, w, req, st, id)
+		}
+		// Every connection the cap allows is taken: try without a queue place,
+		// and again when a connection frees up or after a backoff.
+		g, err := d.try(ctx, req, st, id)
+		if !errors.Is(err, driver.ErrLocked) {
+			return g, err
+		}
+		if err := d.pause(ctx, &backoff); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+}
+
+// Backoff of an Acquire that found no connection to wait on.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = 250 * time.Millisecond
+)
+
+// pause waits until a connection may have become free, the backoff passed, or
+// ctx ended.
+func (d *Driver) pause(ctx context.Context, backoff *time.Duration) error {
+	if *backoff == 0 {
+		*backoff = minBackoff
+	}
+	wait := *backoff/2 + rand.N(*backoff/2+1)
+	if *backoff *= 2; *backoff > maxBackoff {
+		*backoff = maxBackoff
+	}
+	d.mu.Lock()
+	changed := d.changed
+	d.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// wait takes id on w, a connection picked to wait on, blocking in the server's
+// lock queue.
+func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+	defer d.letGo(w)
+	w.mu.Lock()
+	defer w.unlock()
+	if err := w.usable(); err != nil {
+		return driver.Grant{}, err
+	}
+	// Close ends the wait as ctx would.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopClose := context.AfterFunc(d.closing, cancel)
+	defer stopClose()
+
+	start := time.Now()
+	tok, err := w.waitRow(wctx, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
+	received := time.Now()
+	if err == nil && tok != nil && wctx.Err() == nil {
+		// The server granted the lock at most about one round trip before the
+		// answer arrived; the validity of the lock counts from then.
+		granted := received.Add(-w.rtt)
+		if granted.Before(start) {
+			granted = start
+		}
+		return d.register(w, req, id, uint64(*tok), granted)
+	}
+	if err == nil && tok == nil {
+		cause := fmt.Errorf("%w (backend pid changed from %d)", ErrTransactionPooler, w.pid)
+		d.kill(w, cause)
+		return driver.Grant{}, cause
+	}
+	switch {
+	case w.broken(err):
+		cause := errSessionLost(err)
+		d.kill(w, cause)
+		err = cause
+	default:
+		// Cancelled, or failed on a live session: the lock may have been
+		// granted as the wait ended. w holds nothing else, so clear it all.
+		if cerr := w.clear(); cerr != nil {
+			d.kill(w, errSessionLost(cerr))
+		}
+	}
+	if d.closing.Err() != nil {
+		return driver.Grant{}, errClosed
+	}
+	if ctx.Err() != nil {
+		return driver.Grant{}, ctx.Err()
+	}
+	return driver.Grant{}, fmt.Errorf("pgadvisory: wait for lock: %w", err)
+}
+
+// waitRow runs a blocking lock statement on c (c.mu held) and returns its token
+// (nil for the wrong session). When ctx ends it sends the server a cancel request,
+// again if the statement does not end soon after (a cancel that overtook the
+// statement is ignored by the server), and at last cuts the socket.
+func (c *lockConn) waitRow(ctx context.Context, sql string, args []any) (*int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	returned := make(chan struct{})
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		for i := 0; i < cancelAttempts; i++ {
+			cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+			err := c.conn.PgConn().CancelRequest(cctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			t := time.NewTimer(cancelWait)
+			select {
+			case <-returned:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		_ = c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
+	})
+	var tok *int64
+	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(&tok)
+	close(returned)
+	if !stop() {
+		<-cancelled
+	}
+	if err == nil && !c.conn.IsClosed() {
+		// A cut that came just after the answer: the session is fine.
+		_ = c.net.SetDeadline(time.Time{})
+	}
+	return tok, err
+}
+
+// clear releases every advisory lock of a waiting session (c.mu held), retrying
+// if a late cancel request interrupts it.
+func (c *lockConn) clear() error {
+	var err error
+	for i := 0; i < cancelAttempts; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+		err = c.queryRow(ctx, unlockAllSQL, nil, new(bool))
+		cancel()
+		if err == nil || c.broken(err) {
+			return err
+		}
+	}
+	return err
+}
