@@ -212,4 +212,3 @@ func orDefault(prefix string) string {
 	}
 	return prefix
 }
-
