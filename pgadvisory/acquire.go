@@ -70,7 +70,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 	case err != nil:
 		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
 	case tok == nil:
-		cause := fmt.Errorf("%w (backend pid changed from %d)", ErrTransactionPooler, c.pid)
+		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return driver.Grant{}, false, cause
 	case *tok == 0:
@@ -133,7 +133,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	for {
 		// Where locks are already held, try there first: if the key is free the
 		// lock shares that connection instead of keeping one to itself.
-		if d.idleHolder(id) {
+		if d.holderFor(id) {
 			g, err := d.try(ctx, req, st, id)
 			if !errors.Is(err, driver.ErrLocked) {
 				return g, err
@@ -216,7 +216,7 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 		return d.register(w, req, id, uint64(*tok), granted)
 	}
 	if err == nil && tok == nil {
-		cause := fmt.Errorf("%w (backend pid changed from %d)", ErrTransactionPooler, w.pid)
+		cause := d.pooled(w, 0)
 		d.kill(w, cause)
 		return driver.Grant{}, cause
 	}

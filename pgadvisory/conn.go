@@ -252,7 +252,7 @@ func (c *lockConn) pingLocked(ctx context.Context) error {
 	case err != nil:
 		return err
 	case pid != c.pid:
-		cause := fmt.Errorf("%w (backend pid %d, then %d)", ErrTransactionPooler, c.pid, pid)
+		cause := c.d.pooled(c, pid)
 		c.d.kill(c, cause)
 		return cause
 	}
@@ -462,14 +462,15 @@ func (d *Driver) connForWait(ctx context.Context) (*lockConn, error) {
 	return d.open(ctx, true)
 }
 
-// idleHolder reports whether an idle connection that holds locks (but not id)
-// exists: a lock is then best tried there first, so that locks share
-// connections, before waiting on a connection of its own.
-func (d *Driver) idleHolder(id int64) bool {
+// holderFor reports whether a connection that holds locks (but not id) can take
+// one more statement without opening a connection: a lock is then best tried
+// there first, so that locks share connections, before waiting on a
+// connection of its own.
+func (d *Driver) holderFor(id int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range d.conns {
-		if c.users == 0 && !c.waiting && len(c.locks) > 0 && c.locks[id] == nil {
+		if c.users < queueToGrow && !c.waiting && len(c.locks) > 0 && c.locks[id] == nil {
 			return true
 		}
 	}

@@ -25,7 +25,7 @@ func connect(t testing.TB, dsn string) *pgx.Conn {
 	return conn
 }
 
-func exec(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
+func mustExec(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -39,10 +39,10 @@ func passwordServer(t *testing.T, role, password string) *testserver.Server {
 	t.Helper()
 	srv := testserver.StartPostgres(t)
 	admin := connect(t, srv.URL())
-	exec(t, admin, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN PASSWORD '`+password+`'`)
+	mustExec(t, admin, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN PASSWORD '`+password+`'`)
 	// The superuser keeps trust (the test server's own probe logs in so); every
 	// other role must give its password.
-	exec(t, admin, `DO $$ BEGIN EXECUTE format('COPY (SELECT * FROM (VALUES (%L), (%L), (%L)) AS v(line)) TO %L',
+	mustExec(t, admin, `DO $$ BEGIN EXECUTE format('COPY (SELECT * FROM (VALUES (%L), (%L), (%L)) AS v(line)) TO %L',
 		'local all all trust', 'host all postgres 127.0.0.1/32 trust', 'host all all 127.0.0.1/32 scram-sha-256',
 		current_setting('hba_file')); END $$`)
 	var ok bool

@@ -181,8 +181,10 @@ var ErrFenceSequence = errors.New("pgadvisory: fencing sequence unusable")
 // ErrTransactionPooler is wrapped by errors and loss causes when consecutive
 // statements on one connection ran on different server sessions: a
 // transaction-pooling proxy is between the driver and PostgreSQL, and session
-// advisory locks cannot work through it.
-var ErrTransactionPooler = errors.New("pgadvisory: statements of one connection ran on different server sessions: a transaction-pooling proxy (such as PgBouncer with pool_mode=transaction) is in between; session advisory locks need a direct connection or session pooling")
+// advisory locks cannot work through it. It matches driver.ErrUnsupported (and
+// so lock.ErrUnsupported): the configuration is not supported, and retrying does
+// not help. Once seen, every later acquire of the Driver fails with it.
+var ErrTransactionPooler = fmt.Errorf("pgadvisory: statements of one connection ran on different server sessions: a transaction-pooling proxy (such as PgBouncer with pool_mode=transaction) is in between; session advisory locks need a direct connection or session pooling (%w)", driver.ErrUnsupported)
 
 // Driver takes PostgreSQL session advisory locks. Use it through lock.New or
 // lock.Open; its methods implement driver.Driver, driver.Acquirer and
@@ -209,6 +211,7 @@ type Driver struct {
 	byOwner  map[ownerKey]*holding // every held lock
 	ids      map[int64]idUse       // held lock ids across all connections
 	epoch    time.Time             // the server's start time, seen by the first connection
+	pooler   error                 // set when a transaction pooler was detected: every acquire fails
 	changed  chan struct{}         // closed and replaced when a connection may have become usable
 }
 
@@ -321,12 +324,32 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true}
 }
 
+// pooled records that c's statements ran on another server session (with pid,
+// or 0 if unknown) and returns the error that says so. A lock taken on such a
+// connection may be stranded on a session the driver no longer reaches, so
+// the Driver takes no more.
+func (d *Driver) pooled(c *lockConn, pid int32) error {
+	err := fmt.Errorf("%w (backend pid %d at setup, then another)", ErrTransactionPooler, c.pid)
+	if pid != 0 {
+		err = fmt.Errorf("%w (backend pid %d at setup, then %d)", ErrTransactionPooler, c.pid, pid)
+	}
+	d.mu.Lock()
+	if d.pooler == nil {
+		d.pooler = err
+	}
+	d.mu.Unlock()
+	return err
+}
+
 // heldBy reports the grant of req.Owner if it already holds req.Key.
 func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return driver.Grant{}, false, driver.ErrClosed
+	}
+	if d.pooler != nil {
+		return driver.Grant{}, false, d.pooler
 	}
 	if h := d.byOwner[ownerKey{req.Key, req.Owner}]; h != nil {
 		return driver.Grant{Token: h.token, Start: h.start}, true, nil

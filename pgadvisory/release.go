@@ -45,7 +45,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	case err != nil:
 		return fmt.Errorf("pgadvisory: unlock: %w", err) // the lock stays held
 	case ok == nil:
-		cause := fmt.Errorf("%w (backend pid changed from %d)", ErrTransactionPooler, c.pid)
+		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
 	}
@@ -108,7 +108,8 @@ func (d *Driver) confirm(h *holding, pingErr error) error {
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
 	hs := make([]*holding, len(reqs))
-	byConn := map[*lockConn]error{}
+	var conns []*lockConn
+	seen := map[*lockConn]int{}
 	for i, req := range reqs {
 		h, err := d.lookup(req)
 		if err != nil {
@@ -116,26 +117,24 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 			continue
 		}
 		hs[i] = h
-		byConn[h.c] = nil
+		if _, ok := seen[h.c]; !ok {
+			seen[h.c] = len(conns)
+			conns = append(conns, h.c)
+		}
 	}
-	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
-	)
-	for c := range byConn {
+	pings := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.ping(ctx)
-			mu.Lock()
-			byConn[c] = err
-			mu.Unlock()
+			pings[i] = c.ping(ctx)
 		}()
 	}
 	wg.Wait()
 	for i, h := range hs {
 		if h != nil {
-			errs[i] = d.confirm(h, byConn[h.c])
+			errs[i] = d.confirm(h, pings[seen[h.c]])
 		}
 	}
 	return errs
