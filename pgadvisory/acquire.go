@@ -100,6 +100,9 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if uerr != nil || ok == nil {
 		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
 	}
+	if fenceGone(err) {
+		return d.errFenceGone(err)
+	}
 	return fmt.Errorf("pgadvisory: lock statement: %w", err)
 }
 
@@ -237,6 +240,9 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	}
 	if ctx.Err() != nil {
 		return driver.Grant{}, ctx.Err()
+	}
+	if fenceGone(err) {
+		return driver.Grant{}, d.errFenceGone(err)
 	}
 	return driver.Grant{}, fmt.Errorf("pgadvisory: wait for lock: %w", err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,6 +46,35 @@ func (d *Driver) fenceName() string {
 // for all sessions (CACHE 1), increasing, never wrapping around.
 const createFenceSQL = "CREATE SEQUENCE IF NOT EXISTS %s AS bigint MINVALUE 1 NO CYCLE CACHE 1"
 
+// createFence creates the sequence, durably even where synchronous_commit is off:
+// a crash must not take the sequence (and the tokens it gave) back.
+func createFence(ctx context.Context, conn *pgx.Conn, ident string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it does nothing
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO on"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(createFenceSQL, ident)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// fenceGone reports whether err says the fencing sequence no longer exists.
+func fenceGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" ||
+		pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "could not open relation with OID"))
+}
+
+func (d *Driver) errFenceGone(err error) error {
+	return fmt.Errorf("%w: the sequence the driver started with (OID %d) is gone; a re-created one would give smaller tokens, so restore it (or raise the new one past the last token) and reopen the driver: %w",
+		ErrFenceSequence, d.fence, err)
+}
+
 // resolveFence finds the fencing sequence, creates it if missing and allowed,
 // checks that it gives strictly increasing values and that we may use it, and
 // returns its OID.
@@ -77,7 +107,7 @@ func (d *Driver) resolveFence(ctx context.Context) (uint32, error) {
 		if err := conn.QueryRow(ctx, `SELECT parse_ident($1)`, name).Scan(&parts); err != nil {
 			return 0, fmt.Errorf("%w: name %s: %w", ErrFenceSequence, name, err)
 		}
-		_, err := conn.Exec(ctx, fmt.Sprintf(createFenceSQL, pgx.Identifier(parts).Sanitize()))
+		err := createFence(ctx, conn.Conn(), pgx.Identifier(parts).Sanitize())
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505"):
