@@ -133,14 +133,17 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	}
 	id := d.lockID(req.Key)
 	var backoff time.Duration
+	// A key found held a moment ago is waited for at once; any other is first
+	// tried on a connection shared with other locks, so that a burst of
+	// acquires of free keys does not open a connection per caller.
+	skipTry := d.contended(id)
 	for {
-		// Where locks are already held, try there first: if the key is free the
-		// lock shares that connection instead of keeping one to itself.
-		if d.holderFor(id) {
+		if !skipTry {
 			g, err := d.try(ctx, req, st, id)
 			if !errors.Is(err, driver.ErrLocked) {
 				return g, err
 			}
+			d.markContended(id)
 		}
 		w, err := d.connForWait(ctx)
 		if err != nil {
@@ -149,16 +152,38 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		if w != nil {
 			return d.wait(ctx, w, req, st, id)
 		}
-		// Every connection the cap allows is taken: try without a queue place,
-		// and again when a connection frees up or after a backoff.
-		g, err := d.try(ctx, req, st, id)
-		if !errors.Is(err, driver.ErrLocked) {
-			return g, err
-		}
+		// Every connection the cap allows is taken: retry without a queue
+		// place when a connection frees up or after a backoff.
+		skipTry = false
 		if err := d.pause(ctx, &backoff); err != nil {
 			return driver.Grant{}, err
 		}
 	}
+}
+
+// contendedFor is how long a key found held is waited for without a try first.
+const contendedFor = time.Second
+
+// contendedSlots bounds the memory of contended keys: a lossy table, so a
+// forgotten key costs one extra try, never correctness.
+const contendedSlots = 64
+
+type contention struct {
+	id int64
+	at time.Time
+}
+
+func (d *Driver) contended(id int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.recent[uint64(id)%contendedSlots]
+	return c.id == id && time.Since(c.at) < contendedFor
+}
+
+func (d *Driver) markContended(id int64) {
+	d.mu.Lock()
+	d.recent[uint64(id)%contendedSlots] = contention{id, time.Now()}
+	d.mu.Unlock()
 }
 
 // Backoff of an Acquire that found no connection to wait on.

@@ -461,18 +461,3 @@ func (d *Driver) connForWait(ctx context.Context) (*lockConn, error) {
 	d.mu.Unlock()
 	return d.open(ctx, true)
 }
-
-// holderFor reports whether a connection that holds locks (but not id) can take
-// one more statement without opening a connection: a lock is then best tried
-// there first, so that locks share connections, before waiting on a
-// connection of its own.
-func (d *Driver) holderFor(id int64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		if c.users < queueToGrow && !c.waiting && len(c.locks) > 0 && c.locks[id] == nil {
-			return true
-		}
-	}
-	return false
-}

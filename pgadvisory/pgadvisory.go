@@ -207,12 +207,13 @@ type Driver struct {
 	mu       sync.Mutex
 	closed   bool
 	conns    []*lockConn
-	creating int                   // connections being opened, counted against the cap
-	byOwner  map[ownerKey]*holding // every held lock
-	ids      map[int64]idUse       // held lock ids across all connections
-	epoch    time.Time             // the server's start time, seen by the first connection
-	pooler   error                 // set when a transaction pooler was detected: every acquire fails
-	changed  chan struct{}         // closed and replaced when a connection may have become usable
+	creating int                        // connections being opened, counted against the cap
+	byOwner  map[ownerKey]*holding      // every held lock
+	ids      map[int64]idUse            // held lock ids across all connections
+	epoch    time.Time                  // the server's start time, seen by the first connection
+	pooler   error                      // set when a transaction pooler was detected: every acquire fails
+	recent   [contendedSlots]contention // keys recently found held, waited for without a try
+	changed  chan struct{}              // closed and replaced when a connection may have become usable
 }
 
 type ownerKey struct{ key, owner string }
