@@ -152,12 +152,13 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		if w != nil {
 			return d.wait(ctx, w, req, st, id)
 		}
-		// Every connection the cap allows is taken: retry without a queue
-		// place when a connection frees up or after a backoff.
-		skipTry = false
-		if err := d.pause(ctx, &backoff); err != nil {
+		// Every connection the cap allows is taken: wait until one may be had,
+		// or after a backoff try again without a queue place.
+		freed, err := d.pause(ctx, &backoff)
+		if err != nil {
 			return driver.Grant{}, err
 		}
+		skipTry = freed
 	}
 }
 
@@ -192,9 +193,9 @@ const (
 	maxBackoff = 250 * time.Millisecond
 )
 
-// pause waits until a connection may have become free, the backoff passed, or
-// ctx ended.
-func (d *Driver) pause(ctx context.Context, backoff *time.Duration) error {
+// pause waits until a connection to wait on may have become free (freed), the
+// backoff passed, or ctx ended.
+func (d *Driver) pause(ctx context.Context, backoff *time.Duration) (freed bool, err error) {
 	if *backoff == 0 {
 		*backoff = minBackoff
 	}
@@ -203,17 +204,18 @@ func (d *Driver) pause(ctx context.Context, backoff *time.Duration) error {
 		*backoff = maxBackoff
 	}
 	d.mu.Lock()
-	changed := d.changed
+	ch := d.freed
 	d.mu.Unlock()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-changed:
+	case <-ch:
+		return true, nil
 	case <-t.C:
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
-	return nil
 }
 
 // wait takes id on w, a connection picked to wait on, blocking in the server's

@@ -278,6 +278,7 @@ func (d *Driver) kill(c *lockConn, cause error) {
 	}
 	c.locks = map[int64]*holding{}
 	d.broadcastLocked()
+	d.freedLocked()
 	d.mu.Unlock()
 	for _, f := range lost {
 		f(cause)
@@ -341,10 +342,13 @@ func (d *Driver) letGo(c *lockConn) {
 	c.waiting = false
 	var trim *lockConn
 	if c.users == 0 && !c.dead.Load() {
-		if len(c.locks) == 0 && d.idleEmptyLocked() > maxIdleEmpty {
-			c.dead.Store(true)
-			d.removeLocked(c)
-			trim = c
+		if len(c.locks) == 0 {
+			if d.idleEmptyLocked() > maxIdleEmpty {
+				c.dead.Store(true)
+				d.removeLocked(c)
+				trim = c
+			}
+			d.freedLocked()
 		}
 		d.broadcastLocked()
 	}
@@ -421,6 +425,7 @@ func (d *Driver) open(ctx context.Context, waiting bool) (*lockConn, error) {
 		d.mu.Lock()
 		d.creating--
 		d.broadcastLocked()
+		d.freedLocked()
 		d.mu.Unlock()
 		return nil, err
 	}

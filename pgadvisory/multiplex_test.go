@@ -274,3 +274,87 @@ func mustOpen(t testing.TB, dsn string, opts ...pgadvisory.Option) *pgadvisory.D
 	}
 	return d
 }
+
+// With every connection the cap allows in use, more waiters do not block on a
+// connection (which could deadlock a holder that needs one more lock): they
+// retry without a queue place, and all are served.
+func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
+	ctx := context.Background()
+	dsn := testserver.Postgres(t)
+	d := mustOpen(t, dsn, pgadvisory.WithMaxConns(3))
+	locker := lock.New(d)
+	defer locker.Close()
+	other := lock.New(mustOpen(t, dsn))
+	defer other.Close()
+
+	held, err := other.Acquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder in the capped driver, which will also need a second key that
+	// another client holds.
+	mine, err := locker.Acquire(ctx, t.Name()+"/mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := other.Acquire(ctx, t.Name()+"/second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	var inside, served atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := locker.Acquire(ctx, t.Name())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if inside.Add(1) != 1 {
+				t.Error("two holders at once")
+			}
+			inside.Add(-1)
+			served.Add(1)
+			_ = l.Release(ctx)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // let them queue or poll
+	if n := pgadvisory.ConnsForTest(d); n > 3 {
+		t.Errorf("%d lock connections, above the cap of 3", n)
+	}
+	// The holder of "mine" now waits for the second key: it must get it once
+	// released, although the waiters took every connection they could.
+	second := make(chan error, 1)
+	go func() {
+		l, err := locker.Acquire(ctx, t.Name()+"/second")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		second <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := busy.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a holder needing one more lock was not served while waiters filled the connections")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if served.Load() != waiters {
+		t.Errorf("%d of %d waiters served", served.Load(), waiters)
+	}
+	if err := mine.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

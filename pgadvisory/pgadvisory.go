@@ -214,6 +214,7 @@ type Driver struct {
 	pooler   error                      // set when a transaction pooler was detected: every acquire fails
 	recent   [contendedSlots]contention // keys recently found held, waited for without a try
 	changed  chan struct{}              // closed and replaced when a connection may have become usable
+	freed    chan struct{}              // closed and replaced when a connection to wait on may be had
 }
 
 type ownerKey struct{ key, owner string }
@@ -263,6 +264,7 @@ func newDriver(pool *pgxpool.Pool, own bool, o options) (*Driver, error) {
 		byOwner:  map[ownerKey]*holding{},
 		ids:      map[int64]idUse{},
 		changed:  make(chan struct{}),
+		freed:    make(chan struct{}),
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
@@ -418,6 +420,13 @@ func (d *Driver) broadcastLocked() {
 	d.changed = make(chan struct{})
 }
 
+// freedLocked wakes the acquires that found no connection to wait on; d.mu is
+// held.
+func (d *Driver) freedLocked() {
+	close(d.freed)
+	d.freed = make(chan struct{})
+}
+
 // Close closes every lock connection, which ends their sessions: the server
 // releases the locks still held, as it would for a process that ended, and each
 // is reported lost. Waiting Acquire calls return driver.ErrClosed. A pool the
@@ -443,6 +452,7 @@ func (d *Driver) Close() error {
 	d.byOwner = map[ownerKey]*holding{}
 	d.ids = map[int64]idUse{}
 	d.broadcastLocked()
+	d.freedLocked()
 	d.mu.Unlock()
 
 	for _, c := range conns {
