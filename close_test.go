@@ -18,7 +18,7 @@ import (
 func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 	ctx := context.Background()
 	name := t.Name()
-	lk := lock.New(memdriver.New(name), lock.WithTTL(200*time.Millisecond))
+	lk := lock.New(memdriver.New(name), lock.WithTTL(5*time.Second))
 	other := lock.New(memdriver.New(name))
 	defer other.Close()
 
