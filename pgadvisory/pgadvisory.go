@@ -95,12 +95,17 @@
 // connection that holds that id, and answers a TryAcquire of an id held by
 // another owner in the same process with lock.ErrLocked without a round trip.
 //
-// A blocking Acquire waits in PostgreSQL's queue on a connection of its own (one
-// that holds nothing), which then holds the lock; a cancelled wait is ended with
-// the server's cancel request, and the connection is cleared
+// A blocking Acquire first tries the key on a shared connection, like
+// TryAcquire; if it is held (or was found held within the last second, when the
+// try is skipped) Acquire waits in PostgreSQL's queue on a connection of its own,
+// one that holds nothing, which then holds the lock. A cancelled wait is ended
+// with the server's cancel request, and the connection is cleared
 // (pg_advisory_unlock_all) before Acquire returns, so a lock granted just as the
-// wait was cancelled is not left behind. When max_lock_conns connections are in
-// use, further waiters retry with backoff until one frees up.
+// wait was cancelled is not left behind. At most max_lock_conns-1 connections
+// wait at once; further waiters (and a holder that needs one more lock while
+// all are taken) retry with backoff until a connection frees up, so a burst of
+// waiters cannot exhaust the server's connections or deadlock the process, at
+// the price of FIFO order for those waiters.
 //
 // Lock connections are tagged with an application_name unique to the Driver
 // (ApplicationName), so they can be found in pg_stat_activity. Their session
@@ -115,13 +120,20 @@
 //
 // # Lost locks
 //
-// Each refresh pings the connection that holds the lock (one round trip per
-// connection, however many locks it holds, and refreshes due together share it).
-// A connection that fails, does not answer within its deadline, or answers from
-// a different backend is closed, and every lock it held is reported lost. When a
-// new connection finds that the server's start time changed (a restart, or a
-// failover to another server), every older connection is given up and its locks
-// reported lost too, and a standby (pg_is_in_recovery) is refused.
+// A lock here cannot expire, so the TTL does not bound how long it lives; it
+// bounds how long the lock is trusted without a confirmed check of its session
+// (turning automatic refresh off is not supported). Each refresh pings the
+// connection that holds the lock: one round trip per connection, however many
+// locks it holds, and refreshes due together share it. A connection that
+// fails, does not answer within its deadline (plus a second of grace), or
+// answers from a different backend is closed, and every lock it held is
+// reported lost, so a terminated backend, a server crash or a network cut is
+// noticed within the TTL even when the socket goes silent. When a new
+// connection finds that the server's start time changed (a restart, or a
+// failover to another server behind the same address), every older connection
+// is given up and its locks reported lost too, and a standby
+// (pg_is_in_recovery) is refused. A lock taken by waiting counts as confirmed
+// one round trip before its grant arrived.
 //
 // # Fencing
 //
@@ -147,15 +159,23 @@
 // pool_mode=transaction, and similar), which runs consecutive statements of one
 // client connection on different server sessions. Every lock and unlock
 // statement checks, inside the statement, that it runs on the session the
-// connection started with; when it does not, the driver refuses with an error
-// naming the pooler, takes nothing on the wrong session, and gives up the
-// connection. Use a direct connection, or session pooling.
+// connection started with; when it does not, the driver takes nothing on the
+// wrong session, gives up the connection, and from then on refuses every
+// acquire with ErrTransactionPooler, which names the cause and matches
+// lock.ErrUnsupported. A pooler that happens to keep a client on one session
+// is not detected until it moves it. Use a direct connection, or session
+// pooling (which works).
 //
 // Advisory locks are not replicated: a failover to a standby loses every lock.
-// The driver reports such locks lost (the connection breaks, or the server's
-// start time changes), and fencing tokens keep increasing as far as the standby
-// had received the sequence's log. Locks live in one database; clients must
-// connect to the same one to exclude each other.
+// The driver reports such locks lost when their connection breaks, or when a
+// new lock connection reaches a server with another start time; a connection
+// taken from the pool that still leads to an old primary that stayed up does
+// not see the failover. Fencing tokens keep increasing as far as the standby had
+// received the sequence's log. Locks live in one database; clients must connect
+// to the same one to exclude each other.
+//
+// Each waiting Acquire keeps a server connection busy, up to max_lock_conns-1
+// per Driver; the server's max_connections must allow for them.
 package pgadvisory
 
 import (
