@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -204,7 +205,7 @@ func (d *Driver) pause(ctx context.Context, backoff *time.Duration) (freed bool,
 		*backoff = maxBackoff
 	}
 	d.mu.Lock()
-	ch := d.freed
+	ch := d.freedChLocked()
 	d.mu.Unlock()
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -227,16 +228,15 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	if err := w.usable(); err != nil {
 		return driver.Grant{}, err
 	}
-	// Close ends the wait as ctx would.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopClose := context.AfterFunc(d.closing, cancel)
-	defer stopClose()
-
+	if ctx.Err() != nil || d.closing.Err() != nil {
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
 	start := time.Now()
-	tok, err := w.waitRow(wctx, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
+	// Close ends the wait as ctx would.
+	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
 	received := time.Now()
-	if err == nil && tok != nil && wctx.Err() == nil {
+	ended := ctx.Err() != nil || d.closing.Err() != nil
+	if err == nil && tok != nil && !ended {
 		// The server granted the lock at most about one round trip before the
 		// answer arrived; the validity of the lock counts from then.
 		granted := received.Add(-w.rtt)
@@ -262,11 +262,8 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 			d.kill(w, errSessionLost(cerr))
 		}
 	}
-	if d.closing.Err() != nil {
-		return driver.Grant{}, errClosed
-	}
-	if ctx.Err() != nil {
-		return driver.Grant{}, ctx.Err()
+	if ended {
+		return driver.Grant{}, d.waitEnded(ctx)
 	}
 	if fenceGone(err) {
 		return driver.Grant{}, d.errFenceGone(err)
@@ -274,39 +271,53 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	return driver.Grant{}, fmt.Errorf("pgadvisory: wait for lock: %w", err)
 }
 
-// waitRow runs a blocking lock statement on c (c.mu held) and returns its token
-// (nil for the wrong session). When ctx ends it sends the server a cancel request,
-// again if the statement does not end soon after (a cancel that overtook the
-// statement is ignored by the server), and at last cuts the socket.
-func (c *lockConn) waitRow(ctx context.Context, sql string, args []any) (*int64, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// waitEnded is the error of a wait ended by ctx or by Close.
+func (d *Driver) waitEnded(ctx context.Context) error {
+	if d.closing.Err() != nil {
+		return errClosed
 	}
+	return ctx.Err()
+}
+
+// waitRow runs a blocking lock statement on c (c.mu held) and returns its token
+// (nil for the wrong session). When ctx or closing ends it sends the server a
+// cancel request, again if the statement does not end soon after (a cancel
+// that overtook the statement is ignored by the server), and at last cuts the
+// socket.
+func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any) (*int64, error) {
 	returned := make(chan struct{})
 	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		for i := 0; i < cancelAttempts; i++ {
-			cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
-			err := c.conn.PgConn().CancelRequest(cctx)
-			cancel()
-			if err != nil {
-				break
+	var once sync.Once
+	abort := func() {
+		once.Do(func() {
+			defer close(cancelled)
+			for i := 0; i < cancelAttempts; i++ {
+				cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+				err := c.conn.PgConn().CancelRequest(cctx)
+				cancel()
+				if err != nil {
+					break
+				}
+				t := time.NewTimer(cancelWait)
+				select {
+				case <-returned:
+					t.Stop()
+					return
+				case <-t.C:
+				}
 			}
-			t := time.NewTimer(cancelWait)
-			select {
-			case <-returned:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		_ = c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
-	})
+			_ = c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
+		})
+	}
+	// Two registrations, none creating a context: the caller's context is
+	// new for each call and would make its children map for a derived one.
+	stopCtx := context.AfterFunc(ctx, abort)
+	stopClosing := context.AfterFunc(closing, abort)
 	var tok *int64
 	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(&tok)
 	close(returned)
-	if !stop() {
+	if stopped1, stopped2 := stopCtx(), stopClosing(); !stopped1 || !stopped2 {
+		abort() // waits for the one under way, if any
 		<-cancelled
 	}
 	if err == nil && !c.conn.IsClosed() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,10 +28,11 @@ type lockConn struct {
 	dead atomic.Bool // the session is gone or untrusted; set with d.mu held
 
 	// Guarded by d.mu.
-	locks   map[int64]*holding
-	users   int  // callers that picked the connection and have not let go
-	waiting bool // a blocking lock statement is in flight
-	start   time.Time
+	locks     map[int64]*holding
+	users     int  // callers that picked the connection and have not let go
+	waiting   bool // a blocking lock statement is in flight
+	start     time.Time
+	idleSince time.Time // when it last became idle holding nothing
 
 	pingMu   sync.Mutex
 	nextPing *pingCall // a ping not yet sent, which later callers join
@@ -62,9 +64,13 @@ const (
 // a statement about a hundred microseconds.
 const queueToGrow = 4
 
-// maxIdleEmpty is how many connections that hold nothing are kept open for
-// later waits and locks.
-const maxIdleEmpty = 2
+// Connections that hold nothing are kept for later waits and locks: keepIdle of
+// them for good, the others until they have been idle for idleTimeout, so a
+// burst of waiters that comes back does not reconnect each time.
+const (
+	keepIdle    = 2
+	idleTimeout = 30 * time.Second
+)
 
 // errSessionLost wraps the error by which the driver learned that a session ended.
 func errSessionLost(err error) error {
@@ -338,28 +344,24 @@ var errClosed = fmt.Errorf("pgadvisory: %w", driver.ErrClosed)
 // letGo ends a caller's use of c picked for it.
 func (d *Driver) letGo(c *lockConn) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	c.users--
 	c.waiting = false
-	var trim *lockConn
 	if c.users == 0 && !c.dead.Load() {
 		if len(c.locks) == 0 {
-			if d.idleEmptyLocked() > maxIdleEmpty {
-				c.dead.Store(true)
-				d.removeLocked(c)
-				trim = c
+			c.idleSince = time.Now()
+			if d.sweeper == nil && !d.closed && d.idleCountLocked() > keepIdle {
+				d.sweeper = time.AfterFunc(idleTimeout, d.sweep)
 			}
 			d.freedLocked()
 		}
 		d.broadcastLocked()
 	}
-	d.mu.Unlock()
-	if trim != nil {
-		trim.mu.Lock()
-		trim.unlock()
-	}
 }
 
-func (d *Driver) idleEmptyLocked() int {
+// idleCountLocked counts the connections that hold nothing and are not in use;
+// d.mu is held.
+func (d *Driver) idleCountLocked() int {
 	n := 0
 	for _, c := range d.conns {
 		if c.users == 0 && len(c.locks) == 0 {
@@ -367,6 +369,50 @@ func (d *Driver) idleEmptyLocked() int {
 		}
 	}
 	return n
+}
+
+// idleLocked returns the connections that hold nothing and are not in use,
+// most recently used first; d.mu is held.
+func (d *Driver) idleLocked() []*lockConn {
+	var idle []*lockConn
+	for _, c := range d.conns {
+		if c.users == 0 && len(c.locks) == 0 {
+			idle = append(idle, c)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].idleSince.After(idle[j].idleSince) })
+	return idle
+}
+
+// sweep closes the idle connections beyond keepIdle that have been idle for
+// idleTimeout, and comes back for the others.
+func (d *Driver) sweep() {
+	d.mu.Lock()
+	d.sweeper = nil
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	var stale []*lockConn
+	idle := d.idleLocked()
+	next := time.Duration(0)
+	for _, c := range idle[min(keepIdle, len(idle)):] {
+		if left := idleTimeout - time.Since(c.idleSince); left > 0 {
+			next = max(next, left)
+			continue
+		}
+		c.dead.Store(true)
+		d.removeLocked(c)
+		stale = append(stale, c)
+	}
+	if next > 0 {
+		d.sweeper = time.AfterFunc(next, d.sweep)
+	}
+	d.mu.Unlock()
+	for _, c := range stale {
+		c.mu.Lock()
+		c.unlock() // closes it
+	}
 }
 
 // connForTry picks a connection to send a non-blocking statement about id on,
@@ -405,7 +451,7 @@ func (d *Driver) connForTry(ctx context.Context, id int64, shared bool) (*lockCo
 			d.mu.Unlock()
 			return best, nil
 		}
-		changed := d.changed
+		changed := d.changedLocked()
 		d.mu.Unlock()
 		select {
 		case <-changed:

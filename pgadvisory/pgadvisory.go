@@ -235,6 +235,7 @@ type Driver struct {
 	recent   [contendedSlots]contention // keys recently found held, waited for without a try
 	changed  chan struct{}              // closed and replaced when a connection may have become usable
 	freed    chan struct{}              // closed and replaced when a connection to wait on may be had
+	sweeper  *time.Timer                // closes connections idle too long; nil when none is due
 }
 
 type ownerKey struct{ key, owner string }
@@ -283,8 +284,6 @@ func newDriver(pool *pgxpool.Pool, own bool, o options) (*Driver, error) {
 		settings: sessionSettings(cfg.RuntimeParams),
 		byOwner:  map[ownerKey]*holding{},
 		ids:      map[int64]idUse{},
-		changed:  make(chan struct{}),
-		freed:    make(chan struct{}),
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
@@ -435,16 +434,38 @@ func (d *Driver) forgetLocked(h *holding) {
 }
 
 // broadcastLocked wakes everyone waiting for a usable connection; d.mu is held.
+// The channels are made only when someone waits, so the common case costs
+// nothing.
 func (d *Driver) broadcastLocked() {
-	close(d.changed)
-	d.changed = make(chan struct{})
+	if d.changed != nil {
+		close(d.changed)
+		d.changed = nil
+	}
+}
+
+// changedLocked returns the channel broadcastLocked closes; d.mu is held.
+func (d *Driver) changedLocked() <-chan struct{} {
+	if d.changed == nil {
+		d.changed = make(chan struct{})
+	}
+	return d.changed
 }
 
 // freedLocked wakes the acquires that found no connection to wait on; d.mu is
 // held.
 func (d *Driver) freedLocked() {
-	close(d.freed)
-	d.freed = make(chan struct{})
+	if d.freed != nil {
+		close(d.freed)
+		d.freed = nil
+	}
+}
+
+// freedChLocked returns the channel freedLocked closes; d.mu is held.
+func (d *Driver) freedChLocked() <-chan struct{} {
+	if d.freed == nil {
+		d.freed = make(chan struct{})
+	}
+	return d.freed
 }
 
 // Close closes every lock connection, which ends their sessions: the server
@@ -460,6 +481,10 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	d.stop()
+	if d.sweeper != nil {
+		d.sweeper.Stop()
+		d.sweeper = nil
+	}
 	conns := d.conns
 	d.conns = nil
 	var lost []func(error)
