@@ -430,18 +430,31 @@ func (d *Driver) connForTry(ctx context.Context, id int64, shared bool) (*lockCo
 			d.mu.Unlock()
 			return nil, errHeldHere
 		}
+		// The least busy connection below the soft limit of locks, the fullest
+		// of those (so that locks gather on few connections); failing that,
+		// the least busy one.
 		var best *lockConn
+		better := func(c *lockConn) bool {
+			if cf, bf := len(c.locks) >= d.o.locksPerConn, len(best.locks) >= d.o.locksPerConn; cf != bf {
+				return !cf
+			}
+			if c.users != best.users {
+				return c.users < best.users
+			}
+			return len(c.locks) > len(best.locks)
+		}
 		for _, c := range d.conns {
 			if c.waiting || c.locks[id] != nil {
 				continue
 			}
-			if best == nil || c.users < best.users || (c.users == best.users && len(c.locks) > len(best.locks)) {
+			if best == nil || better(c) {
 				best = c
 			}
 		}
 		// One connection is opened at a time for statements like this one;
 		// the others queue on it or wait for it.
-		if (best == nil || best.users >= queueToGrow) && d.creating == 0 && len(d.conns) < d.o.maxConns {
+		grow := best == nil || best.users >= queueToGrow || len(best.locks) >= d.o.locksPerConn
+		if grow && d.creating == 0 && len(d.conns) < d.o.maxConns {
 			d.creating++
 			d.mu.Unlock()
 			return d.open(ctx, false)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/pgadvisory"
 )
@@ -39,8 +40,9 @@ func sessions(t testing.TB, dsn string, d *pgadvisory.Driver) (conns, locks int)
 	return conns, locks
 }
 
-// 10,000 held locks share a handful of connections: one when taken one after
-// another, a few when taken from many goroutines at once.
+// 10,000 held locks share a handful of connections: DefaultLocksPerConn on each
+// when taken one after another, a few more when taken from many goroutines at
+// once.
 func TestTenThousandHeldLocksShareAHandfulOfConnections(t *testing.T) {
 	const n = 10000
 	ctx := context.Background()
@@ -75,13 +77,25 @@ func TestTenThousandHeldLocksShareAHandfulOfConnections(t *testing.T) {
 			if locks != n {
 				t.Errorf("the server shows %d advisory locks of the driver, want %d", locks, n)
 			}
-			if goroutines == 1 && conns != 1 {
-				t.Errorf("%d locks taken one after another use %d connections, want 1", n, conns)
+			full := (n + pgadvisory.DefaultLocksPerConn - 1) / pgadvisory.DefaultLocksPerConn
+			if goroutines == 1 && conns != full {
+				t.Errorf("%d locks taken one after another use %d connections, want %d", n, conns, full)
 			}
-			// A connection is added only when the others have a queue of
-			// callers (4), one at a time.
-			if conns > 4 {
-				t.Errorf("%d locks taken by %d goroutines use %d connections, want at most 4", n, goroutines, conns)
+			// A connection is added only when the others are full or have a
+			// queue of callers, one at a time.
+			if conns > full+2 {
+				t.Errorf("%d locks taken by %d goroutines use %d connections, want at most %d", n, goroutines, conns, full+2)
+			}
+			var most int
+			if err := connect(t, dsn).QueryRow(ctx, `SELECT max(n) FROM (SELECT count(*) AS n FROM pg_locks l
+				JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1 AND l.locktype = 'advisory' GROUP BY pid) s`,
+				d.ApplicationName()).Scan(&most); err != nil {
+				t.Fatal(err)
+			}
+			// Soft: callers keep using a full connection while the next one
+			// opens.
+			if most > pgadvisory.DefaultLocksPerConn*11/10 {
+				t.Errorf("a connection holds %d locks, well above the soft limit %d", most, pgadvisory.DefaultLocksPerConn)
 			}
 			for _, l := range held {
 				if err := l.Release(ctx); err != nil {
@@ -356,5 +370,60 @@ func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 	}
 	if err := mine.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Release checks pg_advisory_unlock's result: a lock the session no longer
+// holds is ErrNotHeld (and lost), never a silent success.
+func TestReleaseOfALockTheSessionNoLongerHoldsIsErrNotHeld(t *testing.T) {
+	ctx := context.Background()
+	d, locker := openDriver(t, testserver.Postgres(t))
+	l, err := locker.TryAcquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgadvisory.ExecOnLockSessionsForTest(d, `SELECT pg_advisory_unlock_all()`); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Release(ctx)
+	if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Release after the session dropped the lock = %v, want ErrNotHeld and ErrLost", err)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Error("Lost() still open")
+	}
+}
+
+// RefreshBatch confirms the locks it is given, with one ping per connection,
+// and refuses owners that hold nothing.
+func TestRefreshBatchConfirmsHeldLocksAndRefusesOthers(t *testing.T) {
+	ctx := context.Background()
+	dsn := testserver.Postgres(t)
+	d := mustOpen(t, dsn)
+	defer d.Close()
+	var reqs []*driver.Request
+	for i := 0; i < 50; i++ {
+		req := &driver.Request{Key: fmt.Sprintf("%s/%d", t.Name(), i), Owner: fmt.Sprintf("owner-%d", i), TTL: time.Second, Lost: func(error) {}}
+		if _, err := d.TryAcquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	stranger := &driver.Request{Key: t.Name() + "/0", Owner: "stranger", TTL: time.Second, Lost: func(error) {}}
+	errs := d.RefreshBatch(ctx, append(reqs, stranger))
+	for i, err := range errs[:len(reqs)] {
+		if err != nil {
+			t.Errorf("lock %d: %v", i, err)
+		}
+	}
+	if err := errs[len(reqs)]; !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("a stranger's refresh = %v, want ErrNotHeld", err)
+	}
+	for _, req := range reqs {
+		if err := d.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 
 // driverParams are the query parameters this driver reads; every other one goes
 // to pgxpool.ParseConfig.
-var driverParams = []string{"fence_create", "fence_sequence", "fencing", "max_lock_conns"}
+var driverParams = []string{"fence_create", "fence_sequence", "fencing", "locks_per_conn", "max_lock_conns"}
 
 // portableParams belong to lock.Open, which removes them before a driver sees
 // the URL.
@@ -152,6 +152,12 @@ func driverOptions(q url.Values) ([]Option, error) {
 				return nil, bad(name, v, "an integer of at least 2")
 			}
 			opts = append(opts, WithMaxConns(n))
+		case "locks_per_conn":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, bad(name, v, "a positive integer")
+			}
+			opts = append(opts, WithLocksPerConn(n))
 		}
 	}
 	return opts, nil

@@ -43,6 +43,7 @@ func TestDriverParametersAreNotSentToTheServer(t *testing.T) {
 	ctx := context.Background()
 	dsn := testserver.Postgres(t)
 	u := withParam(t, dsn, "max_lock_conns", "3")
+	u = withParam(t, u, "locks_per_conn", "100")
 	u = withParam(t, u, "fence_sequence", "params_test_fence")
 	u = withParam(t, u, "fence_create", "true")
 	u = withParam(t, u, "fencing", "true")
@@ -74,6 +75,7 @@ func TestBadParametersAreRejectedListingTheAccepted(t *testing.T) {
 		"fence_create not bool":  {"fence_create", "sometimes", "fence_create"},
 		"max_lock_conns too low": {"max_lock_conns", "1", "at least 2"},
 		"max_lock_conns not int": {"max_lock_conns", "many", "max_lock_conns"},
+		"locks_per_conn zero":    {"locks_per_conn", "0", "positive"},
 		"unknown parameter":      {"lock_conns", "4", "max_lock_conns"},
 		"portable parameter":     {"ttl", "10s", "lock.Open"},
 	}
