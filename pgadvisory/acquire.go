@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/distlock/lock/driver"
 )
 
@@ -65,19 +67,19 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 	d.mu.Unlock()
 
 	start := time.Now()
-	var tok *int64
+	var tok token
 	err = c.queryRow(ctx, st.tryFor(req.Shared), d.lockArgs(id, c.pid), &tok)
 	switch {
 	case err != nil:
 		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
-	case tok == nil:
+	case !tok.Valid:
 		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return driver.Grant{}, false, cause
-	case *tok == 0:
+	case tok.Int64 == 0:
 		return driver.Grant{}, false, driver.ErrLocked
 	}
-	g, err = d.register(c, req, id, uint64(*tok), start)
+	g, err = d.register(c, req, id, uint64(tok.Int64), start)
 	return g, false, err
 }
 
@@ -94,11 +96,11 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // not sent
 	}
-	var ok *bool
+	var ok pgtype.Bool
 	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
 	uerr := c.queryRow(uctx, unlockFor(shared), []any{id, c.pid}, &ok)
 	cancel()
-	if uerr != nil || ok == nil {
+	if uerr != nil || !ok.Valid {
 		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
 	}
 	if fenceGone(err) {
@@ -114,6 +116,10 @@ func (d *Driver) lockArgs(id int64, pid int32) []any {
 	}
 	return []any{id, pid}
 }
+
+// token is a lock statement's result: the fencing token, 0 for "held
+// elsewhere", or NULL for "wrong session". A pgtype scans without reflection.
+type token = pgtype.Int8
 
 // Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
 // queue (pg_advisory_lock) on a connection of its own, so it is granted the lock
@@ -236,16 +242,16 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
-	if err == nil && tok != nil && !ended {
+	if err == nil && tok.Valid && !ended {
 		// The server granted the lock at most about one round trip before the
 		// answer arrived; the validity of the lock counts from then.
 		granted := received.Add(-w.rtt)
 		if granted.Before(start) {
 			granted = start
 		}
-		return d.register(w, req, id, uint64(*tok), granted)
+		return d.register(w, req, id, uint64(tok.Int64), granted)
 	}
-	if err == nil && tok == nil {
+	if err == nil && !tok.Valid {
 		cause := d.pooled(w, 0)
 		d.kill(w, cause)
 		return driver.Grant{}, cause
@@ -284,7 +290,7 @@ func (d *Driver) waitEnded(ctx context.Context) error {
 // cancel request, again if the statement does not end soon after (a cancel
 // that overtook the statement is ignored by the server), and at last cuts the
 // socket.
-func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any) (*int64, error) {
+func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any) (token, error) {
 	returned := make(chan struct{})
 	cancelled := make(chan struct{})
 	var once sync.Once
@@ -313,7 +319,7 @@ func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any)
 	// new for each call and would make its children map for a derived one.
 	stopCtx := context.AfterFunc(ctx, abort)
 	stopClosing := context.AfterFunc(closing, abort)
-	var tok *int64
+	var tok token
 	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(&tok)
 	close(returned)
 	if stopped1, stopped2 := stopCtx(), stopClosing(); !stopped1 || !stopped2 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/distlock/lock/driver"
 )
 
@@ -35,7 +37,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	if !d.holds(h) {
 		return fmt.Errorf("%w: its session was lost", driver.ErrNotHeld)
 	}
-	var ok *bool
+	var ok pgtype.Bool
 	err := c.queryRow(ctx, unlockFor(h.shared), []any{h.id, c.pid}, &ok)
 	switch {
 	case c.broken(err):
@@ -44,7 +46,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
 	case err != nil:
 		return fmt.Errorf("pgadvisory: unlock: %w", err) // the lock stays held
-	case ok == nil:
+	case !ok.Valid:
 		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
@@ -53,7 +55,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	d.forgetLocked(h)
 	d.broadcastLocked()
 	d.mu.Unlock()
-	if !*ok {
+	if !ok.Bool {
 		return fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
 	}
 	return nil
