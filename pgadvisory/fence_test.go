@@ -33,11 +33,14 @@ func TestFencingWithoutDDLRightsFailsClearlyUntilTheSequenceIsGranted(t *testing
 	dsn := testserver.Postgres(t)
 	admin := connect(t, dsn)
 	role := "locker_without_ddl"
+	seq := pgx.Identifier{role + "_fence"}.Sanitize()
+	cleanup := func() {
+		_, _ = admin.Exec(context.Background(), `DROP SEQUENCE IF EXISTS `+seq)
+		_, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	}
+	cleanup()
+	t.Cleanup(cleanup)
 	mustExec(t, admin, `CREATE ROLE `+role+` LOGIN`) // PostgreSQL 15: no CREATE on schema public
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), `DROP OWNED BY `+role)
-		_, _ = admin.Exec(context.Background(), `DROP ROLE `+role)
-	})
 	userURL := withParam(t, asRole(t, dsn, role), "prefix", role)
 
 	locker, err := lock.Open(ctx, userURL)
@@ -81,7 +84,6 @@ func TestFencingWithoutDDLRightsFailsClearlyUntilTheSequenceIsGranted(t *testing
 	}
 
 	// A privileged user runs what the message says; then the same Locker works.
-	seq := pgx.Identifier{role + "_fence"}.Sanitize()
 	mustExec(t, admin, `CREATE SEQUENCE `+seq+` AS bigint MINVALUE 1 NO CYCLE CACHE 1`)
 	mustExec(t, admin, `GRANT USAGE ON SEQUENCE `+seq+` TO `+role)
 	l, err = locker.TryAcquire(ctx, t.Name())
@@ -101,14 +103,16 @@ func TestUnfitFenceSequenceIsRefused(t *testing.T) {
 	ctx := context.Background()
 	dsn := testserver.Postgres(t)
 	admin := connect(t, dsn)
-	cases := map[string]struct{ create, want string }{
-		"cached":     {`CREATE SEQUENCE unfit_cached CACHE 10`, "CACHE 10"},
-		"cycling":    {`CREATE SEQUENCE unfit_cycling CYCLE`, "CYCLE"},
-		"decreasing": {`CREATE SEQUENCE unfit_decreasing INCREMENT -1`, "INCREMENT -1"},
-		"table":      {`CREATE TABLE unfit_table (x int)`, "not a sequence"},
+	cases := map[string]struct{ create, drop, want string }{
+		"cached":     {`CREATE SEQUENCE unfit_cached CACHE 10`, `DROP SEQUENCE IF EXISTS unfit_cached`, "CACHE 10"},
+		"cycling":    {`CREATE SEQUENCE unfit_cycling CYCLE`, `DROP SEQUENCE IF EXISTS unfit_cycling`, "CYCLE"},
+		"decreasing": {`CREATE SEQUENCE unfit_decreasing INCREMENT -1`, `DROP SEQUENCE IF EXISTS unfit_decreasing`, "INCREMENT -1"},
+		"table":      {`CREATE TABLE unfit_table (x int)`, `DROP TABLE IF EXISTS unfit_table`, "not a sequence"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
+			mustExec(t, admin, c.drop)
+			t.Cleanup(func() { _, _ = admin.Exec(context.Background(), c.drop) })
 			mustExec(t, admin, c.create)
 			locker, err := lock.Open(ctx, withParam(t, dsn, "fence_sequence", "unfit_"+name))
 			if err != nil {
