@@ -1,0 +1,104 @@
+package zkdriver
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// go-zookeeper's calls take no context: one blocks until the server answers,
+// the connection drops (after 2/3 of the session timeout without a word from a
+// hung server) or the connection is closed. call runs such a call in a goroutine
+// of its own so the caller can give up when its context ends; the goroutine
+// finishes when go-zookeeper returns, and then runs abandoned, if the caller had
+// given up, so that a create that succeeded after all is not forgotten.
+
+// result is what a go-zookeeper call returns.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+const (
+	callRunning int32 = iota
+	callReturned
+	callAbandoned
+)
+
+// call runs op and returns its result, or ctx's error if ctx ends first. Every
+// answer from the server (success or a ZooKeeper error such as NoNode) counts as
+// contact with the session at the moment op was started.
+func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned func(T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if ctx.Done() == nil { // cannot end: no goroutine needed
+		start := time.Now()
+		v, err := op()
+		d.contact(start, err)
+		return v, err
+	}
+	var state atomic.Int32
+	done := make(chan result[T], 1)
+	d.ops.Add(1)
+	go func() {
+		defer d.ops.Done()
+		start := time.Now()
+		v, err := op()
+		d.contact(start, err)
+		if state.CompareAndSwap(callRunning, callReturned) {
+			done <- result[T]{v, err}
+			return
+		}
+		if abandoned != nil {
+			abandoned(v, err)
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			return zero, ctx.Err()
+		}
+		r := <-done // it returned just now
+		return r.v, r.err
+	}
+}
+
+// answered reports whether err is an answer from the server, as opposed to a
+// request that never got one.
+func answered(err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
+		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionExpired),
+		errors.Is(err, zk.ErrSessionMoved), errors.Is(err, zk.ErrShortBuffer),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	var code interface{ Timeout() bool }
+	if errors.As(err, &code) { // a net.Error
+		return false
+	}
+	return true
+}
+
+// ambiguous reports whether a write that failed with err may nevertheless have
+// been applied: the request was sent and the connection dropped before the
+// reply came.
+func ambiguous(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// transient reports whether err may go away once the client reconnects.
+func transient(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrSessionExpired)
+}

@@ -1,0 +1,27 @@
+package zkdriver
+
+import "time"
+
+// Internals for the external tests.
+var (
+	EscapeName = escapeName
+	Sequence   = sequence
+	ParseURL   = parseURL
+)
+
+// SessionForTest returns the live session's id, password and negotiated
+// timeout, as the last connect handshake gave them (Open only).
+func (d *Driver) SessionForTest() (id int64, passwd []byte, timeout time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.session.id, d.session.passwd, d.session.timeout
+}
+
+// Servers returns the URL config's servers, for tests of parseURL.
+func (c urlConfig) Servers() []string { return c.servers }
+
+// Chroot returns the URL config's chroot.
+func (c urlConfig) Chroot() string { return c.chroot }
+
+// SessionTimeout returns the URL config's session timeout.
+func (c urlConfig) SessionTimeout() time.Duration { return c.sessionTimeout }
