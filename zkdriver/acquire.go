@@ -289,6 +289,15 @@ func (d *Driver) ensureParent(ctx context.Context, parent string) (made bool, er
 func (d *Driver) ensureRoot(ctx context.Context) error {
 	for _, p := range d.rootPath {
 		_, err := call(d, ctx, func() (string, error) { return d.conn.Create(p, nil, 0, d.acl) }, nil)
+		if errors.Is(err, zk.ErrNoAuth) {
+			// The server checks the parent's ACL before whether p exists: an
+			// administrator may have made p for us under a node we cannot write.
+			var ok bool
+			ok, err = call(d, ctx, func() (bool, error) { ok, _, err := d.conn.Exists(p); return ok, err }, nil)
+			if err == nil && !ok {
+				err = zk.ErrNoAuth
+			}
+		}
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("zkdriver: create %s: %w", p, err)
 		}

@@ -4,9 +4,10 @@ import "time"
 
 // Internals for the external tests.
 var (
-	EscapeName = escapeName
-	Sequence   = sequence
-	ParseURL   = parseURL
+	EscapeName  = escapeName
+	Sequence    = sequence
+	Predecessor = predecessor
+	ParseURL    = parseURL
 )
 
 // SessionForTest returns the live session's id, password and negotiated

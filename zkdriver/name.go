@@ -12,7 +12,7 @@ import (
 const (
 	// maxDirect is the longest escaped key used whole as a znode name. ZooKeeper
 	// sets no limit on a name, but every request carries the full path, and tools
-	// (zkCli, Curator, exhibitors) print it; longer keys are cut and hashed. A cut
+	// (zkCli, Curator, Exhibitor) print it; longer keys are cut and hashed. A cut
 	// name is at most hashedPrefix + 1 + 64 = 193 bytes.
 	maxDirect = 200
 	// hashedPrefix is how much of a long key's escaped form stays readable.
@@ -97,17 +97,25 @@ func hasMarker(name, marker string) bool {
 // last "lock-", as Curator's StandardLockInternalsDriver.fixForSorting and
 // go-zookeeper's zk.Lock read it. ok is false for a child that is not a lock
 // node (it is then no competitor).
-func sequence(name string) (seq int64, ok bool) {
+func sequence(name string) (seq int32, ok bool) {
 	i := strings.LastIndex(name, lockName)
 	if i < 0 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[i+len(lockName):], 10, 64)
+	n, err := strconv.ParseInt(name[i+len(lockName):], 10, 32)
 	if err != nil {
 		return 0, false
 	}
-	return n, true
+	return int32(n), true
 }
+
+// before reports whether sequence a was handed out before b. ZooKeeper's
+// counter is a signed 32-bit number that wraps from 2147483647 to -2147483648
+// (ZOOKEEPER-2944); comparing in serial-number arithmetic (RFC 1982) keeps the
+// queue in order across the wrap, as long as it spans less than 2^31 numbers.
+// (Curator and zk.Lock compare plainly, so across a wrap they disagree with
+// us and with each other.)
+func before(a, b int32) bool { return int32(uint32(a)-uint32(b)) < 0 }
 
 // predecessor finds our node among children and the lock node right before it
 // in the queue (the one to watch), or "" if we are first.
@@ -116,17 +124,17 @@ func predecessor(children []string, ours string) (pred string, present bool) {
 	if !ok {
 		return "", false
 	}
-	var best int64
+	var best int32
 	for _, c := range children {
 		if c == ours {
 			present = true
 			continue
 		}
 		s, ok := sequence(c)
-		if !ok || s >= mine {
+		if !ok || !before(s, mine) {
 			continue
 		}
-		if pred == "" || s > best {
+		if pred == "" || before(best, s) {
 			pred, best = c, s
 		}
 	}
