@@ -96,13 +96,13 @@ func TestSequenceIsReadAfterTheLastLockMarker(t *testing.T) {
 	for name, want := range map[string]int32{
 		"_c_0d3a0a3e-4b3c-4e1a-9d4f-2b1c8e7f6a5b-lock-0000000007": 7,
 		"_c_83d3a5fb7e1d4c9a8e2f6b1d0c9a8e7f-lock-0000000012":     12, // go-zookeeper's zk.Lock
-		"lock-0000000003":             3, // Curator without protection
-		"_c_x-lock-lock-0000000004":   4,
-		"_c_x-lock--2147483648":       -2147483648, // after ZooKeeper's counter overflowed
-		"_c_x-__WRIT__0000000001":     -1,          // Curator read-write lock: not a mutex node
-		"something-else":              -1,
-		"_c_x-lock-":                  -1,
-		"_c_x-lock-00000000x1":        -1,
+		"lock-0000000003":           3, // Curator without protection
+		"_c_x-lock-lock-0000000004": 4,
+		"_c_x-lock--2147483648":     -2147483648, // after ZooKeeper's counter overflowed
+		"_c_x-__WRIT__0000000001":   -1,          // Curator read-write lock: not a mutex node
+		"something-else":            -1,
+		"_c_x-lock-":                -1,
+		"_c_x-lock-00000000x1":      -1,
 	} {
 		got, ok := zkdriver.Sequence(name)
 		if want == -1 {

@@ -49,21 +49,21 @@ func TestURLFormsAreParsed(t *testing.T) {
 func TestBadURLsAreRejectedWithoutTheirPassword(t *testing.T) {
 	const secret = "s3cr3t-pw"
 	cases := map[string]string{
-		"zk://u:" + secret + "@h:2181?sessiontimeout=1s":        "accepted: session_timeout, connect_timeout",
-		"zk://u:" + secret + "@h:2181?session_timeout=ten":      "session_timeout",
-		"zk://u:" + secret + "@h:2181?session_timeout=0s":       "session_timeout",
-		"zk://u:" + secret + "@h:2181?connect_timeout=-1s":      "connect_timeout",
-		"zk://u:" + secret + "@h:2181,,h2:2181":                 "empty server",
-		"zk://u:" + secret + "@h:notaport":                      "",
-		"zk://u:" + secret + "@h:2181/a//b":                     "chroot",
-		"zk://u:" + secret + "@h:2181/a/../b":                   "chroot",
+		"zk://u:" + secret + "@h:2181?sessiontimeout=1s":         "accepted: session_timeout, connect_timeout",
+		"zk://u:" + secret + "@h:2181?session_timeout=ten":       "session_timeout",
+		"zk://u:" + secret + "@h:2181?session_timeout=0s":        "session_timeout",
+		"zk://u:" + secret + "@h:2181?connect_timeout=-1s":       "connect_timeout",
+		"zk://u:" + secret + "@h:2181,,h2:2181":                  "empty server",
+		"zk://u:" + secret + "@h:notaport":                       "",
+		"zk://u:" + secret + "@h:2181/a//b":                      "chroot",
+		"zk://u:" + secret + "@h:2181/a/../b":                    "chroot",
 		"zk://u:" + secret + "@h:2181/a/":                        "chroot",
-		"zk://u:" + secret + "@h:2181/a%01b":                    "chroot",
-		"zk://:" + secret + "@h:2181":                           "user and a password",
-		"zk://u@h:2181":                                         "user and a password",
-		"zk://u:" + secret + "@h:2181#frag":                     "fragment",
-		"zk://u:" + secret + "@":                                "want zk://host",
-		"zk://u:" + secret + "@h:2181/%zz":                      "", // url.Parse fails: the portable layer redacts
+		"zk://u:" + secret + "@h:2181/a%01b":                     "chroot",
+		"zk://:" + secret + "@h:2181":                            "user and a password",
+		"zk://u@h:2181":                                          "user and a password",
+		"zk://u:" + secret + "@h:2181#frag":                      "fragment",
+		"zk://u:" + secret + "@":                                 "want zk://host",
+		"zk://u:" + secret + "@h:2181/%zz":                       "", // url.Parse fails: the portable layer redacts
 		"zk://u:" + strings.ReplaceAll(secret, "-", "%zz") + "@": "",
 	}
 	for raw, want := range cases {
