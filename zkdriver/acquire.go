@@ -186,11 +186,19 @@ func (d *Driver) create(ctx context.Context, h *holding) (first bool, err error)
 			}
 		}
 		session := d.conn.SessionID()
+		d.mu.Lock()
+		h.sent = true
+		d.mu.Unlock()
 		path, err := call(d, ctx, func() (string, error) {
 			return d.conn.Create(parent+"/"+nodePrefix(marker), nil, zk.FlagEphemeral|zk.FlagSequence, d.acl)
 		}, func(path string, err error) {
 			d.createAbandoned(h, marker, session, path, err)
 		})
+		if !errors.As(err, new(abandonedError)) {
+			d.mu.Lock()
+			h.sent = false // returned while we waited; else createAbandoned clears it
+			d.mu.Unlock()
+		}
 		switch {
 		case err == nil:
 			name := path[len(parent)+1:]
@@ -221,7 +229,11 @@ func (d *Driver) create(ctx context.Context, h *holding) (first bool, err error)
 func (d *Driver) createAbandoned(h *holding, marker string, session int64, path string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	wanted := !d.closed && d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.marker == marker && h.name == ""
+	h.sent = false
+	if d.closed {
+		return // the session ends, or Close deleted what it could
+	}
+	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.marker == marker && h.name == ""
 	switch {
 	case err == nil && wanted:
 		h.name = path[len(h.parent)+1:]

@@ -63,12 +63,19 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 		return r.v, r.err
 	case <-ctx.Done():
 		if state.CompareAndSwap(callRunning, callAbandoned) {
-			return zero, ctx.Err()
+			return zero, abandonedError{ctx.Err()}
 		}
 		r := <-done // it returned just now
 		return r.v, r.err
 	}
 }
+
+// abandonedError is ctx's error from a call given up while go-zookeeper still
+// had it: abandoned runs when it returns.
+type abandonedError struct{ err error }
+
+func (e abandonedError) Error() string { return e.err.Error() }
+func (e abandonedError) Unwrap() error { return e.err }
 
 // answered reports whether err is an answer from the server, as opposed to a
 // request that never got one.

@@ -181,6 +181,11 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 	d.removeLocked(h)
 	var o orphan
 	switch {
+	case h.sent:
+		// A create is still in flight (its Acquire gave up waiting for it):
+		// createAbandoned deletes what it makes, once it returns.
+		d.mu.Unlock()
+		return driver.ErrNotHeld
 	case h.name != "":
 		o = orphan{path: h.path()}
 	case h.unsure:

@@ -82,6 +82,7 @@ type holding struct {
 	parent string // the key's node
 	marker string // of the node being or last created; "" before the first create
 	unsure bool   // a create with marker may have been applied unseen
+	sent   bool   // a create is in flight; createAbandoned settles it if its caller left
 	name   string // our node's name under parent, "" until known
 	state  holdState
 
