@@ -72,43 +72,27 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 }
 
 // step makes sure h has a node, and either holds the lock with it, gives up
-// (try), or waits for its predecessor to go. It returns errVanished to be called
-// again.
+// (try), or waits for the node ahead of it to go. It returns errVanished to be
+// called again.
 func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant, error) {
 	d.mu.Lock()
 	hasNode := h.name != ""
 	d.mu.Unlock()
-	first := false
+	var lst *listing
 	start := time.Now()
 	if !hasNode {
 		var err error
-		if first, err = d.create(ctx, h); err != nil {
+		if lst, err = d.create(ctx, h); err != nil {
 			return driver.Grant{}, err
 		}
 	}
-	d.mu.Lock()
-	parent, name := h.parent, h.name
-	d.mu.Unlock()
-	pred := ""
-	if !first {
+	if lst == nil {
 		start = time.Now()
-		children, err := call(d, ctx, func() ([]string, error) {
-			c, _, err := d.conn.Children(parent)
-			return c, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			d.forget(h, name)
-			return driver.Grant{}, errVanished
-		}
-		if err != nil {
-			return driver.Grant{}, d.closedOr(err)
-		}
-		var present bool
-		if pred, present = predecessor(children, name); !present {
-			// Deleted, or gone with an expired session: queue again.
-			d.forget(h, name)
-			return driver.Grant{}, errVanished
-		}
+		lst = d.list(ctx, h.parent)
+	}
+	pred, err := d.read(h, lst)
+	if err != nil {
+		return driver.Grant{}, err
 	}
 	if pred == "" {
 		return d.grant(ctx, h, start)
@@ -117,7 +101,79 @@ func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant,
 		d.drop(ctx, h)
 		return driver.Grant{}, driver.ErrLocked
 	}
-	return driver.Grant{}, d.waitFor(ctx, parent+"/"+pred)
+	return driver.Grant{}, d.waitFor(ctx, h, pred)
+}
+
+// listing is a key node's children with the key node's stat.
+type listing struct {
+	children []string
+	stat     *zk.Stat
+	session  int64 // the live session once the answer came
+	err      error
+}
+
+func (d *Driver) list(ctx context.Context, parent string) *listing {
+	var st *zk.Stat
+	children, err := call(d, ctx, func() ([]string, error) {
+		c, s, err := d.conn.Children(parent)
+		st = s
+		return c, err
+	}, nil)
+	if err != nil {
+		st = nil // the call may still be running
+	}
+	return &listing{children: children, stat: st, session: d.conn.SessionID(), err: err}
+}
+
+// read takes from a listing of h's key node the node h waits for ("" if none
+// is ahead). If h's node was created in the session that answered the listing
+// (no session change in between), that session owns it.
+func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
+	d.mu.Lock()
+	name, createdIn := h.name, h.createdIn
+	d.mu.Unlock()
+	if errors.Is(lst.err, zk.ErrNoNode) {
+		d.forget(h, name) // gone with its key node, or deleted
+		return "", errVanished
+	}
+	if lst.err != nil {
+		return "", d.closedOr(lst.err)
+	}
+	pred, present := predecessor(lst.children, name)
+	if !present {
+		// Deleted, or gone with an expired session: queue again.
+		d.forget(h, name)
+		return "", errVanished
+	}
+	d.mu.Lock()
+	if h.name == name {
+		if createdIn != 0 && lst.session == createdIn {
+			h.owner = createdIn
+		}
+		h.view = lst.stat
+	}
+	d.mu.Unlock()
+	return pred, nil
+}
+
+// readOwner reads which session owns h's node called name.
+func (d *Driver) readOwner(ctx context.Context, h *holding, name string) error {
+	st, err := call(d, ctx, func() (*zk.Stat, error) {
+		ok, st, err := d.conn.Exists(h.parent + "/" + name)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		return st, err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if h.name == name {
+		h.owner = st.EphemeralOwner
+	}
+	d.mu.Unlock()
+	return nil
 }
 
 // holding returns req's holding, making it if new. held is true, with the
@@ -132,7 +188,7 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 	if h := d.holds[k]; h != nil {
 		h.req = req
 		if h.state == stateGranted || h.state == stateReleasing {
-			return h, driver.Grant{Token: uint64(h.czxid), Start: h.start}, true, nil
+			return h, driver.Grant{Token: h.token, Start: h.start}, true, nil
 		}
 		return h, driver.Grant{}, false, nil
 	}
@@ -146,14 +202,14 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 const maxCreateAttempts = 8
 
 // create makes h's lock node: a protected, ephemeral, sequential node under the
-// key node, which is made as a container when missing. It reports first when
-// the node is certainly first in its queue: it has sequence 0 in a key node this
-// call made, so no other node was ever created there.
+// key node, which is made as a container when missing. On a key node it has not
+// seen it also lists the queue in the same round trip (createFresh), and
+// returns that listing.
 //
 // A create whose reply was lost leaves h.unsure set; the next call looks for a
 // node with h's marker before creating another, so the lost node is used rather
 // than orphaned.
-func (d *Driver) create(ctx context.Context, h *holding) (first bool, err error) {
+func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 	for attempt := 1; ; attempt++ {
 		d.mu.Lock()
 		parent, marker, unsure := h.parent, h.marker, h.unsure
@@ -161,14 +217,14 @@ func (d *Driver) create(ctx context.Context, h *holding) (first bool, err error)
 		if unsure {
 			name, err := d.findMarked(ctx, parent, marker)
 			if err != nil {
-				return false, d.closedOr(err)
+				return nil, d.closedOr(err)
 			}
 			d.mu.Lock()
 			h.unsure = false
 			if name != "" {
-				h.name = name
+				h.name, h.createdIn, h.owner, h.view = name, 0, 0, nil // its owner is unknown: read it
 				d.mu.Unlock()
-				return false, nil
+				return nil, nil
 			}
 			d.mu.Unlock()
 			// Never made: create again under the same marker, as Curator does.
@@ -179,47 +235,119 @@ func (d *Driver) create(ctx context.Context, h *holding) (first bool, err error)
 			d.mu.Unlock()
 		}
 
-		made := false
-		if !d.knownParent(parent) {
-			if made, err = d.ensureParent(ctx, parent); err != nil {
-				return false, d.closedOr(err)
+		var (
+			path       string
+			lst        *listing
+			err        error
+			parentErr  error
+			known      = d.knownParent(parent)
+			session    = d.conn.SessionID()
+			createPath = parent + "/" + nodePrefix(marker)
+		)
+		switch {
+		case known:
+			path, err = d.createNode(ctx, h, createPath, marker, session)
+		case d.ownConn:
+			path, lst, parentErr, err = d.createFresh(ctx, h, parent, createPath, marker, session)
+		default:
+			if err = d.ensureParent(ctx, parent); err != nil {
+				return nil, d.closedOr(err)
 			}
-		}
-		session := d.conn.SessionID()
-		d.mu.Lock()
-		h.sent = true
-		d.mu.Unlock()
-		path, err := call(d, ctx, func() (string, error) {
-			return d.conn.Create(parent+"/"+nodePrefix(marker), nil, zk.FlagEphemeral|zk.FlagSequence, d.acl)
-		}, func(path string, err error) {
-			d.createAbandoned(h, marker, session, path, err)
-		})
-		if !errors.As(err, new(abandonedError)) {
-			d.mu.Lock()
-			h.sent = false // returned while we waited; else createAbandoned clears it
-			d.mu.Unlock()
+			path, err = d.createNode(ctx, h, createPath, marker, session)
 		}
 		switch {
 		case err == nil:
-			name := path[len(parent)+1:]
 			d.mu.Lock()
-			h.name = name
+			h.name, h.createdIn, h.owner, h.view = path[len(parent)+1:], session, 0, nil
 			d.mu.Unlock()
 			d.rememberParent(parent)
-			seq, _ := sequence(name)
-			return made && seq == 0, nil
+			return lst, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < maxCreateAttempts:
-			// The key node went between our check and our create: the server
-			// reaps empty containers. Make it again.
+			// The key node went between our check and our create (the server
+			// reaps empty containers), or could not be made because the prefix
+			// is missing. Make them again.
 			d.forgetParent(parent)
+			if errors.Is(parentErr, zk.ErrNoNode) {
+				if err := d.ensureRoot(ctx); err != nil {
+					return nil, d.closedOr(err)
+				}
+			}
 		case ambiguous(err):
 			d.mu.Lock()
 			h.unsure = true
 			d.mu.Unlock()
-			return false, d.closedOr(err)
+			return nil, d.closedOr(err)
 		default:
-			return false, d.closedOr(err)
+			if parentErr != nil {
+				err = fmt.Errorf("zkdriver: create key node: %w", parentErr)
+			}
+			return nil, d.closedOr(err)
 		}
+	}
+}
+
+// createNode creates h's lock node at createPath (ZooKeeper appends the
+// sequence number). If the caller gives up first, createAbandoned settles what
+// the create did.
+func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
+	d.mu.Lock()
+	h.sent = true
+	d.mu.Unlock()
+	path, err := call(d, ctx, func() (string, error) {
+		return d.conn.Create(createPath, nil, zk.FlagEphemeral|zk.FlagSequence, d.acl)
+	}, func(path string, err error) {
+		d.createAbandoned(h, marker, session, path, err)
+	})
+	if !errors.As(err, new(abandonedError)) {
+		d.mu.Lock()
+		h.sent = false // returned while we waited; else createAbandoned clears it
+		d.mu.Unlock()
+	}
+	return path, err
+}
+
+// createFresh makes the key node, h's lock node in it, and lists the queue,
+// in one round trip instead of three: it sends each request as soon as the one
+// before is on the wire, and the server applies a session's requests in the
+// order they arrive. parentErr is the key node's create's error (nil if it was
+// made or existed).
+func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath, marker string, session int64) (path string, lst *listing, parentErr, err error) {
+	parentDone, createDone := make(chan struct{}), make(chan struct{})
+	written := d.wire.expect(opCreateContainer, parent)
+	go func() {
+		defer close(parentDone)
+		_, parentErr = call(d, ctx, func() (string, error) {
+			return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
+		}, nil)
+	}()
+	d.sent(written, parentDone, opCreateContainer, parent)
+
+	written = d.wire.expect(opCreate, createPath)
+	go func() {
+		defer close(createDone)
+		path, err = d.createNode(ctx, h, createPath, marker, session)
+	}()
+	d.sent(written, createDone, opCreate, createPath)
+
+	lst = d.list(ctx, parent)
+	<-parentDone
+	<-createDone
+	if errors.Is(parentErr, zk.ErrNodeExists) {
+		parentErr = nil
+	}
+	if err != nil {
+		lst = nil
+	}
+	return path, lst, parentErr, err
+}
+
+// sent waits until the request of type typ on path is on the wire, or the call
+// that sends it has returned (it failed, perhaps before sending).
+func (d *Driver) sent(written, returned chan struct{}, typ int32, path string) {
+	select {
+	case <-written:
+	case <-returned:
+		d.wire.forget(typ, path, written)
 	}
 }
 
@@ -272,25 +400,23 @@ func (d *Driver) findMarked(ctx context.Context, parent, marker string) (string,
 
 // ensureParent makes the key node parent as a container node, which the server
 // deletes once it is empty, so that locking on ever new keys leaves nothing
-// behind. made is true if this call created it.
-func (d *Driver) ensureParent(ctx context.Context, parent string) (made bool, err error) {
+// behind.
+func (d *Driver) ensureParent(ctx context.Context, parent string) error {
 	for attempt := 0; ; attempt++ {
 		_, err := call(d, ctx, func() (string, error) {
 			return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
 		}, nil)
 		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, zk.ErrNodeExists):
-			return false, nil
+		case err == nil || errors.Is(err, zk.ErrNodeExists):
+			return nil
 		case errors.Is(err, zk.ErrNoNode) && attempt == 0:
 			// The prefix itself is missing (deleted by an operator, or a
 			// Driver from New that has not made it yet).
 			if err := d.ensureRoot(ctx); err != nil {
-				return false, err
+				return err
 			}
 		default:
-			return false, fmt.Errorf("zkdriver: create key node: %w", err)
+			return fmt.Errorf("zkdriver: create key node: %w", err)
 		}
 	}
 }
@@ -317,53 +443,63 @@ func (d *Driver) ensureRoot(ctx context.Context) error {
 	return nil
 }
 
-// grant makes h held: it reads its node's creation zxid (the fencing token) and
-// owning session, and, on a connection the driver owns, leaves a watch on it so
-// that its deletion is noticed at once.
+// grant makes h held. The fencing token is the key node's pzxid in the listing
+// that showed h's node first: the zxid of the last change to the queue before
+// the lock became ours. It is at least our node's creation zxid, and strictly
+// greater than the previous holder's token, because that holder's node was
+// deleted (a change to the queue, with a later zxid than anything the
+// previous holder's own listing saw) before our listing. Like every zxid it
+// grows across the ensemble, across restarts and across a key node removed and
+// made again, where sequence numbers restart. Reading it costs nothing: the
+// listing returns it.
 func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver.Grant, error) {
 	d.mu.Lock()
-	path, name := h.path(), h.name
+	name, known := h.name, h.owner != 0
 	d.mu.Unlock()
-	st, err := call(d, ctx, func() (*zk.Stat, error) {
-		if d.ownConn {
-			_, st, _, err := d.conn.GetW(path)
-			return st, err
+	if !known {
+		err := d.readOwner(ctx, h, name)
+		if errors.Is(err, zk.ErrNoNode) {
+			d.forget(h, name)
+			return driver.Grant{}, errVanished
 		}
-		ok, st, err := d.conn.Exists(path)
-		if err == nil && !ok {
-			err = zk.ErrNoNode
+		if err != nil {
+			return driver.Grant{}, d.closedOr(err)
 		}
-		return st, err
-	}, nil)
-	if errors.Is(err, zk.ErrNoNode) {
-		d.forget(h, name)
-		return driver.Grant{}, errVanished
 	}
-	if err != nil {
-		return driver.Grant{}, d.closedOr(err)
-	}
+	live := d.conn.SessionID()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.closed {
-		d.mu.Unlock()
 		return driver.Grant{}, driver.ErrClosed
 	}
+	if h.name != name || h.view == nil {
+		return driver.Grant{}, errVanished
+	}
+	if h.owner != live {
+		// A node of a session that ended (the server deletes it any moment):
+		// not a lock. Queue again in the live session.
+		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
+		return driver.Grant{}, errVanished
+	}
 	h.state = stateGranted
-	h.czxid, h.session, h.start = st.Czxid, st.EphemeralOwner, start
-	d.byPath[path] = h
-	d.mu.Unlock()
-	d.nudge() // the monitor looks after held locks
-	return driver.Grant{Token: uint64(st.Czxid), Start: start}, nil
+	h.token, h.session, h.start = uint64(h.view.Pzxid), h.owner, start
+	first := len(d.byPath) == 0
+	d.byPath[h.path()] = h
+	if first || d.ownConn && !d.armWake {
+		d.nudge() // the monitor looks after held locks: heartbeats, watches
+	}
+	return driver.Grant{Token: h.token, Start: start}, nil
 }
 
-// waitFor waits until the node at path is deleted (or its watch ends with the
-// session or the connection).
-func (d *Driver) waitFor(ctx context.Context, path string) error {
+// waitFor waits until the node pred ahead of h's node is deleted (or its watch
+// ends otherwise).
+func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 	ch, err := call(d, ctx, func() (<-chan zk.Event, error) {
-		_, _, ch, err := d.conn.GetW(path)
+		_, _, ch, err := d.conn.GetW(h.parent + "/" + pred)
 		return ch, err
 	}, nil)
 	if errors.Is(err, zk.ErrNoNode) {
-		return errVanished // already gone: look again
+		return errVanished // gone already: look again
 	}
 	if err != nil {
 		return d.closedOr(err)
@@ -382,9 +518,7 @@ func (d *Driver) waitFor(ctx context.Context, path string) error {
 func (d *Driver) forget(h *holding, name string) {
 	d.mu.Lock()
 	if h.name == name {
-		h.name = ""
-		h.marker = ""
-		h.unsure = false
+		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
 	}
 	d.mu.Unlock()
 }

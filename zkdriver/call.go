@@ -44,9 +44,7 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 	}
 	var state atomic.Int32
 	done := make(chan result[T], 1)
-	d.ops.Add(1)
-	go func() {
-		defer d.ops.Done()
+	d.run(func() {
 		start := time.Now()
 		v, err := op()
 		d.contact(start, err)
@@ -57,7 +55,7 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 		if abandoned != nil {
 			abandoned(v, err)
 		}
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.v, r.err
@@ -67,6 +65,45 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 		}
 		r := <-done // it returned just now
 		return r.v, r.err
+	}
+}
+
+// maxWorkers bounds the goroutines kept for running calls. They live as long as
+// the driver, so a call costs a hand-over instead of a new goroutine (whose
+// stack would have to grow into go-zookeeper's on every call); calls beyond
+// this many at once get a goroutine of their own.
+const maxWorkers = 16
+
+// run runs job on an idle worker, a new one, or a goroutine of its own.
+func (d *Driver) run(job func()) {
+	d.ops.Add(1)
+	select {
+	case d.jobs <- job:
+		return
+	default:
+	}
+	if d.workers.Add(1) <= maxWorkers {
+		go d.work(job)
+		return
+	}
+	d.workers.Add(-1)
+	go func() {
+		defer d.ops.Done()
+		job()
+	}()
+}
+
+// work runs jobs until the driver is closed.
+func (d *Driver) work(job func()) {
+	defer d.workers.Add(-1)
+	for {
+		job()
+		d.ops.Done()
+		select {
+		case job = <-d.jobs:
+		case <-d.done:
+			return
+		}
 	}
 }
 

@@ -32,7 +32,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		d.mu.Unlock()
 		return nil // ours until Release's delete lands
 	}
-	path, session, czxid := h.path(), h.session, h.czxid
+	path, session := h.path(), h.session
 	d.mu.Unlock()
 
 	var pause backoff
@@ -43,15 +43,27 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		if d.conn.SessionID() != session {
 			return d.lose(h, errSessionEnded)
 		}
-		st, err := call(d, ctx, func() (*zk.Stat, error) {
-			ok, st, err := d.conn.Exists(path)
-			if err == nil && !ok {
-				err = zk.ErrNoNode
-			}
-			return st, err
-		}, nil)
+		d.mu.Lock()
+		arm := d.ownConn && !h.watched && !h.arming
+		if arm {
+			h.arming = true
+		}
+		d.mu.Unlock()
+		var st *zk.Stat
+		var err error
+		if arm {
+			st, err = d.watchNode(ctx, h)
+		} else {
+			st, err = call(d, ctx, func() (*zk.Stat, error) {
+				ok, st, err := d.conn.Exists(path)
+				if err == nil && !ok {
+					err = zk.ErrNoNode
+				}
+				return st, err
+			}, nil)
+		}
 		switch {
-		case errors.Is(err, zk.ErrNoNode) || err == nil && st.Czxid != czxid:
+		case errors.Is(err, zk.ErrNoNode) || err == nil && st.EphemeralOwner != session:
 			return d.lose(h, errNodeDeleted)
 		case errors.Is(err, zk.ErrSessionExpired):
 			return d.lose(h, errSessionEnded)

@@ -154,8 +154,8 @@ func TestPredecessorIsTheNextLowerSequenceAcrossTheCounterWrap(t *testing.T) {
 		{[]string{node("0000000003"), node("0000000001"), node("0000000002")}, node("0000000003"), node("0000000002")},
 		{[]string{node("0000000001"), node("0000000005")}, node("0000000001"), ""},
 		{[]string{node("0000000001"), "foreign", node("0000000004")}, node("0000000004"), node("0000000001")},
-		// ZooKeeper's counter wrapped between the first two nodes.
-		{[]string{node("2147483646"), node("2147483647"), node("-2147483648")}, node("-2147483648"), node("2147483647")},
+		// ZooKeeper's counter wrapped between the second and third nodes.
+		{[]string{node("-2147483648"), node("2147483646"), node("2147483647")}, node("-2147483648"), node("2147483647")},
 		{[]string{node("2147483646"), node("-2147483648")}, node("2147483646"), ""},
 	}
 	for _, c := range cases {

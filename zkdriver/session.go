@@ -3,6 +3,7 @@ package zkdriver
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -170,27 +171,15 @@ func (d *Driver) nodeGone(path string) {
 	h.req.Lost(errNodeDeleted)
 }
 
-// rewatch sets the watch on a held node again after its data changed (a
-// Curator client asking for revocation writes to it), which used the watch up.
+// rewatch notes that a held node's watch was used up by a change of its data
+// (a Curator client asking for revocation writes to it); the next refresh sets
+// it again.
 func (d *Driver) rewatch(path string) {
 	d.mu.Lock()
-	h := d.byPath[path]
-	if h == nil || d.closed {
-		d.mu.Unlock()
-		return
+	if h := d.byPath[path]; h != nil {
+		h.watched = false
 	}
-	d.wg.Add(1)
 	d.mu.Unlock()
-	go func() {
-		defer d.wg.Done()
-		_, err := call(d, d.ctx, func() (*zk.Stat, error) {
-			_, st, _, err := d.conn.GetW(path)
-			return st, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			d.nodeGone(path)
-		}
-	}()
 }
 
 func (d *Driver) monitor() {
@@ -274,6 +263,26 @@ func (d *Driver) check(now time.Time) time.Duration {
 	if held > 0 && !d.ownConn {
 		soon(now.Add(pollInterval)) // New: no events tell us of a new session
 	}
+	if d.ownConn && connected {
+		d.armWake = false
+		var arm []*holding
+		for _, h := range d.byPath {
+			if h.state != stateGranted || h.watched || h.arming {
+				continue
+			}
+			if due := h.start.Add(watchDelay); now.Before(due) {
+				soon(due)
+				d.armWake = true
+			} else {
+				h.arming = true
+				arm = append(arm, h)
+			}
+		}
+		if len(arm) > 0 {
+			d.wg.Add(1)
+			go d.arm(arm)
+		}
+	}
 	if len(d.orphans) > 0 && !d.cleaning {
 		switch {
 		case connected && !now.Before(d.cleanAfter):
@@ -291,6 +300,51 @@ func (d *Driver) check(now time.Time) time.Duration {
 		l.req.Lost(l.cause)
 	}
 	return wait
+}
+
+// watchDelay is how long a lock is held before the monitor sets a watch on its
+// node, which reports an operator's deletion of it at once. Locks held for less
+// never cost the extra request; until the watch is set, refreshes (and setting
+// it) find a deleted node.
+const watchDelay = 200 * time.Millisecond
+
+// arm sets watches on held nodes, pipelined.
+func (d *Driver) arm(hs []*holding) {
+	defer d.wg.Done()
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d.watchNode(d.ctx, h)
+		}()
+	}
+	wg.Wait()
+}
+
+// watchNode sets a watch on a held node (a data watch: it also reports the
+// node's deletion) and reports whether it was there.
+func (d *Driver) watchNode(ctx context.Context, h *holding) (*zk.Stat, error) {
+	d.mu.Lock()
+	path := h.path()
+	d.mu.Unlock()
+	st, err := call(d, ctx, func() (*zk.Stat, error) {
+		_, st, _, err := d.conn.GetW(path)
+		return st, err
+	}, nil)
+	d.mu.Lock()
+	h.arming = false
+	if err == nil {
+		h.watched = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, zk.ErrNoNode) {
+		d.nodeGone(path)
+	}
+	return st, err
 }
 
 // heartbeat sends a cheap read, so that the server's answer dates the last

@@ -18,7 +18,8 @@ import (
 // tapConn is a client connection whose connect handshake the driver watches.
 type tapConn struct {
 	net.Conn
-	seen func(sessionID int64, timeout time.Duration, passwd []byte, sent time.Time)
+	seen  func(sessionID int64, timeout time.Duration, passwd []byte, sent time.Time)
+	wrote *wire
 
 	mu     sync.Mutex
 	sent   time.Time // when the ConnectRequest was written
@@ -32,16 +33,21 @@ func (d *Driver) dialTap(network, address string, timeout time.Duration) (net.Co
 	if err != nil {
 		return nil, err
 	}
-	return &tapConn{Conn: c, seen: d.sessionEstablished}, nil
+	return &tapConn{Conn: c, seen: d.sessionEstablished, wrote: &d.wire}, nil
 }
 
 func (c *tapConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	if c.sent.IsZero() {
+	first := c.sent.IsZero()
+	if first {
 		c.sent = time.Now() // go-zookeeper writes the ConnectRequest first, in one call
 	}
 	c.mu.Unlock()
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if !first && n == len(p) {
+		c.wrote.written(p)
+	}
+	return n, err
 }
 
 func (c *tapConn) Read(p []byte) (int, error) {
@@ -81,4 +87,82 @@ func (c *tapConn) observe(p []byte) {
 	c.buf = nil
 	c.mu.Unlock()
 	c.seen(id, timeout, passwd, sent)
+}
+
+// wire tells the driver when a request is on its way to the server, so that it
+// can send the next one of a sequence without waiting for the reply: the server
+// handles a session's requests in the order they arrive, and go-zookeeper writes
+// them in the order they are queued, but queues each from its caller's
+// goroutine. After each request frame (go-zookeeper writes one per Write call:
+// int32 length, int32 xid, int32 type, then for path operations the path as an
+// int32 length and bytes) the tap wakes whoever waits for that type and path.
+type wire struct {
+	mu      sync.Mutex
+	waiting map[frameKey][]chan struct{}
+}
+
+type frameKey struct {
+	typ  int32
+	path string
+}
+
+// Request types, from ZooKeeper's ZooDefs.OpCode.
+const (
+	opCreate          = 1
+	opGetData         = 4
+	opCreateContainer = 19
+)
+
+// expect returns a channel closed once a request of type typ on path has been
+// written to the connection.
+func (w *wire) expect(typ int32, path string) chan struct{} {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	if w.waiting == nil {
+		w.waiting = map[frameKey][]chan struct{}{}
+	}
+	k := frameKey{typ, path}
+	w.waiting[k] = append(w.waiting[k], ch)
+	w.mu.Unlock()
+	return ch
+}
+
+// forget drops a wait that is no longer needed.
+func (w *wire) forget(typ int32, path string, ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := frameKey{typ, path}
+	chans := w.waiting[k]
+	for i, c := range chans {
+		if c == ch {
+			chans = append(chans[:i], chans[i+1:]...)
+			break
+		}
+	}
+	if len(chans) == 0 {
+		delete(w.waiting, k)
+	} else {
+		w.waiting[k] = chans
+	}
+}
+
+func (w *wire) written(p []byte) {
+	if len(p) < 16 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waiting) == 0 {
+		return
+	}
+	typ := int32(binary.BigEndian.Uint32(p[8:12]))
+	n := int(int32(binary.BigEndian.Uint32(p[12:16])))
+	if n < 0 || 16+n > len(p) {
+		return
+	}
+	k := frameKey{typ, string(p[16 : 16+n])}
+	for _, ch := range w.waiting[k] {
+		close(ch)
+	}
+	delete(w.waiting, k)
 }

@@ -37,13 +37,16 @@ type Driver struct {
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // send time of the latest request the server answered
 
-	ctx    context.Context // cancelled by Close; bounds background work
-	cancel context.CancelFunc
-	done   chan struct{}                 // closed by Close
-	wake   chan struct{}                 // nudges the monitor
-	state  atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
-	wg     sync.WaitGroup
-	ops    sync.WaitGroup // goroutines of call
+	ctx     context.Context // cancelled by Close; bounds background work
+	cancel  context.CancelFunc
+	done    chan struct{}                 // closed by Close
+	wake    chan struct{}                 // nudges the monitor
+	state   atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
+	wire    wire                          // requests written, as tapConn sees them
+	wg      sync.WaitGroup
+	ops     sync.WaitGroup // jobs of call, running or queued
+	jobs    chan func()    // to idle workers
+	workers atomic.Int32
 
 	mu         sync.Mutex
 	closed     bool
@@ -52,6 +55,7 @@ type Driver struct {
 	orphans    []orphan            // nodes of ours nobody wants, to delete once possible
 	parents    map[string]struct{} // key nodes known to exist
 	beating    bool                // a heartbeat is in flight
+	armWake    bool                // the monitor will look for watches to set
 	cleaning   bool                // orphans are being deleted
 	cleanAfter time.Time           // no cleaning before this, after a failed one
 	session    sessionInfo         // learnt by tapConn (own connection only)
@@ -86,10 +90,16 @@ type holding struct {
 	name   string // our node's name under parent, "" until known
 	state  holdState
 
+	createdIn int64    // the live session before its create was sent (0: unknown)
+	owner     int64    // the session that owns the node called name, once known
+	view      *zk.Stat // the key node's stat in the listing that made the lock ours
+
 	// Set when granted.
-	czxid   int64
+	token   uint64
 	session int64
 	start   time.Time
+	watched bool // a watch on the node reports its deletion (own connection)
+	arming  bool // the monitor is setting that watch
 }
 
 func (h *holding) path() string { return h.parent + "/" + h.name }
@@ -140,6 +150,7 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		epoch:   time.Now(),
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
+		jobs:    make(chan func()),
 		holds:   map[holdKey]*holding{},
 		byPath:  map[string]*holding{},
 		parents: map[string]struct{}{},
