@@ -1,6 +1,9 @@
 package zkdriver
 
-import "time"
+import (
+	"net"
+	"time"
+)
 
 // Internals for the external tests.
 var (
@@ -26,3 +29,14 @@ func (c urlConfig) Chroot() string { return c.chroot }
 
 // SessionTimeout returns the URL config's session timeout.
 func (c urlConfig) SessionTimeout() time.Duration { return c.sessionTimeout }
+
+// SessionTap returns a go-zookeeper dialer for a connection a test makes
+// itself, and a function that tells the session its last handshake gave.
+func SessionTap() (dial func(network, address string, timeout time.Duration) (net.Conn, error), session func() (int64, []byte, time.Duration)) {
+	d := newDriver("", DefaultPrefix, nil)
+	return d.dialTap, func() (int64, []byte, time.Duration) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.session.id, d.session.passwd, d.session.timeout
+	}
+}

@@ -206,7 +206,7 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 		d.mu.Unlock()
 		return driver.ErrNotHeld
 	}
-	o.session = d.conn.SessionID()
+	o.session = h.ownerOrCreator()
 	d.mu.Unlock()
 	if err := d.removeOrphan(ctx, o); err != nil {
 		d.addOrphan(o) // deleted once the connection is back

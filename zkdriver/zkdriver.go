@@ -104,6 +104,15 @@ type holding struct {
 
 func (h *holding) path() string { return h.parent + "/" + h.name }
 
+// ownerOrCreator is the session h's node belongs to, as far as known: its
+// owner once read, else the session before its create (0: unknown).
+func (h *holding) ownerOrCreator() int64 {
+	if h.owner != 0 {
+		return h.owner
+	}
+	return h.createdIn
+}
+
 var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
@@ -279,9 +288,9 @@ func (d *Driver) Close() error {
 		}
 		switch {
 		case h.name != "":
-			nodes = append(nodes, orphan{path: h.path()})
+			nodes = append(nodes, orphan{path: h.path(), session: h.ownerOrCreator()})
 		case h.unsure:
-			nodes = append(nodes, orphan{parent: h.parent, marker: h.marker})
+			nodes = append(nodes, orphan{parent: h.parent, marker: h.marker, session: h.createdIn})
 		}
 		h.state = stateDone
 	}
@@ -305,12 +314,33 @@ func (d *Driver) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	for _, o := range nodes {
-		if e := d.removeOrphan(ctx, o); e != nil && err == nil {
-			err = fmt.Errorf("zkdriver: deleting lock nodes on close: %w", e)
+		if e := d.removeOnClose(ctx, o); e != nil && err == nil {
+			err = fmt.Errorf("zkdriver: deleting lock nodes on close (they stay until the session ends): %w", e)
 		}
 	}
 	d.wg.Wait()
 	return err
+}
+
+// removeOnClose deletes a node of ours from a connection that stays open,
+// waiting for it to reconnect if need be. A node of a session that ended went
+// with it.
+func (d *Driver) removeOnClose(ctx context.Context, o orphan) error {
+	var pause backoff
+	for {
+		if d.conn.State() == zk.StateHasSession {
+			if o.session != 0 && o.session != d.conn.SessionID() {
+				return nil
+			}
+			err := d.removeOrphan(ctx, o)
+			if err == nil || !transient(err) {
+				return err
+			}
+		}
+		if err := pause.wait(ctx, nil); err != nil {
+			return err
+		}
+	}
 }
 
 // Errors the driver reports for a lock that is gone.
