@@ -138,3 +138,34 @@ func BenchmarkFirstLockFreshKey(b *testing.B) {
 		}
 	})
 }
+
+// HotKey: one client locks and unlocks a key that is in use (its key node
+// exists), with nobody else: the round trips of an uncontended lock.
+func BenchmarkHotKey(b *testing.B) {
+	url := testserver.ZooKeeper(b)
+	prefix := fmt.Sprintf("bench-%d", benchRun)
+	ctx := context.Background()
+	b.Run("driver=zkdriver", func(b *testing.B) {
+		lk, _ := mustOpen(b, url+"?prefix="+prefix)
+		for range b.N {
+			l, err := lk.Acquire(ctx, "hot")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("driver=zk.Lock", func(b *testing.B) {
+		zl := zk.NewLock(zkConn(b, url), fmt.Sprintf("/bench-zklock-%d/hot", benchRun), zk.WorldACL(zk.PermAll))
+		for range b.N {
+			if err := zl.Lock(); err != nil {
+				b.Fatal(err)
+			}
+			if err := zl.Unlock(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

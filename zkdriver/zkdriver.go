@@ -1,11 +1,133 @@
-// Package zkdriver is the distlock driver for Apache ZooKeeper (3.6 or later),
-// using github.com/go-zookeeper/zk.
+// Package zkdriver is the distlock driver for Apache ZooKeeper 3.6 or later,
+// on github.com/go-zookeeper/zk.
 //
 //	import _ "github.com/distlock/lock/zkdriver"
 //
 //	locker, err := lock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/myapp")
 //
-// Doc to be completed.
+// A Driver has one ZooKeeper session, and every lock of the Locker over it lives
+// in that session: a lock is an ephemeral node, which the server deletes when
+// the session ends (closed, or expired because the client was not heard from for
+// the session timeout). Goroutines of one process share the session, and each
+// Acquire has a node of its own, so they exclude each other as separate
+// processes do.
+//
+// # URL format
+//
+//	zk://zk1:2181                              one server
+//	zk://zk1:2181,zk2:2181,zk3:2181            an ensemble
+//	zk://zk1,zk2,zk3                           port 2181 (give ports on all hosts or none)
+//	zk://zk1:2181/services/billing             under a chroot, as in the Java connect string
+//	zk://locker:secret@zk1:2181/app            digest authentication and ACLs
+//	zk://zk1:2181?session_timeout=30s&connect_timeout=5s&prefix=jobs&ttl=1m
+//
+// session_timeout is the session timeout the driver asks for (default 10s, the
+// time a crashed holder blocks others); the server bounds it to its
+// minSessionTimeout and maxSessionTimeout (2 and 20 ticks, 4s and 40s, by
+// default), and the driver uses what the server granted. connect_timeout
+// bounds how long Open waits for the first session (default 10s). The portable
+// ttl, auto_refresh and prefix are described in package lock; any other
+// parameter is an error that lists these.
+//
+// With a user and password the session authenticates with ZooKeeper's digest
+// scheme, and every node the driver makes gets the ACL zk.DigestACL(zk.PermAll,
+// user, password): only sessions with the same credentials can lock the same
+// keys or delete a holder's node. A wrong password shows as zk.ErrNoAuth from
+// Acquire. The password never appears in errors or in String. Without
+// credentials the nodes are open to all (zk.WorldACL(zk.PermAll)). Digest
+// credentials cross the network in the clear, and go-zookeeper speaks no TLS:
+// use a trusted network.
+//
+// A program that already has a *zk.Conn passes it to New instead, with the
+// prefix, chroot and ACL as options.
+//
+// # Layout
+//
+//	<chroot>/<prefix>/<key>/_c_<uuid>-lock-<sequence>
+//
+// The prefix node ("distlock" unless set) is persistent. Under it each key has a
+// key node, named by the key with bytes outside [A-Za-z0-9_:.-] escaped as %XX
+// (and a leading '.', and the 'z' of "zookeeper"); a name longer than 200
+// bytes is cut to 128 and followed by '~' and the key's SHA-256 in hex, so every
+// key has exactly one legal name of at most 200 bytes and distinct keys never
+// share one. LockPath returns a key's path. Key nodes are container nodes
+// (ZooKeeper 3.6+): the server deletes them once empty, so locking on ever new
+// keys leaves nothing behind. The server looks for empty containers every
+// znode.container.checkIntervalMs (a Java system property, default one
+// minute) and deletes at most znode.container.maxPerMinute (10,000) a minute.
+//
+// In a key node each Acquire creates an ephemeral sequential node; the lowest
+// sequence holds the lock, and each waiter watches only the node right before
+// its own (no herd effect: a release wakes one waiter). The node's name carries
+// a marker unique to the create ("protected" mode): if the connection drops
+// before the reply, the driver finds its node again after reconnecting and uses
+// or deletes it, instead of leaving an orphan that would block every later
+// waiter until the session ended.
+//
+// # Curator and zk.Lock
+//
+// The layout is that of Apache Curator's InterProcessMutex with protection
+// (withProtection, which InterProcessMutex uses) and of go-zookeeper's zk.Lock:
+// "_c_" + a marker + "-lock-" + the sequence, ordered by the sequence after the
+// last "lock-". An InterProcessMutex or a zk.Lock on LockPath(key) (on a client
+// with the same chroot, or with the chroot prepended) therefore takes the same
+// lock as the driver: Java services and Go services exclude each other. Curator
+// makes missing key nodes as containers too; zk.Lock makes them persistent, and
+// those stay. Curator's revocation (writing to a holder's node) is ignored, and
+// its InterProcessReadWriteLock, whose nodes are named __READ__ and __WRIT__,
+// is a different lock. Tokens are the driver's own; Curator and zk.Lock have
+// none.
+//
+// # Capabilities
+//
+//   - Fencing: yes; the token is the key node's pzxid as seen by the listing
+//     that made the lock ours: the zxid of the last change to the queue before
+//     we held it, at least our node's creation zxid, and greater than the
+//     previous holder's token, since that holder's node was deleted before. A
+//     zxid grows across the ensemble and its restarts, and across a key node
+//     that was removed and made again (where sequence numbers restart).
+//   - Expiring: no; a lock lives as long as its session. The TTL bounds how long
+//     a lock is trusted without a confirmed refresh, which reads the node.
+//   - Notify: yes; a waiter is woken by a watch on the node before its own.
+//   - FIFO: yes; the sequence numbers are the order of arrival.
+//   - Shared: no, not yet: read locks would follow Curator's read-write lock
+//     (__READ__ and __WRIT__ nodes in the same queue).
+//
+// # Sessions and lost locks
+//
+// Lost closes for every lock of a session when the session expires or is
+// closed, as soon as the client learns it (when it reconnects). A disconnected
+// session is suspended, not lost: if the client reconnects within the session
+// timeout, the session and its locks survive (a leader election in the
+// ensemble, for example). But the server may expire the session once the
+// session timeout has passed since it last heard from the client, and then let
+// another client in; so the driver counts a held lock as lost once the
+// negotiated session timeout, less 2% and 5ms, has passed since the send time
+// of the latest request the server answered. While it holds locks it sends a
+// cheap read every third of the session timeout, so that time stays recent.
+// If the session comes back after all, the driver deletes the nodes it gave up.
+//
+// A held node deleted by someone else (an operator) also ends the lock: on a
+// Driver from Open a watch reports it at once (the watch is set once a lock has
+// been held for 200ms, so short critical sections never pay for it), and any
+// refresh finds it. A Driver from New learns of an expired session by polling
+// its connection every 50ms, and of a deleted node at the next refresh; it
+// needs WithSessionTimeout to give locks up before a suspended session can
+// expire (go-zookeeper does not tell its users the negotiated timeout).
+//
+// Refresh and Release wait for a disconnected client to reconnect (within their
+// context), then answer for the session they find.
+//
+// # Limits
+//
+// ZooKeeper 3.6 or later (container nodes). A process paused for longer than
+// the session timeout wakes up holding locks the server already gave away;
+// Lost closes as soon as it runs, and only fencing tokens protect the resource
+// in between. Each held lock and each waiter costs one node (and each waiter a
+// watch) on the server, and no goroutine in the client. A key node whose
+// sequence counter passes 2^31 (two billion locks without ever being empty)
+// wraps to negative numbers (ZOOKEEPER-2944); the driver orders across the wrap,
+// Curator and zk.Lock do not.
 package zkdriver
 
 import (
