@@ -7,14 +7,17 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
 )
 
 // go-zookeeper's calls take no context: one blocks until the server answers,
 // the connection drops (after 2/3 of the session timeout without a word from a
-// hung server) or the connection is closed. call runs such a call in a goroutine
-// of its own so the caller can give up when its context ends; the goroutine
-// finishes when go-zookeeper returns, and then runs abandoned, if the caller had
-// given up, so that a create that succeeded after all is not forgotten.
+// hung server) or the connection is closed. call runs such a call on a worker
+// goroutine so the caller can give up when its context ends; the worker
+// finishes the call when go-zookeeper returns, and then runs abandoned, if the
+// caller had given up, so that a create that succeeded after all is not
+// forgotten.
 
 // result is what a go-zookeeper call returns.
 type result[T any] struct {
@@ -42,6 +45,13 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 		d.contact(start, err)
 		return v, err
 	}
+	d.opsMu.RLock()
+	if d.opsClosed {
+		d.opsMu.RUnlock()
+		return zero, driver.ErrClosed
+	}
+	d.ops.Add(1)
+	d.opsMu.RUnlock()
 	var state atomic.Int32
 	done := make(chan result[T], 1)
 	d.run(func() {
@@ -74,9 +84,9 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 // this many at once get a goroutine of their own.
 const maxWorkers = 16
 
-// run runs job on an idle worker, a new one, or a goroutine of its own.
+// run runs job, counted in d.ops, on an idle worker, a new one, or a
+// goroutine of its own.
 func (d *Driver) run(job func()) {
-	d.ops.Add(1)
 	select {
 	case d.jobs <- job:
 		return

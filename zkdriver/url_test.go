@@ -153,3 +153,24 @@ func TestDigestCredentialsProtectTheLockNodes(t *testing.T) {
 		t.Errorf("holder's Refresh after the attempts: %v", err)
 	}
 }
+
+// Open against a port where no server listens gives up after connect_timeout
+// with an error that names the servers but not the password, and leaves no
+// goroutine behind (TestMain checks).
+func TestOpenWithoutAServerFailsCleanly(t *testing.T) {
+	const pw = "pw-that-must-not-show"
+	start := time.Now()
+	_, err := lock.Open(context.Background(), "zk://u:"+pw+"@127.0.0.1:1/app?connect_timeout=300ms")
+	if err == nil {
+		t.Fatal("Open without a server succeeded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Open took %v with connect_timeout=300ms", took)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "connect_timeout") {
+		t.Errorf("error %q does not say which servers and which timeout", err)
+	}
+	if strings.Contains(err.Error(), pw) {
+		t.Errorf("error contains the password: %v", err)
+	}
+}

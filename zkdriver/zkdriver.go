@@ -159,16 +159,18 @@ type Driver struct {
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // send time of the latest request the server answered
 
-	ctx     context.Context // cancelled by Close; bounds background work
-	cancel  context.CancelFunc
-	done    chan struct{}                 // closed by Close
-	wake    chan struct{}                 // nudges the monitor
-	state   atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
-	wire    wire                          // requests written, as tapConn sees them
-	wg      sync.WaitGroup
-	ops     sync.WaitGroup // jobs of call, running or queued
-	jobs    chan func()    // to idle workers
-	workers atomic.Int32
+	ctx       context.Context // cancelled by Close; bounds background work
+	cancel    context.CancelFunc
+	done      chan struct{}                 // closed by Close
+	wake      chan struct{}                 // nudges the monitor
+	state     atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
+	wire      wire                          // requests written, as tapConn sees them
+	wg        sync.WaitGroup
+	ops       sync.WaitGroup // jobs of call, running or queued
+	opsMu     sync.RWMutex   // orders ops.Add before the final ops.Wait
+	opsClosed bool           // no more calls: the connection is closed
+	jobs      chan func()    // to idle workers
+	workers   atomic.Int32
 
 	mu         sync.Mutex
 	closed     bool
@@ -326,11 +328,15 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 	}
 	d.conn, d.events = conn, events
 	fail := func(err error) (*Driver, error) {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		close(d.done) // workers end
 		d.cancel()
 		conn.Close()
 		for range events {
 		}
-		d.ops.Wait()
+		d.endCalls()
 		return nil, err
 	}
 	if err := waitSession(ctx, conn, events, c.connectTimeout); err != nil {
@@ -430,7 +436,7 @@ func (d *Driver) Close() error {
 		for range d.events {
 		}
 		d.wg.Wait()
-		d.ops.Wait()
+		d.endCalls()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -442,6 +448,15 @@ func (d *Driver) Close() error {
 	}
 	d.wg.Wait()
 	return err
+}
+
+// endCalls refuses further calls and waits for those under way: on a closed
+// connection they all end at once.
+func (d *Driver) endCalls() {
+	d.opsMu.Lock()
+	d.opsClosed = true
+	d.opsMu.Unlock()
+	d.ops.Wait()
 }
 
 // removeOnClose deletes a node of ours from a connection that stays open,
