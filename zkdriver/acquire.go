@@ -113,16 +113,15 @@ type listing struct {
 }
 
 func (d *Driver) list(ctx context.Context, parent string) *listing {
-	var st *zk.Stat
-	children, err := call(d, ctx, func() ([]string, error) {
-		c, s, err := d.conn.Children(parent)
-		st = s
-		return c, err
+	lst, err := call(d, ctx, func() (*listing, error) {
+		c, st, err := d.conn.Children(parent)
+		return &listing{children: c, stat: st}, err
 	}, nil)
 	if err != nil {
-		st = nil // the call may still be running
+		return &listing{err: err}
 	}
-	return &listing{children: children, stat: st, session: d.conn.SessionID(), err: err}
+	lst.session = d.conn.SessionID()
+	return lst
 }
 
 // read takes from a listing of h's key node the node h waits for ("" if none
