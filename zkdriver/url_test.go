@@ -1,11 +1,15 @@
 package zkdriver_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log"
 	"net/url"
+	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,5 +176,56 @@ func TestOpenWithoutAServerFailsCleanly(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), pw) {
 		t.Errorf("error contains the password: %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the logger's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// go-zookeeper logs every connection, reconnection and failure to the standard
+// logger unless told otherwise; a Driver from Open tells it to be quiet, so a
+// program's log (and a password in it) stays its own.
+func TestGoZookeeperLogsNothingToTheStandardLogger(t *testing.T) {
+	var out lockedBuffer
+	log.SetOutput(&out)
+	defer log.SetOutput(os.Stderr)
+
+	p, _, prefix := faultSetup(t)
+	lk, err := lock.Open(context.Background(), "zk://user:pw-secret@"+strings.TrimPrefix(p.URL(prefix), "zk://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut() // go-zookeeper reconnects, which it would log
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); s != "" {
+		t.Errorf("the standard logger got:\n%s", s)
 	}
 }
