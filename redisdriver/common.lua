@@ -1,0 +1,60 @@
+-- Prepended to acquire.lua and release.lua: the server clock, the fencing counter
+-- and the wait queue of one lock. The key layout is described in keys.go.
+--
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
+-- ARGV[1]: how long the fence record outlives a grant's TTL, in milliseconds
+local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local fenceKeep = tonumber(ARGV[1])
+
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = {us = us, ms = math.floor(us / 1000)}
+  end
+  return now
+end
+
+-- mint records and returns the next fencing token: one more than the last one,
+-- and never less than the server clock in microseconds, so tokens keep
+-- increasing when the fence record is gone (a restart without persistence, a
+-- failover to a replica that had not seen it, a day without grants). last is
+-- the fence record when the caller has read it already.
+local function mint(ttl, last)
+  if last == nil then last = redis.call('GET', fence) end
+  local n = tonumber(last) or 0
+  local tok = clock().us
+  if tok <= n then tok = n + 1 end
+  redis.call('SET', fence, string.format('%.0f', tok), 'PX', ttl + fenceKeep)
+  return tok
+end
+
+-- first returns the first waiter whose lease has not run out, with the lease's
+-- deadline and its entry, dropping the dead waiters before it.
+local function first()
+  while true do
+    local w = redis.call('LINDEX', queue, 0)
+    if not w then return false end
+    local e = redis.call('HGET', waiters, w)
+    if e then
+      local deadline = tonumber(string.match(e, '^(%d+)'))
+      if deadline and deadline > clock().ms then return w, deadline, e end
+    end
+    redis.call('LPOP', queue)
+    redis.call('HDEL', waiters, w)
+  end
+end
+
+-- handoff gives the free lock to the first live waiter, with that waiter's TTL,
+-- and tells its client on the waiter's inbox channel: "<owner> <token>".
+local function handoff()
+  local w, _, e = first()
+  if not w then return end
+  local _, ttl, inbox = string.match(e, '^(%d+) (%d+) (.*)$')
+  redis.call('LPOP', queue)
+  redis.call('HDEL', waiters, w)
+  redis.call('SET', lock, w, 'PX', ttl)
+  local tok = mint(tonumber(ttl))
+  redis.call('PUBLISH', inbox, w .. ' ' .. string.format('%.0f', tok))
+end
