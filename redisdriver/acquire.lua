@@ -1,36 +1,60 @@
 -- Takes the lock with SET NX PX and mints its fencing token, or (when an inbox
 -- is given) joins the lock's wait queue. Waiters are served in arrival order:
--- while anyone waits, the lock is only taken by the first live waiter, or handed
--- to it by release.lua.
+-- a release hands the lock to the first live waiter, so while anyone waits the
+-- lock is only free when its holder vanished (its TTL ran out, or an operator
+-- deleted it); then the first live waiter takes it, or a newcomer that finds it
+-- free before that waiter wakes (waiters keep their order either way).
 --
--- ARGV: 2 owner, 3 TTL ms, 4 inbox channel ("" to try once without queueing),
---       5 queue lease ms (a waiter that does not renew its place within it loses it)
--- Returns {1, token}: taken now
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
+-- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent or "" to try once without
+--       queueing), 4 queue lease ms (a waiter that does not renew its place
+--       within it loses it)
+-- Returns token (an integer): taken now
 --         {2, token, pttl}: already held by owner (a retry after a lost reply, or a
 --                           handoff), with its remaining TTL
 --         {0, wait}: held by another owner, or kept for a waiter ahead; wait is
 --                    when to look again in ms (-1: no expiry in sight)
 --         {-1}: the lock key holds a value that is not a string, not a lock
 --         {-3, n}: KEYS[n] of this lock holds data of the wrong type
-local owner, ttl, inbox, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 
--- Refuse foreign data before writing anything.
-local n = redis.pcall('LLEN', queue)
-if type(n) == 'table' then return {-3, 3} end
-local last = redis.pcall('GET', fence)
-if type(last) == 'table' then return {-3, 2} end
-
-if n == 0 and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  return {1, mint(ttl, last)}
+-- The uncontended path, inline. The token is one more than the last one, and
+-- never less than the server clock in microseconds, so tokens keep increasing
+-- when the fence record is gone (a restart without persistence, a failover to
+-- a replica that had not seen it, a day after the record was made). One SET ...
+-- GET reads and writes it; KEEPTTL spares an expiry update, so the record is
+-- made with its expiry and keeps it.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local tok = t[1] * 1000000 + t[2]
+  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok), 'KEEPTTL', 'GET')
+  if type(last) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return {-3, 2}
+  end
+  if not last then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2] + FENCE_KEEP)
+  elseif tok <= (tonumber(last) or 0) then
+    tok = last + 1
+    redis.call('SET', KEYS[2], string.format('%.0f', tok), 'KEEPTTL')
+  end
+  return tok
 end
+
+--@common
+
+local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] or '', tonumber(ARGV[4])
 
 local holder = redis.pcall('GET', lock)
 if type(holder) == 'table' then return {-1} end
+local last = redis.pcall('GET', fence)
+if type(last) == 'table' then return {-3, 2} end
+local n = redis.pcall('LLEN', queue)
+if type(n) == 'table' then return {-3, 3} end
 if holder == owner then
   -- The fence record holds our token, since no one else can have been granted
   -- the lock while it held us; mint again only if it was deleted meanwhile.
   local tok = tonumber(last)
-  if not tok then tok = mint(ttl, last) end
+  if not tok then tok = mint(ttl) end
   return {2, tok, redis.call('PTTL', lock)}
 end
 
@@ -41,7 +65,7 @@ if not holder and (not w or w == owner) then
     redis.call('HDEL', waiters, owner)
   end
   redis.call('SET', lock, owner, 'PX', ttl)
-  return {1, mint(ttl, last)}
+  return {1, mint(ttl)}
 end
 
 if inbox ~= '' then

@@ -1,10 +1,10 @@
--- Prepended to acquire.lua and release.lua: the server clock, the fencing counter
--- and the wait queue of one lock. The key layout is described in keys.go.
+-- Included by acquire.lua and release.lua after their fast paths, so an
+-- uncontended call never pays for defining these: the server clock, the
+-- fencing counter and the wait queue of one lock. The key layout is described
+-- in keys.go.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
--- ARGV[1]: how long the fence record outlives a grant's TTL, in milliseconds
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local fenceKeep = tonumber(ARGV[1])
 
 local now
 local function clock()
@@ -16,17 +16,17 @@ local function clock()
   return now
 end
 
--- mint records and returns the next fencing token: one more than the last one,
--- and never less than the server clock in microseconds, so tokens keep
--- increasing when the fence record is gone (a restart without persistence, a
--- failover to a replica that had not seen it, a day without grants). last is
--- the fence record when the caller has read it already.
-local function mint(ttl, last)
-  if last == nil then last = redis.call('GET', fence) end
-  local n = tonumber(last) or 0
+-- mint records and returns the next fencing token, as the fast path of
+-- acquire.lua does inline.
+local function mint(ttl)
   local tok = clock().us
-  if tok <= n then tok = n + 1 end
-  redis.call('SET', fence, string.format('%.0f', tok), 'PX', ttl + fenceKeep)
+  local last = redis.call('SET', fence, string.format('%.0f', tok), 'KEEPTTL', 'GET')
+  if not last then
+    redis.call('PEXPIRE', fence, ttl + FENCE_KEEP)
+  elseif tok <= (tonumber(last) or 0) then
+    tok = last + 1
+    redis.call('SET', fence, string.format('%.0f', tok), 'KEEPTTL')
+  end
   return tok
 end
 

@@ -280,28 +280,43 @@ type acquireResult struct {
 
 // runAcquire runs acquire.lua once; inbox "" tries without queueing.
 func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, inbox string, lease time.Duration) (acquireResult, error) {
-	res, err := acquireScript.Run(ctx, d.client, k.list(),
-		millis(fenceKeep), req.Owner, millis(req.TTL), inbox, millis(lease)).Int64Slice()
+	args := []any{req.Owner, millis(req.TTL)}
+	if inbox != "" {
+		args = append(args, inbox, millis(lease))
+	}
+	v, err := acquireScript.Run(ctx, d.client, k.list(), args...).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	if len(res) == 0 {
-		return acquireResult{}, fmt.Errorf("redisdriver: acquire script answered %v", res)
+	if tok, ok := v.(int64); ok { // the uncontended path answers with the token alone
+		return acquireResult{status: acqTaken, token: uint64(tok)}, nil
 	}
-	r := acquireResult{status: res[0]}
+	vals, _ := v.([]any)
+	ints := make([]int64, len(vals))
+	for i, x := range vals {
+		n, ok := x.(int64)
+		if !ok {
+			return acquireResult{}, fmt.Errorf("redisdriver: acquire script answered %v", v)
+		}
+		ints[i] = n
+	}
+	if len(ints) == 0 {
+		return acquireResult{}, fmt.Errorf("redisdriver: acquire script answered %v", v)
+	}
+	r := acquireResult{status: ints[0]}
 	switch {
-	case r.status == acqTaken && len(res) >= 2:
-		r.token = uint64(res[1])
-	case r.status == acqHeld && len(res) >= 3:
-		r.token, r.pttl = uint64(res[1]), time.Duration(res[2])*time.Millisecond
-	case r.status == acqBusy && len(res) >= 2:
-		r.wait = time.Duration(res[1]) * time.Millisecond
+	case r.status == acqTaken && len(ints) >= 2:
+		r.token = uint64(ints[1])
+	case r.status == acqHeld && len(ints) >= 3:
+		r.token, r.pttl = uint64(ints[1]), time.Duration(ints[2])*time.Millisecond
+	case r.status == acqBusy && len(ints) >= 2:
+		r.wait = time.Duration(ints[1]) * time.Millisecond
 	case r.status == acqWrongType:
 		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
-	case r.status == acqForeign && len(res) >= 2 && res[1] >= 1 && res[1] <= 4:
-		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.list()[res[1]-1])
+	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= 4:
+		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.list()[ints[1]-1])
 	default:
-		return r, fmt.Errorf("redisdriver: acquire script answered %v", res)
+		return r, fmt.Errorf("redisdriver: acquire script answered %v", v)
 	}
 	return r, nil
 }
@@ -358,7 +373,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 }
 
 func (d *Driver) release(ctx context.Context, req *driver.Request) (int64, error) {
-	n, err := releaseScript.Run(ctx, d.client, d.keys(req.Key).list(), millis(fenceKeep), req.Owner).Int64()
+	n, err := releaseScript.Run(ctx, d.client, d.keys(req.Key).list(), req.Owner).Int64()
 	if err != nil {
 		return 0, err
 	}

@@ -131,7 +131,7 @@ func (d *Driver) releaseLost(reqs []*driver.Request) {
 	args := make([][]any, len(reqs))
 	for i, r := range reqs {
 		keys[i] = d.keys(r.Key).list()
-		args[i] = []any{millis(fenceKeep), r.Owner}
+		args[i] = []any{r.Owner}
 	}
 	_ = evalPipelined(ctx, d.client, releaseScript, keys, args, nil)
 	for _, r := range reqs {

@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	_ "embed"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -21,14 +22,25 @@ var (
 	//go:embed refresh.lua
 	refreshLua string
 
-	acquireScript = redis.NewScript(commonLua + acquireLua)
-	releaseScript = redis.NewScript(commonLua + releaseLua)
+	acquireScript = redis.NewScript(withCommon(acquireLua))
+	releaseScript = redis.NewScript(withCommon(releaseLua))
 	refreshScript = redis.NewScript(refreshLua)
 )
 
+// withCommon puts common.lua in place of the script's "--@common" line, after
+// its fast path.
+// FENCE_KEEP, in either, is fenceKeep in milliseconds.
+func withCommon(src string) string {
+	if !strings.Contains(src, "\n--@common\n") {
+		panic("redisdriver: script without --@common")
+	}
+	src = strings.Replace(src, "\n--@common\n", "\n"+commonLua+"\n", 1)
+	return strings.ReplaceAll(src, "FENCE_KEEP", strconv.FormatInt(millis(fenceKeep), 10))
+}
+
 // Results of acquire.lua.
 const (
-	acqTaken     = 1  // {1, token}
+	acqTaken     = 1  // token, or {1, token}
 	acqHeld      = 2  // {2, token, pttl}: already ours
 	acqBusy      = 0  // {0, wait ms}
 	acqWrongType = -1 // the lock key is not a string
