@@ -310,4 +310,3 @@ func scriptCalls(ctx context.Context, c *redis.Client) (int64, error) {
 	}
 	return total, nil
 }
-
