@@ -48,6 +48,17 @@ type form struct {
 	params   []string // the go-redis parameters accepted
 }
 
+// refused returns why a go-redis parameter is refused in this form, or "".
+func (f form) refused(name string) string {
+	if name == "context_timeout_enabled" {
+		return "the driver always honours context deadlines"
+	}
+	if f.topology == sentinel {
+		return refusedSentinelParams[name]
+	}
+	return ""
+}
+
 // The query parameters each go-redis parser understands (go-redis v9.22), less
 // those that make no sense for locks. TestAcceptedParamsParse checks them
 // against the parsers.
@@ -86,13 +97,14 @@ var (
 		SchemeClusterTLS:  {cluster, "rediss", clusterParams},
 	}
 
-	// refusedParams are go-redis parameters that would break locks, with why.
-	refusedParams = map[string]string{
+	// refusedSentinelParams are go-redis Sentinel parameters that would send
+	// the driver's writes to replicas. (In a Cluster, route_* only steer
+	// read-only commands, which the driver does not send.)
+	refusedSentinelParams = map[string]string{
 		"replica_only":              "locks are written on the primary",
 		"route_by_latency":          "locks are written on the primary",
 		"route_randomly":            "locks are written on the primary",
 		"use_disconnected_replicas": "locks are written on the primary",
-		"context_timeout_enabled":   "the driver always honours context deadlines",
 	}
 )
 
@@ -126,22 +138,47 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 	return d, nil
 }
 
-// newClient builds the go-redis client a URL describes, with go-redis's own
-// parsers.
+// clientOptions are the go-redis options a URL describes, for one of the
+// three kinds of client.
+type clientOptions struct {
+	standalone *redis.Options
+	sentinel   *redis.FailoverOptions
+	cluster    *redis.ClusterOptions
+}
+
+// newClient builds the go-redis client a URL describes.
 func newClient(u *url.URL) (redis.UniversalClient, error) {
+	o, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.sentinel != nil:
+		return redis.NewFailoverClient(o.sentinel), nil
+	case o.cluster != nil:
+		return redis.NewClusterClient(o.cluster), nil
+	default:
+		return redis.NewClient(o.standalone), nil
+	}
+}
+
+// parseURL turns a URL into go-redis options with go-redis's own parsers, after
+// checking its scheme and parameters. Context deadlines are always honoured.
+func parseURL(u *url.URL) (clientOptions, error) {
+	var none clientOptions
 	if u == nil {
-		return nil, fmt.Errorf("%w: redisdriver: nil URL", driver.ErrInvalidURL)
+		return none, fmt.Errorf("%w: redisdriver: nil URL", driver.ErrInvalidURL)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	f, ok := forms[scheme]
 	if !ok {
-		return nil, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
+		return none, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
 	}
 	if err := checkParams(scheme, f, u.Query()); err != nil {
-		return nil, err
+		return none, err
 	}
 	if u.Opaque != "" {
-		return nil, fmt.Errorf("%w: redisdriver: want %s://host..., not %s:opaque", driver.ErrInvalidURL, scheme, scheme)
+		return none, fmt.Errorf("%w: redisdriver: want %s://host..., not %s:opaque", driver.ErrInvalidURL, scheme, scheme)
 	}
 	raw := *u
 	raw.Scheme = f.goScheme
@@ -156,33 +193,33 @@ func newClient(u *url.URL) (redis.UniversalClient, error) {
 	case sentinel:
 		o, err := redis.ParseFailoverURL(raw.String())
 		if err != nil {
-			return nil, invalid(err)
+			return none, invalid(err)
 		}
 		if o.MasterName == "" {
-			return nil, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, scheme)
+			return none, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, scheme)
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewFailoverClient(o), nil
+		return clientOptions{sentinel: o}, nil
 	case cluster:
 		if p := strings.Trim(u.Path, "/"); p != "" {
-			return nil, fmt.Errorf("%w: redisdriver: a cluster has only database 0; remove the path %q", driver.ErrInvalidURL, u.Path)
+			return none, fmt.Errorf("%w: redisdriver: a cluster has only database 0; remove the path %q", driver.ErrInvalidURL, u.Path)
 		}
 		o, err := redis.ParseClusterURL(raw.String())
 		if err != nil {
-			return nil, invalid(err)
+			return none, invalid(err)
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(o), nil
+		return clientOptions{cluster: o}, nil
 	default:
 		if scheme == SchemeUnix && u.Host != "" {
-			return nil, fmt.Errorf("%w: redisdriver: a unix socket URL has no host: want redis+unix:///path/to/redis.sock", driver.ErrInvalidURL)
+			return none, fmt.Errorf("%w: redisdriver: a unix socket URL has no host: want redis+unix:///path/to/redis.sock", driver.ErrInvalidURL)
 		}
 		o, err := redis.ParseURL(raw.String())
 		if err != nil {
-			return nil, invalid(err)
+			return none, invalid(err)
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewClient(o), nil
+		return clientOptions{standalone: o}, nil
 	}
 }
 
@@ -190,7 +227,7 @@ func newClient(u *url.URL) (redis.UniversalClient, error) {
 func checkParams(scheme string, f form, q url.Values) error {
 	var unknown, refused []string
 	for name := range q {
-		if why, ok := refusedParams[name]; ok {
+		if why := f.refused(name); why != "" {
 			refused = append(refused, name+" ("+why+")")
 			continue
 		}
@@ -221,21 +258,25 @@ func schemes() []string {
 
 // redact removes the URL's passwords (user info, and the Sentinel form's
 // password parameter) from an error's message, keeping the error for
-// errors.Is and errors.As.
+// errors.Is and errors.As. One pass replaces them all, so a replacement is
+// never searched again (a password "x" must not grow "xxxxx" without end).
 func redact(err error, u *url.URL) error {
-	var secrets []string
-	if p, ok := u.User.Password(); ok && p != "" {
-		secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
-	}
-	for _, p := range u.Query()["password"] {
+	var pairs []string
+	add := func(p string) {
 		if p != "" {
-			secrets = append(secrets, p, url.QueryEscape(p))
+			pairs = append(pairs, p, "xxxxx", url.QueryEscape(p), "xxxxx", url.PathEscape(p), "xxxxx")
 		}
 	}
-	msg := err.Error()
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	if p, ok := u.User.Password(); ok {
+		add(p)
 	}
+	for _, p := range u.Query()["password"] {
+		add(p)
+	}
+	if len(pairs) == 0 {
+		return err
+	}
+	msg := strings.NewReplacer(pairs...).Replace(err.Error())
 	if msg == err.Error() {
 		return err
 	}
