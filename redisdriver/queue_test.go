@@ -186,7 +186,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 }
 
 // waitQueueLen waits until the queue at key has n entries.
-func waitQueueLen(t *testing.T, ctx context.Context, admin *redis.Client, key string, n int64) {
+func waitQueueLen(t *testing.T, ctx context.Context, admin redis.Cmdable, key string, n int64) {
 	t.Helper()
 	for {
 		got, err := admin.LLen(ctx, key).Result()
