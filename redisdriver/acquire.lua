@@ -1,12 +1,11 @@
 -- Takes the lock with SET NX PX and mints its fencing token, or (when an inbox
--- is given) joins the lock's wait queue. Waiters are served in arrival order:
--- a release hands the lock to the first live waiter, so while anyone waits the
--- lock is only free when its holder vanished (its TTL ran out, or an operator
--- deleted it); then the first live waiter takes it, or a newcomer that finds it
--- free before that waiter wakes (waiters keep their order either way).
+-- is given) joins the lock's wait queue. Waiters are served in arrival order: a
+-- release hands the lock to the first live waiter, and while anyone waits a free
+-- lock (its holder vanished) is taken only by the first live waiter. A try
+-- without inbox never queues and takes any free lock.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
--- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent or "" to try once without
+-- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent to try once without
 --       queueing), 4 queue lease ms (a waiter that does not renew its place
 --       within it loses it)
 -- Returns token (an integer): taken now
@@ -17,13 +16,14 @@
 --         {-1}: the lock key holds a value that is not a string, not a lock
 --         {-3, n}: KEYS[n] of this lock holds data of the wrong type
 
--- The uncontended path, inline. The token is one more than the last one, and
--- never less than the server clock in microseconds, so tokens keep increasing
--- when the fence record is gone (a restart without persistence, a failover to
--- a replica that had not seen it, a day after the record was made). One SET ...
--- GET reads and writes it; KEEPTTL spares an expiry update, so the record is
--- made with its expiry and keeps it.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- The uncontended path, inline: the key is free and (for a waiter) nobody
+-- queues. The token is one more than the last one, and never less than the
+-- server clock in microseconds, so tokens keep increasing when the fence record
+-- is gone (a restart without persistence, a failover to a replica that had not
+-- seen it, a day after the record was made). One SET ... GET reads and writes
+-- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
+-- made with.
+if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local tok = t[1] * 1000000 + t[2]
   local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok), 'KEEPTTL', 'GET')
@@ -42,7 +42,7 @@ end
 
 --@common
 
-local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] or '', tonumber(ARGV[4])
+local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 
 local holder = redis.pcall('GET', lock)
 if type(holder) == 'table' then return {-1} end
@@ -68,7 +68,7 @@ if not holder and (not w or w == owner) then
   return {1, mint(ttl)}
 end
 
-if inbox ~= '' then
+if inbox then
   -- Join the queue, or renew our place in it.
   local entry = string.format('%.0f %d %s', clock().ms + lease, ttl, inbox)
   if redis.call('HSET', waiters, owner, entry) == 1 then

@@ -203,3 +203,48 @@ func waitQueueLen(t *testing.T, ctx context.Context, admin redis.Cmdable, key st
 		}
 	}
 }
+
+// When a holder vanishes without releasing, its TTL runs out while several
+// waiters sleep until then: they are still served in the order they queued,
+// not in the order they happen to wake.
+func TestWaitersKeepTheirOrderWhenTheHolderExpires(t *testing.T) {
+	url := testserver.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, url)
+	_, d := subscribedLocker(t, ctx, url)
+	// The holder vanishes: a process that took the lock and died. (A Locker
+	// whose deadline passes releases the lock itself, which hands it over.)
+	if err := admin.Set(ctx, d.keys("expiring").lock, "vanished-owner", 500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 4
+	order := make(chan int, waiters)
+	for i := 0; i < waiters; i++ {
+		lk, _ := subscribedLocker(t, ctx, url, lock.WithTTL(5*time.Second))
+		go func(i int) {
+			l, err := lk.Acquire(ctx, "expiring")
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			order <- i
+			_ = l.Release(ctx)
+		}(i)
+		waitQueueLen(t, ctx, admin, d.keys("expiring").queue, int64(i+1))
+	}
+	for want := 0; want < waiters; want++ {
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("waiter %d was served in place %d", got, want)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("waiter %d not served within 3s of the previous one", want)
+		}
+	}
+	if n, _ := admin.Exists(ctx, d.keys("expiring").queue, d.keys("expiring").waiters).Result(); n != 0 {
+		t.Errorf("%d queue keys left behind", n)
+	}
+}

@@ -58,7 +58,7 @@
 // %25, %7B and %7D:
 //
 //	P:{K}          the lock: a string holding the owner, with the lock's TTL
-//	P:{K}:fence    the last fencing token, kept for a day after each grant
+//	P:{K}:fence    the last fencing token; expires a day (plus the TTL) after it is made
 //	P:{K}:queue    the list of waiting owners, oldest first
 //	P:{K}:waiters  hash of waiting owner -> "lease deadline (ms), TTL (ms), inbox channel"
 //	P:inbox:ID     the pub/sub channel on which the driver with that random ID
@@ -66,15 +66,16 @@
 //
 // The braces are a Cluster hash tag, so the keys of a lock share a slot and a
 // brace in a key cannot move it; the suffix ":readers" is reserved for shared
-// locks. Everything the driver writes lives under the prefix.
+// locks. Everything the driver writes lives under the prefix. The queue keys
+// exist only while someone waits.
 //
 // # Fencing
 //
 // Each grant mints a token: the previous token plus one, but never less than the
 // server's clock in microseconds (TIME). The fence record therefore only guards
 // against a clock that steps back; when it is gone (a restart without
-// persistence, a failover to a replica that had not received it, a day without
-// grants) the next token still exceeds every earlier one, provided the server
+// persistence, a failover to a replica that had not received it, a day after it
+// was made) the next token still exceeds every earlier one, provided the server
 // granting it reads a later time than the server that granted the earlier ones.
 // Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
 // JavaScript) until the year 2255.
@@ -88,9 +89,11 @@
 // inbox, which serves all of its waiting keys. A waiter renews its place every
 // third of its lease (the lock's TTL, at least a second) and looks again when the
 // holder's TTL runs out, so a holder that vanished without releasing (or a lock
-// deleted by hand) delays it by that TTL at most. A waiter that dies keeps its
-// place until its lease ends, and a lock handed to it in that time stays until
-// its TTL ends: a dead waiter delays the others by up to twice its TTL.
+// deleted by hand, or a standard client's lock) delays it by that TTL at most.
+// A waiter that dies keeps its place until its lease ends, and a lock handed to
+// it in that time stays until its TTL ends: a dead waiter delays the others by
+// up to twice its TTL. A waiter that gives up (its context ends) leaves the
+// queue, and passes on a lock handed to it meanwhile.
 //
 // # Capabilities
 //
@@ -98,9 +101,12 @@
 //   - Expiring: yes; a lock is a key with a TTL, extended by refresh.
 //   - Notify: yes; a release hands the lock to the first waiter and tells it on
 //     its pub/sub inbox; a lock that expires is found when its TTL runs out.
-//   - FIFO: yes; waiters are granted in the order the server queued them. A
-//     waiter that cannot renew its place within its lease (a process paused that
-//     long) loses it, and a server restart loses the queue.
+//   - FIFO: yes; waiters are granted in the order the server queued them, also
+//     when a holder vanishes. A waiter that cannot renew its place within its
+//     lease (a process paused that long) loses it, and a server restart loses
+//     the queue. TryAcquire does not queue, and takes a lock it finds free even
+//     if waiters queue for it (its holder vanished and they have not looked
+//     again yet).
 //   - Shared: no (the key layout keeps room for it).
 //   - MinTTL: 1ms, the resolution of PX.
 //
@@ -112,7 +118,18 @@
 // that server's run_id again (INFO, in the same pipeline). A lock lost that way
 // is released on the new server. When the driver's pub/sub connection
 // reconnects, it checks every held lock at once and reports the lost ones through
-// Request.Lost, without waiting for the next refresh.
+// Request.Lost, without waiting for the next refresh. Automatic refresh of many
+// locks is pipelined: one round trip per batch (per node in a Cluster).
+//
+// # Requirements
+//
+// Redis 6.2 or later, or any Valkey (the scripts use SET with GET and KEEPTTL).
+// A user limited by ACLs needs, for the prefix P: keys ~P:*, channels
+// &P:inbox:*, and the commands EVALSHA, EVAL, INFO, PING and SUBSCRIBE, plus
+// those the scripts call: SET, GET, DEL, EXISTS, TIME, PTTL, PEXPIRE, PUBLISH,
+// LLEN, LINDEX, LPOP, RPUSH, LREM, HGET, HSET and HDEL (and CLIENT SETNAME with
+// the client_name parameter). A missing permission fails with the server's
+// NOPERM error.
 //
 // # Limits
 //
@@ -122,7 +139,9 @@
 // such a failover, so a resource that checks them rejects the stale holder. In a
 // Cluster, moving a slot to another primary (resharding) also counts as a loss.
 // Keys of locks must not be evicted: run the server with a noeviction (or
-// volatile-* without other volatile keys) maxmemory policy.
+// volatile-* without other volatile keys) maxmemory policy. A lock deleted by
+// hand, or by a client that does not run release.lua, wakes no waiter: they find
+// it free when they next look (within a third of their lease).
 package redisdriver
 
 import (
@@ -332,8 +351,8 @@ func grant(r acquireResult, req *driver.Request, start time.Time) driver.Grant {
 }
 
 // TryAcquire makes one attempt to take the lock. It returns driver.ErrLocked
-// when another owner holds it or a waiter is queued for it, and the same grant
-// again when req.Owner already holds it. It never joins the queue.
+// when another owner holds it, and the same grant again when req.Owner already
+// holds it. It never joins the queue.
 func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := d.usable(ctx); err != nil {
 		return driver.Grant{}, err
