@@ -141,7 +141,10 @@
 // Keys of locks must not be evicted: run the server with a noeviction (or
 // volatile-* without other volatile keys) maxmemory policy. A lock deleted by
 // hand, or by a client that does not run release.lua, wakes no waiter: they find
-// it free when they next look (within a third of their lease).
+// it free when they next look (within a third of their lease). go-redis ends
+// a command blocked on a server that stopped answering only at a deadline: a
+// cancelled context (or Close) takes effect after the client's read timeout
+// (read_timeout, 3s by default) on such a server, and at once otherwise.
 package redisdriver
 
 import (
@@ -217,8 +220,7 @@ type Driver struct {
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
-	done   chan struct{}      // closed by Close
-	ctx    context.Context    // for background work, cancelled by Close
+	ctx    context.Context    // cancelled by Close: ends waiting and background work
 	cancel context.CancelFunc //
 	calls  sync.WaitGroup     // Acquire calls in flight
 	wg     sync.WaitGroup     // the inbox reader and its checks
@@ -256,7 +258,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d := &Driver{
 		client:  client,
 		prefix:  DefaultPrefix,
-		done:    make(chan struct{}),
 		held:    map[*driver.Request]node{},
 		waiters: map[string]*waiter{},
 		runIDs:  map[string]string{},
@@ -410,10 +411,9 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
-	close(d.done)
 	d.mu.Unlock()
+	d.cancel()     // interrupts waiting Acquire calls and background checks
 	d.calls.Wait() // waiters leave their queues while the client is open
-	d.cancel()
 	d.mu.Lock()
 	ps := d.sub.ps
 	d.mu.Unlock()

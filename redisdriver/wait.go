@@ -27,8 +27,8 @@ const pollWithoutInbox = 50 * time.Millisecond
 // documentation). It succeeds at once if the key already holds req.Owner. When
 // it returns an error it has left the queue (and released a lock handed to it
 // meanwhile).
-func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	if err := ctx.Err(); err != nil {
+func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := parent.Err(); err != nil {
 		return driver.Grant{}, err
 	}
 	w, err := d.startWait(req.Owner)
@@ -36,10 +36,27 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, err
 	}
 	defer d.endWait(req.Owner, w)
+	// Close interrupts the call even in the middle of a round trip.
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)()
+	// stopped is the error of a call ended by its context or by Close.
+	stopped := func(queued bool) error {
+		if queued {
+			d.abandon(req)
+		}
+		if err := parent.Err(); err != nil {
+			return err
+		}
+		return driver.ErrClosed
+	}
 
 	k := d.keys(req.Key)
 	n, err := d.node(ctx, k.lock)
 	if err != nil {
+		if ctx.Err() != nil {
+			return driver.Grant{}, stopped(false)
+		}
 		return driver.Grant{}, err
 	}
 	subscribed := d.subscribe(ctx) == nil
@@ -51,8 +68,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		r, err := d.runAcquire(ctx, k, req, d.inbox, lease)
 		if err != nil {
 			if ctx.Err() != nil {
-				d.abandon(req)
-				return driver.Grant{}, ctx.Err()
+				return driver.Grant{}, stopped(true)
 			}
 			return driver.Grant{}, err
 		}
@@ -81,14 +97,9 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			// The inbox reconnected: a handoff may have been missed.
 			t.Stop()
 			subscribed = true
-		case <-ctx.Done():
+		case <-ctx.Done(): // the caller's context, or Close
 			t.Stop()
-			d.abandon(req)
-			return driver.Grant{}, ctx.Err()
-		case <-d.done:
-			t.Stop()
-			d.abandon(req)
-			return driver.Grant{}, driver.ErrClosed
+			return driver.Grant{}, stopped(true)
 		}
 	}
 }
