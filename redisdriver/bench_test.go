@@ -211,10 +211,12 @@ func BenchmarkContended(b *testing.B) {
 }
 
 // BenchmarkHeldLocks holds 10,000 locks in one Locker with automatic refresh
-// (TTL 3s, so each is refreshed every second) and measures, over 3 seconds, the
-// commands the server ran (from INFO commandstats) and the round trips the
-// driver made, per second, plus the memory of each held lock in the process
-// (portable layer and driver).
+// (TTL 3s, so each is refreshed every second) and measures over 3 seconds, per
+// second: the refresh scripts the server ran (EVALSHA calls, from INFO
+// commandstats), every command it ran (those scripts' own commands included),
+// and the round trips the driver made (commands and pipelines sent). It also
+// reports the memory of each held lock in the process (portable layer and
+// driver).
 func BenchmarkHeldLocks(b *testing.B) {
 	const n = 10000
 	const ttl = 3 * time.Second
@@ -248,13 +250,13 @@ func BenchmarkHeldLocks(b *testing.B) {
 
 		// Measure a window of steady refreshing.
 		time.Sleep(ttl / 3)
-		calls0, err := scriptCalls(ctx, admin)
+		calls0, scripts0, err := serverCalls(ctx, admin)
 		if err != nil {
 			b.Fatal(err)
 		}
 		trips0 := trips.Load()
 		time.Sleep(window)
-		calls1, err := scriptCalls(ctx, admin)
+		calls1, scripts1, err := serverCalls(ctx, admin)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -266,6 +268,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 			default:
 			}
 		}
+		b.ReportMetric(float64(scripts1-scripts0)/window.Seconds(), "refresh-scripts/s")
 		b.ReportMetric(float64(calls1-calls0)/window.Seconds(), "server-cmds/s")
 		b.ReportMetric(float64(trips1-trips0)/window.Seconds(), "round-trips/s")
 		b.ReportMetric(perLock, "B/held-lock")
@@ -288,25 +291,27 @@ func (h countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
-// scriptCalls is the number of commands the server has run, from INFO
-// commandstats (the sum of every command's calls).
-func scriptCalls(ctx context.Context, c *redis.Client) (int64, error) {
+// serverCalls returns the number of commands the server has run, and of those
+// the EVALSHA calls, from INFO commandstats.
+func serverCalls(ctx context.Context, c *redis.Client) (all, evalsha int64, err error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var total int64
 	for _, line := range strings.Split(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
+		name, rest, ok := strings.Cut(line, ":calls=")
 		if !ok {
 			continue
 		}
 		v, _, _ := strings.Cut(rest, ",")
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += n
+		all += n
+		if name == "cmdstat_evalsha" {
+			evalsha += n
+		}
 	}
-	return total, nil
+	return all, evalsha, nil
 }

@@ -263,3 +263,31 @@ func TestRedactRemovesPasswordsFromMessages(t *testing.T) {
 		t.Error("redacted error lost its cause")
 	}
 }
+
+// No URL makes the parser show the password, however malformed the rest.
+func FuzzParseURLNeverShowsThePassword(f *testing.F) {
+	const marker = "Zq7-marker-pw"
+	for _, s := range []string{
+		"redis://:%s@h:1/0", "rediss://u:%s@h/0?skip_verify=maybe", "redis+unix://:%s@/tmp/r.sock?db=x",
+		"redis+sentinel://:%s@h:1?master_name=m&addr=%%zz", "redis+sentinel://h:1?master_name=m&password=%s&db=q",
+		"redis+cluster://:%s@h:1/0?addr=[::1", "redis://:%s@h:99999/0", "redis://:%s@[::1]:1/0?pool_size=-",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tmpl string) {
+		raw := strings.ReplaceAll(tmpl, "%s", marker)
+		if !strings.Contains(raw, marker) {
+			raw = "redis://:" + marker + "@" + raw
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return // lock.Open refuses it before the driver sees it
+		}
+		if p, _ := u.User.Password(); p != marker && u.Query().Get("password") != marker {
+			return // the marker is not a password in this URL
+		}
+		if _, err := parseURL(u); err != nil && strings.Contains(err.Error(), marker) {
+			t.Fatalf("parseURL(%q) = %v shows the password", raw, err)
+		}
+	})
+}
