@@ -5,9 +5,10 @@
 -- without inbox never queues and takes any free lock.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
--- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent to try once without
---       queueing), 4 queue lease ms (a waiter that does not renew its place
---       within it loses it)
+-- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: try once, take any free
+--       lock, never queue; "": the same, but respecting the queue as a waiter
+--       would), 4 queue lease ms (a waiter that does not renew its place within
+--       it loses it)
 -- Returns token (an integer): taken now
 --         {2, token, pttl}: already held by owner (a retry after a lost reply, or a
 --                           handoff), with its remaining TTL
@@ -68,7 +69,7 @@ if not holder and (not w or w == owner) then
   return {1, mint(ttl)}
 end
 
-if inbox then
+if inbox and inbox ~= '' then
   -- Join the queue, or renew our place in it.
   local entry = string.format('%.0f %d %s', clock().ms + lease, ttl, inbox)
   if redis.call('HSET', waiters, owner, entry) == 1 then

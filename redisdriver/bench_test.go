@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -49,15 +50,18 @@ func benchDriver(b *testing.B, rawURL string) *Driver {
 	return d
 }
 
-// BenchmarkUncontended is one acquire and release of a free lock, by three
-// contestants that take turns within every iteration (in rotating order), so
-// that a noisy neighbour slows them alike:
+// BenchmarkUncontended is one acquire and release of a free lock, by four
+// contestants that take turns within every iteration (in a random order each
+// time), so that a noisy neighbour slows them alike:
 //
 //   - floor: the raw protocol, written here: SET NX PX, then the
 //     compare-and-delete script by EVALSHA; no fencing, no queue;
-//   - driver: this driver's TryAcquire and Release (fencing token, queue check);
-//   - lock: the same through the portable layer (validation, owner identity,
-//     the refresh schedule).
+//   - driver: this driver's TryAcquire and Release (fencing token, and the
+//     queue check of the release);
+//   - lock: lock.TryAcquire and Release, the same through the portable layer
+//     (validation, owner identity, the refresh schedule);
+//   - lock-acquire: lock.Acquire (the blocking call, which also checks the
+//     queue before taking the lock) and Release.
 //
 // It reports each one's time per acquire+release and the ratios to the floor.
 func BenchmarkUncontended(b *testing.B) {
@@ -73,7 +77,7 @@ func BenchmarkUncontended(b *testing.B) {
 	lk := lock.New(benchDriver(b, url))
 	defer lk.Close()
 
-	contestants := [3]func(i int){
+	contestants := [4]func(i int){
 		func(i int) {
 			owner := strconv.Itoa(i)
 			ok, err := c.SetNX(ctx, floorKey, owner, 30*time.Second).Result()
@@ -102,12 +106,20 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 		},
+		func(int) {
+			l, err := lk.Acquire(ctx, "bench-acquire")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
 	}
-	var spent [3]time.Duration
+	var spent [4]time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for j := 0; j < 3; j++ {
-			k := (i + j) % 3
+		for _, k := range rand.Perm(len(contestants)) {
 			t := time.Now()
 			contestants[k](i)
 			spent[k] += time.Since(t)
@@ -118,8 +130,10 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(per(0), "floor-ns")
 	b.ReportMetric(per(1), "driver-ns")
 	b.ReportMetric(per(2), "lock-ns")
+	b.ReportMetric(per(3), "lock-acquire-ns")
 	b.ReportMetric(per(1)/per(0), "driver/floor")
 	b.ReportMetric(per(2)/per(0), "lock/floor")
+	b.ReportMetric(per(3)/per(0), "lock-acquire/floor")
 }
 
 // pollingOnly hides the driver's Acquirer, so the portable layer polls

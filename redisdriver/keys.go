@@ -21,8 +21,25 @@ type keys struct {
 }
 
 func (d *Driver) keys(key string) keys {
-	base := d.prefix + ":{" + escape(key) + "}"
-	return keys{lock: base, fence: base + ":fence", queue: base + ":queue", waiters: base + ":waiters"}
+	// The four names are parts of one string: one allocation per call.
+	e := escape(key)
+	n := len(d.prefix) + 2 + len(e) + 1 // len("P:{K}")
+	var b strings.Builder
+	b.Grow(3*n + len(":fence:queue:waiters"))
+	for _, suffix := range []string{":fence", ":queue", ":waiters"} {
+		b.WriteString(d.prefix)
+		b.WriteString(":{")
+		b.WriteString(e)
+		b.WriteString("}")
+		b.WriteString(suffix)
+	}
+	all := b.String()
+	return keys{
+		lock:    all[:n],
+		fence:   all[:n+6],
+		queue:   all[n+6 : 2*n+12],
+		waiters: all[2*n+12:],
+	}
 }
 
 func (k keys) list() []string { return []string{k.lock, k.fence, k.queue, k.waiters} }

@@ -298,11 +298,25 @@ type acquireResult struct {
 	wait   time.Duration // acqBusy: when to look again; negative: no hint
 }
 
-// runAcquire runs acquire.lua once; inbox "" tries without queueing.
-func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, inbox string, lease time.Duration) (acquireResult, error) {
-	args := []any{req.Owner, millis(req.TTL)}
-	if inbox != "" {
-		args = append(args, inbox, millis(lease))
+// How acquire.lua is run.
+type acquireMode int
+
+const (
+	tryMode   acquireMode = iota // take a free lock, never queue (TryAcquire)
+	probeMode                    // take a free lock if nobody queues, never queue (Acquire's first try)
+	waitMode                     // take it if it is our turn, or join (or stay in) the queue
+)
+
+// runAcquire runs acquire.lua once; waitMode needs the lease.
+func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mode acquireMode, lease time.Duration) (acquireResult, error) {
+	var args []any
+	switch mode {
+	case tryMode:
+		args = []any{req.Owner, millis(req.TTL)}
+	case probeMode:
+		args = []any{req.Owner, millis(req.TTL), ""}
+	default:
+		args = []any{req.Owner, millis(req.TTL), d.inbox, millis(lease)}
 	}
 	v, err := acquireScript.Run(ctx, d.client, k.list(), args...).Result()
 	if err != nil {
@@ -364,7 +378,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 		return driver.Grant{}, err
 	}
 	start := time.Now()
-	r, err := d.runAcquire(ctx, k, req, "", 0)
+	r, err := d.runAcquire(ctx, k, req, tryMode, 0)
 	if err != nil {
 		return driver.Grant{}, err
 	}

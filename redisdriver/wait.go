@@ -28,9 +28,37 @@ const pollWithoutInbox = 50 * time.Millisecond
 // it returns an error it has left the queue (and released a lock handed to it
 // meanwhile).
 func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Grant, error) {
-	if err := parent.Err(); err != nil {
+	if err := d.usable(parent); err != nil {
 		return driver.Grant{}, err
 	}
+	// ended is the error of a round trip that failed because the call's context
+	// ended or the driver was closed meanwhile, or err.
+	ended := func(err error) error {
+		if d.ctx.Err() != nil {
+			return driver.ErrClosed
+		}
+		if perr := parent.Err(); perr != nil {
+			return perr
+		}
+		return err
+	}
+	k := d.keys(req.Key)
+	n, err := d.node(parent, k.lock)
+	if err != nil {
+		return driver.Grant{}, ended(err)
+	}
+	// A first try that respects the queue without joining it, so that an
+	// uncontended Acquire costs what TryAcquire does.
+	start := time.Now()
+	r, err := d.runAcquire(parent, k, req, probeMode, 0)
+	if err != nil {
+		return driver.Grant{}, ended(err)
+	}
+	if r.status != acqBusy {
+		d.record(req, n)
+		return grant(r, req, start), nil
+	}
+
 	w, err := d.startWait(req.Owner)
 	if err != nil {
 		return driver.Grant{}, err
@@ -40,24 +68,11 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()
-	// stopped is the error of a call ended by its context or by Close.
-	stopped := func(queued bool) error {
-		if queued {
-			d.abandon(req)
-		}
-		if err := parent.Err(); err != nil {
-			return err
-		}
-		return driver.ErrClosed
-	}
-
-	k := d.keys(req.Key)
-	n, err := d.node(ctx, k.lock)
-	if err != nil {
-		if ctx.Err() != nil {
-			return driver.Grant{}, stopped(false)
-		}
-		return driver.Grant{}, err
+	// stopped leaves the queue and returns the error of a call ended by its
+	// context or by Close.
+	stopped := func() error {
+		d.abandon(req)
+		return ended(ctx.Err())
 	}
 	subscribed := d.subscribe(ctx) == nil
 	lease := max(req.TTL, minLease)
@@ -65,10 +80,10 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 	for {
 		resub := d.resubscribed()
 		start := time.Now()
-		r, err := d.runAcquire(ctx, k, req, d.inbox, lease)
+		r, err := d.runAcquire(ctx, k, req, waitMode, lease)
 		if err != nil {
 			if ctx.Err() != nil {
-				return driver.Grant{}, stopped(true)
+				return driver.Grant{}, stopped()
 			}
 			return driver.Grant{}, err
 		}
@@ -99,7 +114,7 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 			subscribed = true
 		case <-ctx.Done(): // the caller's context, or Close
 			t.Stop()
-			return driver.Grant{}, stopped(true)
+			return driver.Grant{}, stopped()
 		}
 	}
 }
