@@ -23,11 +23,11 @@
 -- is gone (a restart without persistence, a failover to a replica that had not
 -- seen it, a day after the record was made). One SET ... GET reads and writes
 -- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
--- made with.
+-- made with. (Redis writes a Lua number below 2^53 as its exact integer.)
 if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local tok = t[1] * 1000000 + t[2]
-  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok), 'KEEPTTL', 'GET')
+  local last = redis.pcall('SET', KEYS[2], tok, 'KEEPTTL', 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return {-3, 2}
@@ -36,7 +36,7 @@ if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEY
     redis.call('PEXPIRE', KEYS[2], ARGV[2] + FENCE_KEEP)
   elseif tok <= (tonumber(last) or 0) then
     tok = last + 1
-    redis.call('SET', KEYS[2], string.format('%.0f', tok), 'KEEPTTL')
+    redis.call('SET', KEYS[2], tok, 'KEEPTTL')
   end
   return tok
 end

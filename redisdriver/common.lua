@@ -20,12 +20,12 @@ end
 -- acquire.lua does inline.
 local function mint(ttl)
   local tok = clock().us
-  local last = redis.call('SET', fence, string.format('%.0f', tok), 'KEEPTTL', 'GET')
+  local last = redis.call('SET', fence, tok, 'KEEPTTL', 'GET')
   if not last then
     redis.call('PEXPIRE', fence, ttl + FENCE_KEEP)
   elseif tok <= (tonumber(last) or 0) then
     tok = last + 1
-    redis.call('SET', fence, string.format('%.0f', tok), 'KEEPTTL')
+    redis.call('SET', fence, tok, 'KEEPTTL')
   end
   return tok
 end
