@@ -143,9 +143,11 @@ type pollingOnly struct{ driver.Driver }
 
 // BenchmarkContended has 8 goroutines spread over 2 Lockers (separate clients)
 // take turns on one key with a tiny critical section. It reports handoffs/s
-// (acquisitions by a different goroutine than the previous one, per second) and
-// min-share (the fewest acquisitions of one goroutine, as a fraction of the fair
-// share: 1 is perfectly fair, below 0.5 is starvation). "queue" is this driver;
+// (acquisitions by a different goroutine than the previous one, per second),
+// handoff-share (the fraction of acquisitions that were handoffs: 1 when a
+// releaser never takes the lock straight back) and min-share (the fewest
+// acquisitions of one goroutine, as a fraction of the fair share: 1 is
+// perfectly fair, below 0.5 is starvation). "queue" is this driver;
 // "poll-1ms" is the same driver polled with a 1 ms retry delay, for scale.
 func BenchmarkContended(b *testing.B) {
 	url := testserver.Redis(b)
@@ -219,6 +221,7 @@ func BenchmarkContended(b *testing.B) {
 				minCount = min(minCount, n)
 			}
 			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
+			b.ReportMetric(float64(handoffs.Load())/float64(b.N), "handoff-share")
 			b.ReportMetric(float64(minCount)/(float64(b.N)/goroutines), "min-share")
 		})
 	}
