@@ -27,8 +27,8 @@ const pollWithoutInbox = 50 * time.Millisecond
 // documentation). It succeeds at once if the key already holds req.Owner. When
 // it returns an error it has left the queue (and released a lock handed to it
 // meanwhile).
-func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Grant, error) {
-	if err := d.usable(parent); err != nil {
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := d.usable(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	// ended is the error of a round trip that failed because the call's context
@@ -37,20 +37,20 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 		if d.ctx.Err() != nil {
 			return driver.ErrClosed
 		}
-		if perr := parent.Err(); perr != nil {
+		if perr := ctx.Err(); perr != nil {
 			return perr
 		}
 		return err
 	}
 	k := d.keys(req.Key)
-	n, err := d.node(parent, k.lock)
+	n, err := d.node(ctx, k.lock)
 	if err != nil {
 		return driver.Grant{}, ended(err)
 	}
 	// A first try that respects the queue without joining it, so that an
 	// uncontended Acquire costs what TryAcquire does.
 	start := time.Now()
-	r, err := d.runAcquire(parent, k, req, probeMode, 0)
+	r, err := d.runAcquire(ctx, k, req, probeMode, 0)
 	if err != nil {
 		return driver.Grant{}, ended(err)
 	}
@@ -64,25 +64,26 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 		return driver.Grant{}, err
 	}
 	defer d.endWait(req.Owner, w)
-	// Close interrupts the call even in the middle of a round trip.
-	ctx, cancel := context.WithCancel(parent)
+	// Close ends the wait (a round trip in flight ends at its read timeout at
+	// worst: go-redis honours deadlines, not cancellation).
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()
 	// stopped leaves the queue and returns the error of a call ended by its
 	// context or by Close.
 	stopped := func() error {
 		d.abandon(req)
-		return ended(ctx.Err())
+		return ended(wctx.Err())
 	}
-	subscribed := d.subscribe(ctx) == nil
+	subscribed := d.subscribe(wctx) == nil
 	lease := max(req.TTL, minLease)
 	var asked time.Time // when the last request that found the lock not ours was sent
 	for {
 		resub := d.resubscribed()
 		start := time.Now()
-		r, err := d.runAcquire(ctx, k, req, waitMode, lease)
+		r, err := d.runAcquire(wctx, k, req, waitMode, lease)
 		if err != nil {
-			if ctx.Err() != nil {
+			if wctx.Err() != nil {
 				return driver.Grant{}, stopped()
 			}
 			return driver.Grant{}, err
@@ -112,7 +113,7 @@ func (d *Driver) Acquire(parent context.Context, req *driver.Request) (driver.Gr
 			// The inbox reconnected: a handoff may have been missed.
 			t.Stop()
 			subscribed = true
-		case <-ctx.Done(): // the caller's context, or Close
+		case <-wctx.Done(): // the caller's context, or Close
 			t.Stop()
 			return driver.Grant{}, stopped()
 		}
