@@ -34,7 +34,9 @@ func (lk *Locker) scheduleLocked(l *Lock) {
 	} else {
 		heap.Push(&lk.schedule, l)
 	}
-	if lk.schedule[0] == l {
+	// Wake the scheduler only if it would otherwise sleep past this lock's event:
+	// taking a lock then costs no scheduler wake-up in the common case.
+	if lk.schedule[0] == l && l.when().Before(lk.armed) {
 		lk.nudge()
 	}
 }
@@ -121,6 +123,7 @@ func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Durati
 	if len(lk.schedule) > 0 {
 		wait = time.Until(lk.schedule[0].when())
 	}
+	lk.armed = now.Add(wait)
 	lk.mu.Unlock()
 	for _, h := range hooks {
 		runHooks(h, errDeadline)
