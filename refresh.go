@@ -176,6 +176,9 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 		}
 		l.nextRefresh = start.Add(l.ttl / 3)
 		lk.scheduleLocked(l)
+	case isNotHeld(err) && l.releasing:
+		// The refresh raced our own Release and saw its delete; Release decides.
+		lk.scheduleLocked(l)
 	case isNotHeld(err):
 		hooks = l.endLocked(stateLost, err)
 	default:

@@ -45,6 +45,7 @@ import (
 	_ "github.com/distlock/lock/filedriver"
 	_ "github.com/distlock/lock/memdriver"
 	_ "github.com/distlock/lock/redisdriver"
+	_ "github.com/distlock/lock/zkdriver"
 )
 
 // Exit statuses of distlock itself; see the package documentation.
