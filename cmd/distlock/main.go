@@ -44,6 +44,7 @@ import (
 	// The backends distlock can use, registered by their URL schemes.
 	_ "github.com/distlock/lock/filedriver"
 	_ "github.com/distlock/lock/memdriver"
+	_ "github.com/distlock/lock/pgadvisory"
 	_ "github.com/distlock/lock/redisdriver"
 	_ "github.com/distlock/lock/zkdriver"
 )
