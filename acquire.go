@@ -132,7 +132,9 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 		lk.mu.Unlock()
 		return ErrClosed
 	}
-	if !g.Start.IsZero() && g.Start.After(start) {
+	if !g.Start.IsZero() {
+		// The driver knows when the granting request went out, which may be an
+		// earlier attempt whose reply was lost, or a later moment of a wait.
 		start = g.Start
 	}
 	l.token = g.Token

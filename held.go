@@ -32,7 +32,8 @@ type Lock struct {
 	deadline    time.Time
 	nextRefresh time.Time
 	refreshing  bool
-	index       int // in lk.schedule, -1 when not scheduled
+	releasing   bool // a Release is under way: a refresh that finds the lock gone saw our own release
+	index       int  // in lk.schedule, -1 when not scheduled
 	onLost      []func(error)
 }
 
@@ -125,13 +126,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	if err := l.usable(); err != nil {
+	if err := l.startRelease(); err != nil {
 		if errors.Is(err, errReleased) {
 			return nil
 		}
 		return wrapErr("release", l.req.Key, err)
 	}
 	err := l.lk.d.Release(ctx, l.req)
+	l.lk.mu.Lock()
+	l.releasing = false
+	l.lk.mu.Unlock()
 	switch {
 	case err == nil:
 		l.end(stateReleased, nil)
@@ -146,10 +150,25 @@ func (l *Lock) Release(ctx context.Context) error {
 
 var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 
+// startRelease marks a held lock as being released, or reports why it cannot be.
+func (l *Lock) startRelease() error {
+	l.lk.mu.Lock()
+	defer l.lk.mu.Unlock()
+	if err := l.usableLocked(); err != nil {
+		return err
+	}
+	l.releasing = true
+	return nil
+}
+
 // usable reports why Refresh or Release cannot act on the lock, or nil if held.
 func (l *Lock) usable() error {
 	l.lk.mu.Lock()
 	defer l.lk.mu.Unlock()
+	return l.usableLocked()
+}
+
+func (l *Lock) usableLocked() error {
 	switch l.state {
 	case stateHeld:
 		return nil

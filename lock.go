@@ -96,6 +96,7 @@ type Locker struct {
 	closed   bool
 	held     map[*Lock]struct{}
 	schedule lockHeap                    // held locks by their next refresh or deadline
+	armed    time.Time                   // when the scheduler will next wake by itself
 	calls    map[*int]context.CancelFunc // Acquire calls in flight, for Close to interrupt
 	callsWG  sync.WaitGroup
 	wake     chan struct{} // nudges the scheduler after schedule changes
@@ -118,6 +119,7 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		calls:    map[*int]context.CancelFunc{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		armed:    time.Now().Add(time.Hour),
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.acquirer, _ = d.(driver.Acquirer)

@@ -230,3 +230,15 @@ func FuzzOpenNeverPrintsPassword(f *testing.F) {
 		}
 	})
 }
+
+func TestRedactionDoesNotRematchInsideReplacements(t *testing.T) {
+	// The password "x%78" is also redacted in its unescaped form "xx", which
+	// occurs inside the "xxxxx" that replaced the first form.
+	_, err := lock.Open(context.Background(), "anything://u:x%78@host/p?ttl=bad")
+	if err == nil {
+		t.Fatal("Open succeeded")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "anything://u:xxxxx@host/p") || len(msg) > 200 {
+		t.Errorf("error = %q, want the URL with its password replaced once", msg)
+	}
+}

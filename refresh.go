@@ -34,7 +34,9 @@ func (lk *Locker) scheduleLocked(l *Lock) {
 	} else {
 		heap.Push(&lk.schedule, l)
 	}
-	if lk.schedule[0] == l {
+	// Wake the scheduler only if it would otherwise sleep past this lock's event:
+	// taking a lock then costs no scheduler wake-up in the common case.
+	if lk.schedule[0] == l && l.when().Before(lk.armed) {
 		lk.nudge()
 	}
 }
@@ -121,6 +123,7 @@ func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Durati
 	if len(lk.schedule) > 0 {
 		wait = time.Until(lk.schedule[0].when())
 	}
+	lk.armed = now.Add(wait)
 	lk.mu.Unlock()
 	for _, h := range hooks {
 		runHooks(h, errDeadline)
@@ -172,6 +175,9 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 			l.deadline = d
 		}
 		l.nextRefresh = start.Add(l.ttl / 3)
+		lk.scheduleLocked(l)
+	case isNotHeld(err) && l.releasing:
+		// The refresh raced our own Release and saw its delete; Release decides.
 		lk.scheduleLocked(l)
 	case isNotHeld(err):
 		hooks = l.endLocked(stateLost, err)

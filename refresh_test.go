@@ -139,3 +139,47 @@ func TestTransientRefreshErrorsAreRetriedBeforeTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// slowRelease is memdriver whose Release removes the lock at once but answers
+// late, so an automatic refresh can see the lock gone before Release returns.
+type slowRelease struct {
+	*memdriver.Driver
+	refreshesAfterRemoval atomic.Int64
+	removed               atomic.Bool
+}
+
+func (s *slowRelease) Release(ctx context.Context, req *driver.Request) error {
+	err := s.Driver.Release(ctx, req)
+	s.removed.Store(true)
+	time.Sleep(150 * time.Millisecond) // the reply is slow; refreshes run meanwhile
+	return err
+}
+
+func (s *slowRelease) Refresh(ctx context.Context, req *driver.Request) error {
+	if s.removed.Load() {
+		s.refreshesAfterRemoval.Add(1)
+	}
+	return s.Driver.Refresh(ctx, req)
+}
+
+func TestRefreshRacingOwnReleaseDoesNotReportLoss(t *testing.T) {
+	ctx := context.Background()
+	d := &slowRelease{Driver: memdriver.New(t.Name())}
+	lk := lock.New(d, lock.WithTTL(300*time.Millisecond)) // refresh every 100ms
+	defer lk.Close()
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release = %v, want nil", err)
+	}
+	if d.refreshesAfterRemoval.Load() == 0 {
+		t.Fatal("no refresh ran while Release was answering; the race was not exercised")
+	}
+	select {
+	case <-l.Lost():
+		t.Error("Lost() closed by a refresh that saw our own successful Release")
+	default:
+	}
+}

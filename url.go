@@ -23,10 +23,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
 	secrets := urlSecrets(rawURL)
+	u, err := url.Parse(rawURL)
+	if err == nil {
+		secrets = parsedSecrets(secrets, u)
+	}
+	// Every message is redacted in one pass at the end, so a short secret cannot
+	// match inside a replacement.
 	fail := func(err error) (*Locker, error) {
 		return nil, &Error{Op: "open", Err: &redactedError{msg: redact(err.Error(), secrets), err: err}}
 	}
-	u, err := url.Parse(rawURL)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -45,14 +50,14 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	}
 	cfg, urlOpts, err := portableParams(u)
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", redactURL(u), err))
+		return fail(fmt.Errorf("%s: %w", u, err))
 	}
 	d, err := open(ctx, cfg)
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", redactURL(u), err))
+		return fail(fmt.Errorf("%s: %w", u, err))
 	}
 	lk := New(d, append(opts, urlOpts...)...)
-	lk.name = redact(redactURL(u), secrets)
+	lk.name = redact(u.String(), secrets)
 	return lk, nil
 }
 
@@ -122,27 +127,6 @@ func schemeExamples() string {
 // secretParams are query parameters whose values are redacted.
 var secretParams = []string{"password", "passwd", "pass", "pwd", "secret", "token", "sslpassword", "sslkey", "key", "auth"}
 
-// redactURL prints u with its password and secret-looking query values replaced.
-// It rewrites the raw query pair by pair, so a pair that does not unescape is
-// still redacted.
-func redactURL(u *url.URL) string {
-	c := *u
-	if c.RawQuery != "" {
-		pairs := strings.FieldsFunc(c.RawQuery, func(r rune) bool { return r == '&' || r == ';' })
-		for i, kv := range pairs {
-			k, _, _ := strings.Cut(kv, "=")
-			if uk, err := url.QueryUnescape(k); err == nil {
-				k = uk
-			}
-			if isSecretParam(k) {
-				pairs[i] = url.QueryEscape(k) + "=xxxxx"
-			}
-		}
-		c.RawQuery = strings.Join(pairs, "&")
-	}
-	return c.Redacted()
-}
-
 func isSecretParam(name string) bool {
 	name = strings.ToLower(name)
 	for _, s := range secretParams {
@@ -157,18 +141,6 @@ func isSecretParam(name string) bool {
 // trusting it to parse, in escaped and unescaped forms, longest first.
 func urlSecrets(raw string) []string {
 	var out []string
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if un, err := url.PathUnescape(s); err == nil && un != s {
-			out = append(out, un)
-		}
-		if un, err := url.QueryUnescape(s); err == nil && un != s {
-			out = append(out, un)
-		}
-	}
 	rest := raw
 	if i := strings.Index(rest, "://"); i >= 0 {
 		rest = rest[i+3:]
@@ -182,27 +154,79 @@ func urlSecrets(raw string) []string {
 	for _, r := range []string{authority, rest} {
 		if at := strings.LastIndex(r, "@"); at >= 0 {
 			if c := strings.Index(r[:at], ":"); c >= 0 {
-				add(r[:at][c+1:])
+				out = append(out, secretForms(r[:at][c+1:])...)
 			}
 		}
 	}
 	if q := strings.Index(raw, "?"); q >= 0 {
-		for _, kv := range strings.FieldsFunc(raw[q+1:], func(r rune) bool { return r == '&' || r == ';' || r == '#' }) {
-			k, v, _ := strings.Cut(kv, "=")
-			if isSecretParam(k) {
-				add(v)
+		query := raw[q+1:]
+		if h := strings.Index(query, "#"); h >= 0 {
+			query = query[:h]
+		}
+		// Go splits a query on "&" only; other parsers also on ";". Try both.
+		for _, seps := range []string{"&", "&;"} {
+			for _, kv := range strings.FieldsFunc(query, func(r rune) bool { return strings.ContainsRune(seps, r) }) {
+				k, v, _ := strings.Cut(kv, "=")
+				if uk, err := url.QueryUnescape(k); err == nil {
+					k = uk
+				}
+				if isSecretParam(k) {
+					out = append(out, secretForms(v)...)
+				}
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
 
-func redact(msg string, secrets []string) string {
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
+// parsedSecrets adds the password and secret parameters as url.Parse read them,
+// in the forms URL.String prints them.
+func parsedSecrets(secrets []string, u *url.URL) []string {
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, secretForms(pw)...)
+		if s := url.UserPassword("", pw).String(); len(s) > 1 {
+			secrets = append(secrets, s[1:])
+		}
 	}
-	return msg
+	for name, vs := range u.Query() {
+		if isSecretParam(name) {
+			for _, v := range vs {
+				secrets = append(secrets, secretForms(v)...)
+			}
+		}
+	}
+	return secrets
+}
+
+// secretForms is a secret as given and in its escaped and unescaped forms.
+func secretForms(s string) []string {
+	if s == "" {
+		return nil
+	}
+	out := []string{s, url.PathEscape(s), url.QueryEscape(s)}
+	if un, err := url.PathUnescape(s); err == nil {
+		out = append(out, un)
+	}
+	if un, err := url.QueryUnescape(s); err == nil {
+		out = append(out, un)
+	}
+	return out
+}
+
+// redact replaces every secret in msg with "xxxxx" in one pass, longest first.
+func redact(msg string, secrets []string) string {
+	if len(secrets) == 0 {
+		return msg
+	}
+	sorted := append([]string(nil), secrets...)
+	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
+	pairs := make([]string, 0, 2*len(sorted))
+	for _, s := range sorted {
+		if s != "" {
+			pairs = append(pairs, s, "xxxxx")
+		}
+	}
+	return strings.NewReplacer(pairs...).Replace(msg)
 }
 
 // redactedError carries a driver's error for errors.As and errors.Is while its

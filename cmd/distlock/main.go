@@ -42,10 +42,11 @@ import (
 	"os"
 
 	// The backends distlock can use, registered by their URL schemes.
-	// Add the Redis, PostgreSQL, etcd and ZooKeeper drivers here as blank imports
-	// when they land (redisdriver, pgadvisory, etcddriver, zkdriver).
 	_ "github.com/distlock/lock/filedriver"
 	_ "github.com/distlock/lock/memdriver"
+	_ "github.com/distlock/lock/pgadvisory"
+	_ "github.com/distlock/lock/redisdriver"
+	_ "github.com/distlock/lock/zkdriver"
 )
 
 // Exit statuses of distlock itself; see the package documentation.

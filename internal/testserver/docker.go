@@ -28,7 +28,7 @@ var (
 		image: "redis:7-alpine", port: "6379/tcp",
 		cmd:   []string{"redis-server", "--save", "", "--appendonly", "no"},
 		url:   func(addr string) string { return "redis://" + addr + "/0" },
-		probe: func(ctx context.Context, _, addr string) error { return redisExpect(ctx, addr, "PING", "+PONG") },
+		probe: func(ctx context.Context, _, addr string) error { return redisAlive(ctx, addr) },
 	}
 	postgresImage = containerSpec{
 		image: "postgres:16-alpine", port: "5432/tcp",

@@ -1,0 +1,349 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/distlock/lock/driver"
+)
+
+// TryAcquire makes one attempt (pg_try_advisory_lock) on a connection shared
+// with other locks, and draws the fencing token in the same statement. It
+// returns driver.ErrLocked if another owner holds the key, here or elsewhere, and
+// the same grant again if req.Owner already holds it.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	st, err := d.statements(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.try(ctx, req, st, d.lockID(req.Key))
+}
+
+func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+	for {
+		c, err := d.connForTry(ctx, id, req.Shared)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, again, err := d.tryOn(ctx, c, req, st, id)
+		d.letGo(c)
+		if !again {
+			return g, err
+		}
+	}
+}
+
+// tryOn tries to take id on c. again reports that c turned out unusable for id
+// and another connection should be picked.
+func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
+	c.mu.Lock()
+	defer c.unlock()
+	d.mu.Lock()
+	if c.dead.Load() {
+		d.mu.Unlock()
+		return driver.Grant{}, true, nil
+	}
+	if h := c.locks[id]; h != nil {
+		// Taken on c by another owner since c was picked. The session would
+		// grant it again (session locks count), so never ask it.
+		d.mu.Unlock()
+		if !h.shared || !req.Shared {
+			return driver.Grant{}, false, errHeldHere
+		}
+		return driver.Grant{}, true, nil
+	}
+	d.mu.Unlock()
+
+	start := time.Now()
+	var tok token
+	err = c.queryRow(ctx, st.tryFor(req.Shared), d.lockArgs(id, c.pid), &tok)
+	switch {
+	case err != nil:
+		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
+	case !tok.Valid:
+		cause := d.pooled(c, 0)
+		d.kill(c, cause)
+		return driver.Grant{}, false, cause
+	case tok.Int64 == 0:
+		return driver.Grant{}, false, driver.ErrLocked
+	}
+	g, err = d.register(c, req, id, uint64(tok.Int64), start)
+	return g, false, err
+}
+
+// failed handles an error of a lock statement for id on c (c.mu held): a broken
+// session is given up; on a live one the statement may have taken the lock before
+// failing (in nextval, say), so the lock is given back. c held no lock on id
+// before, so the unlock cannot drop anyone else's.
+func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool, err error) error {
+	if c.broken(err) {
+		cause := errSessionLost(err)
+		d.kill(c, cause)
+		return cause
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return err // not sent
+	}
+	var ok pgtype.Bool
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	uerr := c.queryRow(uctx, unlockFor(shared), []any{id, c.pid}, &ok)
+	cancel()
+	if uerr != nil || !ok.Valid {
+		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
+	}
+	if fenceGone(err) {
+		return d.errFenceGone(err)
+	}
+	return fmt.Errorf("pgadvisory: lock statement: %w", err)
+}
+
+// lockArgs are the arguments of a lock statement.
+func (d *Driver) lockArgs(id int64, pid int32) []any {
+	if d.o.fencing {
+		return []any{id, pid, d.fence}
+	}
+	return []any{id, pid}
+}
+
+// token is a lock statement's result: the fencing token, 0 for "held
+// elsewhere", or NULL for "wrong session". A pgtype scans without reflection.
+type token = pgtype.Int8
+
+// Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
+// queue (pg_advisory_lock) on a connection of its own, so it is granted the lock
+// by the server, in arrival order, within a round trip of the release. When ctx
+// ends the wait is cancelled with a cancel request and the connection cleared
+// before Acquire returns ctx.Err(): a lock granted as the wait ended is not left
+// behind.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok, err := d.heldBy(req); ok || err != nil {
+		return g, err
+	}
+	st, err := d.statements(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	id := d.lockID(req.Key)
+	var backoff time.Duration
+	// A key found held a moment ago is waited for at once; any other is first
+	// tried on a connection shared with other locks, so that a burst of
+	// acquires of free keys does not open a connection per caller.
+	skipTry := d.contended(id)
+	for {
+		if !skipTry {
+			g, err := d.try(ctx, req, st, id)
+			if !errors.Is(err, driver.ErrLocked) {
+				return g, err
+			}
+			d.markContended(id)
+		}
+		w, err := d.connForWait(ctx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if w != nil {
+			return d.wait(ctx, w, req, st, id)
+		}
+		// Every connection the cap allows is taken: wait until one may be had,
+		// or after a backoff try again without a queue place.
+		freed, err := d.pause(ctx, &backoff)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		skipTry = freed
+	}
+}
+
+// contendedFor is how long a key found held is waited for without a try first.
+const contendedFor = time.Second
+
+// contendedSlots bounds the memory of contended keys: a lossy table, so a
+// forgotten key costs one extra try, never correctness.
+const contendedSlots = 64
+
+type contention struct {
+	id int64
+	at time.Time
+}
+
+func (d *Driver) contended(id int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.recent[uint64(id)%contendedSlots]
+	return c.id == id && time.Since(c.at) < contendedFor
+}
+
+func (d *Driver) markContended(id int64) {
+	d.mu.Lock()
+	d.recent[uint64(id)%contendedSlots] = contention{id, time.Now()}
+	d.mu.Unlock()
+}
+
+// Backoff of an Acquire that found no connection to wait on.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = 250 * time.Millisecond
+)
+
+// pause waits until a connection to wait on may have become free (freed), the
+// backoff passed, or ctx ended.
+func (d *Driver) pause(ctx context.Context, backoff *time.Duration) (freed bool, err error) {
+	if *backoff == 0 {
+		*backoff = minBackoff
+	}
+	wait := *backoff/2 + rand.N(*backoff/2+1)
+	if *backoff *= 2; *backoff > maxBackoff {
+		*backoff = maxBackoff
+	}
+	d.mu.Lock()
+	ch := d.freedChLocked()
+	d.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// wait takes id on w, a connection picked to wait on, blocking in the server's
+// lock queue.
+func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+	defer d.letGo(w)
+	w.mu.Lock()
+	defer w.unlock()
+	if err := w.usable(); err != nil {
+		return driver.Grant{}, err
+	}
+	if ctx.Err() != nil || d.closing.Err() != nil {
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
+	start := time.Now()
+	// Close ends the wait as ctx would.
+	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
+	received := time.Now()
+	ended := ctx.Err() != nil || d.closing.Err() != nil
+	if err == nil && tok.Valid && !ended {
+		// The server granted the lock at most about one round trip before the
+		// answer arrived; the validity of the lock counts from then.
+		granted := received.Add(-w.rtt)
+		if granted.Before(start) {
+			granted = start
+		}
+		return d.register(w, req, id, uint64(tok.Int64), granted)
+	}
+	if err == nil && !tok.Valid {
+		cause := d.pooled(w, 0)
+		d.kill(w, cause)
+		return driver.Grant{}, cause
+	}
+	switch {
+	case w.broken(err):
+		cause := errSessionLost(err)
+		d.kill(w, cause)
+		err = cause
+	default:
+		// Cancelled, or failed on a live session: the lock may have been
+		// granted as the wait ended. w holds nothing else, so clear it all.
+		if cerr := w.clear(); cerr != nil {
+			d.kill(w, errSessionLost(cerr))
+		}
+	}
+	if ended {
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
+	if fenceGone(err) {
+		return driver.Grant{}, d.errFenceGone(err)
+	}
+	return driver.Grant{}, fmt.Errorf("pgadvisory: wait for lock: %w", err)
+}
+
+// waitEnded is the error of a wait ended by ctx or by Close.
+func (d *Driver) waitEnded(ctx context.Context) error {
+	if d.closing.Err() != nil {
+		return errClosed
+	}
+	return ctx.Err()
+}
+
+// waitRow runs a blocking lock statement on c (c.mu held) and returns its token
+// (nil for the wrong session). When ctx or closing ends it sends the server a
+// cancel request, again if the statement does not end soon after (a cancel
+// that overtook the statement is ignored by the server), and at last cuts the
+// socket.
+func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any) (token, error) {
+	returned := make(chan struct{})
+	cancelled := make(chan struct{})
+	var once sync.Once
+	abort := func() {
+		once.Do(func() {
+			defer close(cancelled)
+			for i := 0; i < cancelAttempts; i++ {
+				cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+				err := c.conn.PgConn().CancelRequest(cctx)
+				cancel()
+				if err != nil {
+					break
+				}
+				t := time.NewTimer(cancelWait)
+				select {
+				case <-returned:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			_ = c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
+		})
+	}
+	// Two registrations, none creating a context: the caller's context is
+	// new for each call and would make its children map for a derived one.
+	stopCtx := context.AfterFunc(ctx, abort)
+	stopClosing := context.AfterFunc(closing, abort)
+	var tok token
+	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(&tok)
+	close(returned)
+	if stopped1, stopped2 := stopCtx(), stopClosing(); !stopped1 || !stopped2 {
+		abort() // waits for the one under way, if any
+		<-cancelled
+	}
+	if err == nil && !c.conn.IsClosed() {
+		// A cut that came just after the answer: the session is fine.
+		_ = c.net.SetDeadline(time.Time{})
+	}
+	return tok, err
+}
+
+// clear releases every advisory lock of a waiting session (c.mu held), retrying
+// if a late cancel request interrupts it.
+func (c *lockConn) clear() error {
+	var err error
+	for i := 0; i < cancelAttempts; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+		err = c.queryRow(ctx, unlockAllSQL, nil, new(bool))
+		cancel()
+		if err == nil || c.broken(err) {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,285 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// lockConn is one dedicated session, taken out of the pool for good. It either
+// holds locks (any number, each id at most once) and runs short statements, or
+// waits for one lock in PostgreSQL's queue, holding nothing else.
+type lockConn struct {
+	d    *Driver
+	mu   sync.Mutex // held for every statement: one at a time on a session
+	conn *pgx.Conn  // guarded by mu; nil once closed
+	net  net.Conn   // conn's socket, for cutting it from another goroutine
+	pid  int32      // pg_backend_pid() at setup; every lock statement checks it
+	rtt  time.Duration
+	dead atomic.Bool // the session is gone or untrusted; set with d.mu held
+
+	// Guarded by d.mu.
+	locks     map[int64]*holding
+	users     int  // callers that picked the connection and have not let go
+	waiting   bool // a blocking lock statement is in flight
+	start     time.Time
+	idleSince time.Time // when it last became idle holding nothing
+
+	pingMu   sync.Mutex
+	nextPing *pingCall // a ping not yet sent, which later callers join
+}
+
+type pingCall struct {
+	done chan struct{}
+	err  error
+}
+
+// Bounds on how long the driver waits for the server.
+const (
+	// stmtGrace is how long a statement may run past its caller's deadline
+	// before the session is given up as unresponsive. Statements on lock
+	// sessions are never cancelled on the server (that could end a statement
+	// of another lock), so an answer that does not come means a dead peer.
+	stmtGrace = time.Second
+	// cancelWait is how long a cancelled wait may take to return after a cancel
+	// request was delivered before the request is sent again; after
+	// cancelAttempts the session is given up.
+	cancelWait     = 200 * time.Millisecond
+	cancelAttempts = 3
+	// closeTimeout bounds the goodbye on a connection being closed.
+	closeTimeout = time.Second
+)
+
+// errSessionLost wraps the error by which the driver learned that a session ended.
+func errSessionLost(err error) error {
+	return fmt.Errorf("pgadvisory: lock session lost (the server releases its locks): %w", err)
+}
+
+// dial opens a lock connection: a pool connection hijacked from the pool and set
+// up as a lock session.
+func (d *Driver) dial(ctx context.Context) (*lockConn, error) {
+	pc, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgadvisory: connect: %w", err)
+	}
+	conn := pc.Hijack()
+	c := &lockConn{d: d, conn: conn, net: conn.PgConn().Conn(), locks: map[int64]*holding{}}
+	if err := c.setup(ctx); err != nil {
+		c.closeConn()
+		return nil, err
+	}
+	return c, nil
+}
+
+// setup tags the session, reads its backend pid and its server's start time, and
+// applies the lock session settings.
+func (c *lockConn) setup(ctx context.Context) error {
+	var (
+		pid      int32
+		start    time.Time
+		recovery bool
+		app      string
+		n        int64
+		sync     *string
+	)
+	begin := time.Now()
+	done := c.watch(ctx)
+	err := c.conn.QueryRow(context.Background(), setupSQL, c.d.tag, c.d.settings[0], c.d.settings[1]).
+		Scan(&pid, &start, &recovery, &app, &n, &sync)
+	done(err == nil)
+	if err != nil {
+		return fmt.Errorf("pgadvisory: set up lock session: %w", err)
+	}
+	if recovery {
+		return errors.New("pgadvisory: the server is a standby (in recovery): advisory locks there are not shared with the primary; connect to the primary (target_session_attrs=read-write)")
+	}
+	c.pid, c.start, c.rtt = pid, start, time.Since(begin)
+	return nil
+}
+
+// closeConn closes the connection; c.mu is held (or c is not shared).
+func (c *lockConn) closeConn() {
+	if c.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	_ = c.conn.Close(ctx)
+	cancel()
+	c.conn = nil
+}
+
+// unlock lets go of c.mu, closing the connection first if it was given up.
+func (c *lockConn) unlock() {
+	if c.dead.Load() {
+		c.closeConn()
+	}
+	c.mu.Unlock()
+}
+
+// usable reports why c cannot run a statement; c.mu is held.
+func (c *lockConn) usable() error {
+	if c.dead.Load() || c.conn == nil {
+		return errSessionLost(errors.New("connection closed"))
+	}
+	return nil
+}
+
+// watch bounds a statement about to run on c by ctx: if ctx ends and the
+// statement has not completed stmtGrace later, c's socket is cut, which fails the
+// statement and the session. The returned function must be called when the
+// statement completed, with whether it succeeded.
+func (c *lockConn) watch(ctx context.Context) func(ok bool) {
+	if ctx.Done() == nil {
+		return func(bool) {}
+	}
+	var (
+		mu       sync.Mutex
+		timer    *time.Timer
+		finished bool
+		cut      bool
+	)
+	netConn := c.net
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return
+		}
+		timer = time.AfterFunc(stmtGrace, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !finished {
+				cut = true
+				_ = netConn.SetDeadline(time.Unix(1, 0))
+			}
+		})
+	})
+	return func(ok bool) {
+		stop()
+		mu.Lock()
+		finished = true
+		if timer != nil {
+			timer.Stop()
+		}
+		wasCut := cut
+		mu.Unlock()
+		if wasCut && ok {
+			// The answer came just before the cut: the session is fine.
+			_ = netConn.SetDeadline(time.Time{})
+		}
+	}
+}
+
+// queryRow runs one short statement on c and scans its row; c.mu is held. It
+// sends nothing if ctx has already ended.
+func (c *lockConn) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := c.watch(ctx)
+	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(dest...)
+	done(err == nil)
+	return err
+}
+
+// broken reports whether err from a statement on c means the session is gone
+// (the connection is closed); c.mu is held.
+func (c *lockConn) broken(err error) bool {
+	return err != nil && (c.conn == nil || c.conn.IsClosed())
+}
+
+// ping confirms that c's session is alive and the same. A caller that arrives
+// while a ping is queued but not yet sent joins it, so refreshes of many locks on
+// one connection share a round trip without trusting an answer older than their
+// own call.
+func (c *lockConn) ping(ctx context.Context) error {
+	c.pingMu.Lock()
+	p := c.nextPing
+	leader := p == nil
+	if leader {
+		p = &pingCall{done: make(chan struct{})}
+		c.nextPing = p
+	}
+	c.pingMu.Unlock()
+	if !leader {
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	c.pingMu.Lock()
+	c.nextPing = nil
+	c.pingMu.Unlock()
+	p.err = c.pingLocked(ctx)
+	c.unlock()
+	close(p.done)
+	return p.err
+}
+
+func (c *lockConn) pingLocked(ctx context.Context) error {
+	if c.dead.Load() {
+		return errSessionLost(errors.New("connection given up"))
+	}
+	var pid int32
+	err := c.queryRow(ctx, pingSQL, nil, &pid)
+	switch {
+	case c.broken(err):
+		cause := errSessionLost(err)
+		c.d.kill(c, cause)
+		return cause
+	case err != nil:
+		return err
+	case pid != c.pid:
+		cause := c.d.pooled(c, pid)
+		c.d.kill(c, cause)
+		return cause
+	}
+	return nil
+}
+
+// kill gives up c: it forgets every lock c held and reports each lost with
+// cause. The connection is closed by whoever holds c.mu when letting go of it.
+func (d *Driver) kill(c *lockConn, cause error) {
+	d.mu.Lock()
+	if c.dead.Load() {
+		d.mu.Unlock()
+		return
+	}
+	c.dead.Store(true)
+	d.removeLocked(c)
+	var lost []func(error)
+	for _, h := range c.locks {
+		d.forgetLocked(h)
+		if h.lost != nil {
+			lost = append(lost, h.lost)
+		}
+	}
+	c.locks = map[int64]*holding{}
+	d.broadcastLocked()
+	d.freedLocked()
+	d.mu.Unlock()
+	for _, f := range lost {
+		f(cause)
+	}
+}
+
+func (d *Driver) removeLocked(c *lockConn) {
+	for i, x := range d.conns {
+		if x == c {
+			d.conns = append(d.conns[:i], d.conns[i+1:]...)
+			return
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package pgadvisory
+
+import "context"
+
+// SetLockIDForTest replaces how d maps keys to lock ids, so a test can force two
+// keys onto one id (a collision SHA-256 will not give it).
+func SetLockIDForTest(d *Driver, lockID func(key string) int64) { d.lockID = lockID }
+
+// ConnsForTest returns how many lock connections d has open.
+func ConnsForTest(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
+// ExecOnLockSessionsForTest runs sql on every idle lock connection of d, as
+// code sharing the session would (nothing can, outside tests).
+func ExecOnLockSessionsForTest(d *Driver, sql string) error {
+	d.mu.Lock()
+	conns := append([]*lockConn(nil), d.conns...)
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		_, err := c.conn.Exec(context.Background(), sql)
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,526 @@
+// Package pgadvisory is the distlock driver for PostgreSQL session advisory
+// locks. Programs that already run PostgreSQL need no other server, and the
+// driver does not take their connection pool: locks live on a few dedicated
+// connections of their own.
+//
+//	import _ "github.com/distlock/lock/pgadvisory"
+//
+//	locker, err := lock.Open(ctx, "postgres://app@db.example.com/app?sslmode=verify-full")
+//
+// A key is locked with pg_try_advisory_lock / pg_advisory_lock on the bigint
+// LockID(prefix, key) and released with pg_advisory_unlock, whose false result
+// (the session did not hold it) is reported as lock.ErrNotHeld. The locks are
+// session-level: they belong to one database session and live until released
+// or until that session ends. A dropped connection, a killed backend or a server
+// restart therefore releases them at once on the server, and the driver reports
+// every lock of that session lost.
+//
+// # URL format
+//
+//	postgres://user:password@host:5432/dbname?sslmode=verify-full
+//	postgresql://host/dbname?prefix=billing&ttl=10s
+//	postgres:///dbname?host=/var/run/postgresql        (Unix socket)
+//	postgres://h1:5432,h2:5432/db?target_session_attrs=read-write
+//	postgres://host/db?max_lock_conns=4&locks_per_conn=500
+//	postgres://host/db?fence_sequence=locks.fence&fence_create=false
+//	postgres://host/db?fencing=false
+//
+// The URL is parsed by pgxpool.ParseConfig, so every libpq connection parameter
+// works (sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
+// target_session_attrs, service, ...), as do pgxpool's pool_* parameters, the
+// PG* environment variables and ~/.pgpass. Any other parameter is sent to the
+// server as a session setting (search_path=app), and the server refuses names it
+// does not know. The portable parameters (ttl, auto_refresh, prefix) are read by
+// package lock and never reach PostgreSQL. The driver's own parameters, removed
+// before pgx sees the URL:
+//
+//   - max_lock_conns (default 10, at least 2): the most dedicated lock
+//     connections the driver opens (WithMaxConns).
+//   - locks_per_conn (default 2000): the soft limit of locks on one
+//     connection before another is opened (WithLocksPerConn).
+//   - fencing (default true): false turns fencing tokens off, so the driver
+//     needs no sequence at all (WithFencing).
+//   - fence_sequence (default <prefix>_fence): the sequence tokens come from,
+//     optionally schema-qualified (WithFenceSequence).
+//   - fence_create (default true): false never runs CREATE SEQUENCE; a missing
+//     sequence is then an error naming the statement to run (WithFenceCreate).
+//
+// Users who already have a *pgxpool.Pool use New instead of a URL.
+//
+// # Capabilities
+//
+//   - Fencing: yes; tokens come from one sequence (nextval, in the same
+//     statement that takes the lock), so they increase across holders, clients
+//     and server restarts. Off with fencing=false.
+//   - Expiring: no; a lock lives as long as its session, and the TTL only bounds
+//     how long the lock is trusted without a confirmed ping of that session.
+//   - Notify: yes; a waiter sits in PostgreSQL's own lock queue (a blocking
+//     pg_advisory_lock) and is granted the lock by the server the moment it is
+//     released, within one round trip.
+//   - FIFO: yes; PostgreSQL grants a lock to its queued waiters in arrival order,
+//     and a new request queues behind existing waiters rather than barging in.
+//   - Shared: yes; shared locks are pg_advisory_lock_shared. A writer waiting in
+//     the queue blocks later readers, so writers are not starved.
+//
+// # Lock ids
+//
+// Advisory locks are named by 64-bit ids in one space per database. The id of a
+// key is LockID(prefix, key): the first 8 bytes of the SHA-256 of the UTF-8 bytes
+// of prefix + "\n" + key, as a signed big-endian bigint. An operator computes it
+// in psql (PostgreSQL 11 or later) with
+//
+//	SELECT ('x' || encode(substring(sha256(convert_to('distlock' || chr(10) || 'invoice:42', 'UTF8')) for 8), 'hex'))::bit(64)::bigint;
+//
+// and can take, test or inspect the same lock: pg_try_advisory_lock(<that id>)
+// returns false while the driver holds it, and pg_locks shows it with
+// locktype 'advisory', classid the high and objid the low 32 bits, objsubid 1.
+// A key a text value cannot hold (one with a NUL byte, or characters outside the
+// database encoding) is hashed as bytes instead:
+//
+//	sha256(convert_to('distlock' || chr(10), 'UTF8') || '\x6b6579'::bytea)
+//
+// Two distinct keys share an id only by a 64-bit SHA-256 collision (about 2^-64
+// per pair, and nobody can choose keys to force one). A collision adds waiting,
+// never a second holder: the driver treats the two keys as one lock, also
+// inside one process.
+//
+// # Connections
+//
+// A session lock belongs to the connection that took it, so the driver takes
+// connections out of the pool (pgxpool.Conn.Hijack) and never returns them: the
+// pool stays whole for the program's queries. Many locks share one connection: a
+// lock costs a map entry, not a connection or a goroutine, and a new connection
+// is opened only when the existing ones are busy or hold locks_per_conn locks
+// each, up to max_lock_conns. Holding 10,000 locks takes five connections.
+//
+// The soft limit is there because PostgreSQL walks all the locks a session
+// holds at the end of each of its statements, about 0.1µs per lock on the
+// development machine: a session holding 2,000 locks adds about 0.2 ms to every
+// statement it runs, 10,000 about 1 ms. Lower locks_per_conn trades connections
+// for faster statements.
+//
+// PostgreSQL counts session locks: a session that takes a lock it already holds
+// gets it again. The driver therefore never sends a lock request for an id on a
+// connection that holds that id, and answers a TryAcquire of an id held by
+// another owner in the same process with lock.ErrLocked without a round trip.
+//
+// A blocking Acquire first tries the key on a shared connection, like
+// TryAcquire; if it is held (or was found held within the last second, when the
+// try is skipped) Acquire waits in PostgreSQL's queue on a connection of its own,
+// one that holds nothing, which then holds the lock. A cancelled wait is ended
+// with the server's cancel request, and the connection is cleared
+// (pg_advisory_unlock_all) before Acquire returns, so a lock granted just as the
+// wait was cancelled is not left behind. At most max_lock_conns-1 connections
+// wait at once; further waiters (and a holder that needs one more lock while
+// all are taken) retry with backoff until a connection frees up, so a burst of
+// waiters cannot exhaust the server's connections or deadlock the process, at
+// the price of FIFO order for those waiters.
+//
+// Lock connections are tagged with an application_name unique to the Driver
+// (ApplicationName), so they can be found in pg_stat_activity. Their session
+// settings are adjusted for holding locks: statement_timeout, lock_timeout,
+// idle_in_transaction_session_timeout and idle_session_timeout are 0 (a
+// timeout would end a wait or the session); unless the URL sets them,
+// tcp_keepalives_idle=10, tcp_keepalives_interval=5, tcp_keepalives_count=3,
+// tcp_user_timeout=30000 and client_connection_check_interval=5000, so the server
+// drops the session (and its locks) of a client that vanished from the network
+// within about half a minute instead of hours; synchronous_commit is turned back
+// on where it was off.
+//
+// # Lost locks
+//
+// A lock here cannot expire, so the TTL does not bound how long it lives; it
+// bounds how long the lock is trusted without a confirmed check of its session
+// (turning automatic refresh off is not supported). Each refresh pings the
+// connection that holds the lock: one round trip per connection, however many
+// locks it holds, and refreshes due together share it. A connection that
+// fails, does not answer within its deadline (plus a second of grace), or
+// answers from a different backend is closed, and every lock it held is
+// reported lost, so a terminated backend, a server crash or a network cut is
+// noticed within the TTL even when the socket goes silent. When a new
+// connection finds that the server's start time changed (a restart, or a
+// failover to another server behind the same address), every older connection
+// is given up and its locks reported lost too, and a standby
+// (pg_is_in_recovery) is refused. A lock taken by waiting counts as confirmed
+// one round trip before its grant arrived.
+//
+// # Fencing
+//
+// Tokens come from a sequence, by default <prefix>_fence in the first schema of
+// the search_path, created on first use with CREATE SEQUENCE IF NOT EXISTS. It
+// must have CACHE 1, a positive increment and NO CYCLE (the driver checks), and
+// the user needs USAGE on it. Users without the right to create it ask a
+// privileged user to run, once,
+//
+//	CREATE SEQUENCE distlock_fence; GRANT USAGE ON SEQUENCE distlock_fence TO app;
+//
+// and open with fence_create=false; or they turn fencing off. One sequence for
+// all keys makes tokens increase across keys too, which is more than the
+// promise. Drawing a token costs no transaction id in 31 of 32 locks
+// (PostgreSQL logs sequences 32 values ahead and spends an xid only on that log
+// record) and no table row, so locking at a high rate neither churns dead tuples
+// nor hastens xid wraparound. Never drop or reset the sequence: its values would
+// start again at 1.
+//
+// # Limits
+//
+// Session locks do not work through a transaction-pooling proxy (PgBouncer with
+// pool_mode=transaction, and similar), which runs consecutive statements of one
+// client connection on different server sessions. Every lock and unlock
+// statement checks, inside the statement, that it runs on the session the
+// connection started with; when it does not, the driver takes nothing on the
+// wrong session, gives up the connection, and from then on refuses every
+// acquire with ErrTransactionPooler, which names the cause and matches
+// lock.ErrUnsupported. A pooler that happens to keep a client on one session
+// is not detected until it moves it. Use a direct connection, or session
+// pooling (which works).
+//
+// Advisory locks are not replicated: a failover to a standby loses every lock.
+// The driver reports such locks lost when their connection breaks, or when a
+// new lock connection reaches a server with another start time; a connection
+// taken from the pool that still leads to an old primary that stayed up does
+// not see the failover. Fencing tokens keep increasing as far as the standby had
+// received the sequence's log. Locks live in one database; clients must connect
+// to the same one to exclude each other.
+//
+// Each waiting Acquire keeps a server connection busy, up to max_lock_conns-1
+// per Driver; the server's max_connections must allow for them.
+package pgadvisory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/lock/driver"
+)
+
+// ErrFenceSequence is wrapped by the error of an acquire when the fencing
+// sequence is missing and may not be created, cannot be created, cannot be used,
+// or is not fit to give fencing tokens.
+var ErrFenceSequence = errors.New("pgadvisory: fencing sequence unusable")
+
+// ErrTransactionPooler is wrapped by errors and loss causes when consecutive
+// statements on one connection ran on different server sessions: a
+// transaction-pooling proxy is between the driver and PostgreSQL, and session
+// advisory locks cannot work through it. It matches driver.ErrUnsupported (and
+// so lock.ErrUnsupported): the configuration is not supported, and retrying does
+// not help. Once seen, every later acquire of the Driver fails with it.
+var ErrTransactionPooler = fmt.Errorf("pgadvisory: statements of one connection ran on different server sessions: a transaction-pooling proxy (such as PgBouncer with pool_mode=transaction) is in between; session advisory locks need a direct connection or session pooling (%w)", driver.ErrUnsupported)
+
+// Driver takes PostgreSQL session advisory locks. Use it through lock.New or
+// lock.Open; its methods implement driver.Driver, driver.Acquirer and
+// driver.BatchRefresher.
+type Driver struct {
+	pool     *pgxpool.Pool
+	ownPool  bool // opened from a URL: Close closes the pool
+	o        options
+	tag      string             // application_name of the lock sessions
+	settings [2][]string        // session settings of lock sessions: names, values
+	lockID   func(string) int64 // LockID under the prefix; a test hook may replace it
+
+	stmts   atomic.Pointer[lockStatements] // set once the fencing sequence is resolved
+	fenceMu sync.Mutex
+	fence   uint32 // the sequence's OID
+
+	closing context.Context // cancelled by Close, to end waits
+	stop    context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool
+	conns    []*lockConn
+	creating int                        // connections being opened, counted against the cap
+	byOwner  map[ownerKey]*holding      // every held lock
+	ids      map[int64]idUse            // held lock ids across all connections
+	epoch    time.Time                  // the server's start time, seen by the first connection
+	pooler   error                      // set when a transaction pooler was detected: every acquire fails
+	recent   [contendedSlots]contention // keys recently found held, waited for without a try
+	changed  chan struct{}              // closed and replaced when a connection may have become usable
+	freed    chan struct{}              // closed and replaced when a connection to wait on may be had
+	sweeper  *time.Timer                // closes connections idle too long; nil when none is due
+}
+
+type ownerKey struct{ key, owner string }
+
+// idUse counts the holders of one lock id in this Driver.
+type idUse struct{ n, exclusive int }
+
+// holding is one held lock.
+type holding struct {
+	k      ownerKey
+	id     int64
+	shared bool
+	c      *lockConn
+	token  uint64
+	start  time.Time
+	lost   func(error)
+}
+
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Acquirer       = (*Driver)(nil)
+	_ driver.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a Driver that takes its lock connections out of pool (they are
+// hijacked, not borrowed, so the pool's capacity for queries is not reduced).
+// Closing the Driver does not close the pool. New does not connect; the first
+// lock does. It fails only for an invalid option.
+func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("pgadvisory: New with a nil pool")
+	}
+	return newDriver(pool, false, defaultOptions().apply(opts))
+}
+
+func newDriver(pool *pgxpool.Pool, own bool, o options) (*Driver, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	cfg := pool.Config().ConnConfig
+	d := &Driver{
+		pool:     pool,
+		ownPool:  own,
+		o:        o,
+		tag:      applicationName(cfg.RuntimeParams["application_name"]),
+		settings: sessionSettings(cfg.RuntimeParams),
+		byOwner:  map[ownerKey]*holding{},
+		ids:      map[int64]idUse{},
+	}
+	prefix := o.prefix
+	d.lockID = func(key string) int64 { return LockID(prefix, key) }
+	d.closing, d.stop = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// applicationName returns a tag unique to one Driver, after the application name
+// the connection string gives, if any (PostgreSQL keeps 63 bytes of it).
+func applicationName(base string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("pgadvisory: crypto/rand failed: " + err.Error())
+	}
+	tag := "distlock-" + hex.EncodeToString(b[:])
+	if base == "" {
+		return tag
+	}
+	const maxBase = 63 - len("distlock-000000000000") - len(" ()")
+	for len(base) > maxBase {
+		base = base[:len(base)-1]
+		for len(base) > 0 && base[len(base)-1]&0xc0 == 0x80 { // keep whole UTF-8 sequences
+			base = base[:len(base)-1]
+		}
+	}
+	return base + " (" + tag + ")"
+}
+
+// sessionSettings are the settings of every lock session (see Connections in the
+// package documentation). Timeouts that would end a wait or an idle holding
+// session are always off; keepalive settings apply unless the connection
+// string sets them.
+func sessionSettings(userSet map[string]string) [2][]string {
+	var names, vals []string
+	set := func(name, val string, always bool) {
+		if _, ok := userSet[name]; ok && !always {
+			return
+		}
+		names = append(names, name)
+		vals = append(vals, val)
+	}
+	for _, t := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout", "idle_session_timeout"} {
+		set(t, "0", true)
+	}
+	set("tcp_keepalives_idle", "10", false)
+	set("tcp_keepalives_interval", "5", false)
+	set("tcp_keepalives_count", "3", false)
+	set("tcp_user_timeout", "30000", false)
+	set("client_connection_check_interval", "5000", false)
+	return [2][]string{names, vals}
+}
+
+// ApplicationName returns the application_name of the Driver's lock sessions,
+// unique to this Driver: an operator (or a test) finds them with
+// SELECT pid FROM pg_stat_activity WHERE application_name = '<it>'.
+func (d *Driver) ApplicationName() string { return d.tag }
+
+// Capabilities reports the driver's guarantees; see the package documentation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true}
+}
+
+// pooled records that c's statements ran on another server session (with pid,
+// or 0 if unknown) and returns the error that says so. A lock taken on such a
+// connection may be stranded on a session the driver no longer reaches, so
+// the Driver takes no more.
+func (d *Driver) pooled(c *lockConn, pid int32) error {
+	err := fmt.Errorf("%w (backend pid %d at setup, then another)", ErrTransactionPooler, c.pid)
+	if pid != 0 {
+		err = fmt.Errorf("%w (backend pid %d at setup, then %d)", ErrTransactionPooler, c.pid, pid)
+	}
+	d.mu.Lock()
+	if d.pooler == nil {
+		d.pooler = err
+	}
+	d.mu.Unlock()
+	return err
+}
+
+// heldBy reports the grant of req.Owner if it already holds req.Key.
+func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.Grant{}, false, driver.ErrClosed
+	}
+	if d.pooler != nil {
+		return driver.Grant{}, false, d.pooler
+	}
+	if h := d.byOwner[ownerKey{req.Key, req.Owner}]; h != nil {
+		return driver.Grant{Token: h.token, Start: h.start}, true, nil
+	}
+	return driver.Grant{}, false, nil
+}
+
+// conflicts reports whether a request for id in the given mode cannot be
+// granted in this process because another owner here holds id.
+func (d *Driver) conflicts(id int64, shared bool) bool {
+	u := d.ids[id]
+	return u.n > 0 && (!shared || u.exclusive > 0)
+}
+
+// register records a lock just taken on c; c.mu is held, so c's bookkeeping
+// matches the session before anyone else sends a statement on it. After Close it
+// returns driver.ErrClosed: Close is about to close c, which drops the lock.
+func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint64, start time.Time) (driver.Grant, error) {
+	if !d.o.fencing {
+		token = 0
+	}
+	h := &holding{k: ownerKey{req.Key, req.Owner}, id: id, shared: req.Shared, c: c, token: token, start: start, lost: req.Lost}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.Grant{}, errClosed
+	}
+	if c.dead.Load() {
+		return driver.Grant{}, errSessionLost(errors.New("connection given up as the lock was taken"))
+	}
+	c.locks[id] = h
+	d.byOwner[h.k] = h
+	u := d.ids[id]
+	u.n++
+	if !h.shared {
+		u.exclusive++
+	}
+	d.ids[id] = u
+	return driver.Grant{Token: token, Start: start}, nil
+}
+
+// forgetLocked drops h from the bookkeeping; d.mu is held.
+func (d *Driver) forgetLocked(h *holding) {
+	if h.c.locks[h.id] == h {
+		delete(h.c.locks, h.id)
+	}
+	if d.byOwner[h.k] == h {
+		delete(d.byOwner, h.k)
+	}
+	u := d.ids[h.id]
+	u.n--
+	if !h.shared {
+		u.exclusive--
+	}
+	if u.n <= 0 {
+		delete(d.ids, h.id)
+	} else {
+		d.ids[h.id] = u
+	}
+}
+
+// broadcastLocked wakes everyone waiting for a usable connection; d.mu is held.
+// The channels are made only when someone waits, so the common case costs
+// nothing.
+func (d *Driver) broadcastLocked() {
+	if d.changed != nil {
+		close(d.changed)
+		d.changed = nil
+	}
+}
+
+// changedLocked returns the channel broadcastLocked closes; d.mu is held.
+func (d *Driver) changedLocked() <-chan struct{} {
+	if d.changed == nil {
+		d.changed = make(chan struct{})
+	}
+	return d.changed
+}
+
+// freedLocked wakes the acquires that found no connection to wait on; d.mu is
+// held.
+func (d *Driver) freedLocked() {
+	if d.freed != nil {
+		close(d.freed)
+		d.freed = nil
+	}
+}
+
+// freedChLocked returns the channel freedLocked closes; d.mu is held.
+func (d *Driver) freedChLocked() <-chan struct{} {
+	if d.freed == nil {
+		d.freed = make(chan struct{})
+	}
+	return d.freed
+}
+
+// Close closes every lock connection, which ends their sessions: the server
+// releases the locks still held, as it would for a process that ended, and each
+// is reported lost. Waiting Acquire calls return driver.ErrClosed. A pool the
+// Driver opened from a URL is closed; a pool given to New is not. Later calls
+// return driver.ErrClosed; closing twice returns nil.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.stop()
+	if d.sweeper != nil {
+		d.sweeper.Stop()
+		d.sweeper = nil
+	}
+	conns := d.conns
+	d.conns = nil
+	var lost []func(error)
+	for _, h := range d.byOwner {
+		if h.lost != nil {
+			lost = append(lost, h.lost)
+		}
+		h.c.locks = nil
+	}
+	d.byOwner = map[ownerKey]*holding{}
+	d.ids = map[int64]idUse{}
+	d.broadcastLocked()
+	d.freedLocked()
+	d.mu.Unlock()
+
+	for _, c := range conns {
+		c.dead.Store(true)
+		c.mu.Lock() // a waiter lets go once its cancelled wait has returned
+		c.closeConn()
+		c.mu.Unlock()
+	}
+	cause := fmt.Errorf("%w: the driver was closed, which ended its sessions", driver.ErrNotHeld)
+	for _, f := range lost {
+		f(cause)
+	}
+	if d.ownPool {
+		d.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/pgadvisory"
+)
+
+func TestConformance(t *testing.T) {
+	// A private server, because one property restarts it.
+	srv := testserver.StartPostgres(t)
+	dsn := srv.URL()
+	conformance.Run(t, conformance.Harness{
+		// Each client is a Driver with its own pool and sessions, as a separate
+		// process would have.
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },
+		Sever: func(ctx context.Context, d driver.Driver) error {
+			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
+		},
+		RestartBackend: func(context.Context) error { return srv.Restart(true) },
+	})
+}
+
+// Without fencing the driver needs no sequence, and Token must refuse.
+func TestConformanceWithoutFencing(t *testing.T) {
+	dsn := withParam(t, testserver.Postgres(t), "fencing", "false")
+	conformance.Run(t, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },
+		Sever: func(ctx context.Context, d driver.Driver) error {
+			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
+		},
+	})
+}
+
+// terminate ends every session of d on the server with pg_terminate_backend, and
+// returns once they are gone, as an operator or a crash of d's process would.
+func terminate(ctx context.Context, dsn string, d *pgadvisory.Driver) error {
+	conn, err := pgx.Connect(ctx, withoutParam(dsn, "fencing"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE application_name = $1`,
+		d.ApplicationName()).Scan(&n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("no session has application_name %q", d.ApplicationName())
+	}
+	return nil
+}
+
+// withParam returns rawURL with the query parameter name set to value.
+func withParam(t testing.TB, rawURL, name, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("test server URL: %v", err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// withoutParam returns rawURL without the query parameter name.
+func withoutParam(rawURL, name string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,102 @@
+package pgadvisory
+
+import "strings"
+
+// The SQL the driver runs on its dedicated lock connections. $1 is always the lock
+// id (bigint) and $2 the backend pid the connection had when it was set up.
+//
+// Statements that draw a fencing token take the sequence's OID as $3: a
+// sequence dropped and re-created under a running driver (its values restarting
+// at 1) is then an error, not a silent step back.
+//
+// Every statement that takes or gives up a lock first compares pg_backend_pid()
+// with $2, inside the same statement: behind a transaction-pooling proxy two
+// statements of one client connection may run on different server sessions, and
+// a lock taken on the wrong one would be stranded there. A NULL result means
+// "wrong session, nothing done".
+//
+// Taking a lock and drawing its fencing token is one statement, so one round
+// trip: CASE evaluates its branches in order and calls nextval only once the lock
+// is ours. nextval does not use a transaction id per call: PostgreSQL logs a
+// sequence 32 values ahead and assigns an xid only when it writes that log
+// record, so the driver burns one xid per 32 locks, and the token survives a
+// crash because that xid's commit waits for the WAL flush (the setup statement
+// turns synchronous_commit back on for lock sessions where it was off).
+const (
+	// tryLockSQL returns NULL (wrong session), 0 (held elsewhere) or the token.
+	tryLockSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_try_advisory_lock($1) THEN {token} ELSE 0 END`
+	// waitLockSQL blocks in PostgreSQL's lock queue and returns NULL (wrong
+	// session) or the token.
+	waitLockSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_lock($1) IS NOT NULL THEN {token} END`
+
+	// unlockSQL returns NULL (wrong session), true, or false when the session
+	// did not hold the lock.
+	unlockSQL       = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
+	unlockSharedSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock_shared($1) END`
+
+	// unlockAllSQL clears a waiting connection after a cancelled or failed wait,
+	// when the lock may have been granted as the wait ended. Waiting connections
+	// hold nothing else.
+	unlockAllSQL = `SELECT pg_advisory_unlock_all() IS NOT NULL`
+
+	// pingSQL confirms that the session is alive and still the same one.
+	pingSQL = `SELECT pg_backend_pid()`
+
+	// setupSQL runs once on a new lock connection: it tags the session with the
+	// driver's application_name, reads who and where the session is, and
+	// applies session settings ($2, $3: names and values; only those the
+	// server knows). synchronous_commit goes back on where it was off, so the
+	// fencing sequence's log records are flushed before a token is handed out.
+	setupSQL = `SELECT pg_backend_pid(), pg_postmaster_start_time(), pg_is_in_recovery(),
+	set_config('application_name', $1, false),
+	(SELECT count(set_config(s.name, v.val, false)) FROM unnest($2::text[], $3::text[]) AS v(name, val) JOIN pg_settings s ON s.name = v.name),
+	CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', false) END`
+)
+
+// lockStatements are the statements that draw a token, built for one fencing
+// sequence (or none).
+type lockStatements struct {
+	try, tryShared   string
+	wait, waitShared string
+}
+
+// newLockStatements builds the lock statements, with or without fencing.
+func newLockStatements(fencing bool) *lockStatements {
+	token := "1"
+	if fencing {
+		token = "nextval($3::oid::regclass)"
+	}
+	build := func(sql string, shared bool) string {
+		if shared {
+			sql = strings.Replace(sql, "advisory_lock($1)", "advisory_lock_shared($1)", 1)
+		}
+		return strings.Replace(sql, "{token}", token, 1)
+	}
+	return &lockStatements{
+		try:        build(tryLockSQL, false),
+		tryShared:  build(tryLockSQL, true),
+		wait:       build(waitLockSQL, false),
+		waitShared: build(waitLockSQL, true),
+	}
+}
+
+func (s *lockStatements) tryFor(shared bool) string {
+	if shared {
+		return s.tryShared
+	}
+	return s.try
+}
+
+func (s *lockStatements) waitFor(shared bool) string {
+	if shared {
+		return s.waitShared
+	}
+	return s.wait
+}
+
+func unlockFor(shared bool) string {
+	if shared {
+		return unlockSharedSQL
+	}
+	return unlockSQL
+}

@@ -1,0 +1,82 @@
+package redisdriver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// aclRules are the permissions the package documentation says a user needs
+// for the prefix "app" (HELLO needs none; CLIENT SETNAME is only sent with
+// the client_name parameter).
+var aclRules = []string{
+	"on", ">pw", "resetkeys", "resetchannels", "~app:*", "&app:inbox:*", "-@all",
+	"+evalsha", "+eval", "+info", "+ping", "+subscribe",
+	// called by the scripts
+	"+set", "+get", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
+	"+llen", "+lindex", "+lpop", "+rpush", "+lrem", "+hget", "+hset", "+hdel",
+}
+
+// A user with only the documented permissions, limited to the prefix, can lock,
+// wait and refresh; outside the prefix it is refused with the server's NOPERM.
+func TestDocumentedACLIsEnough(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, srv.URL())
+	args := []any{"ACL", "SETUSER", "locker"}
+	for _, r := range aclRules {
+		args = append(args, r)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.Replace(srv.URL(), "redis://", "redis://locker:pw@", 1)
+	a, err := lock.Open(ctx, url+"?prefix=app", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := lock.Open(ctx, url+"?prefix=app", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	l, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := b.Acquire(ctx, "k")
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueueLen(t, ctx, admin, "app:{k}:queue", 1)
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+
+	outside, err := lock.Open(ctx, url+"?prefix=other", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	if _, err := outside.TryAcquire(ctx, "k"); err == nil || !strings.Contains(err.Error(), "NOPERM") || errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryAcquire outside the permitted prefix = %v, want the server's NOPERM", err)
+	}
+}

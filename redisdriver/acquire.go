@@ -1,0 +1,108 @@
+package redisdriver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// acquireResult is a decoded reply of acquire.lua.
+type acquireResult struct {
+	status int64
+	token  uint64
+	pttl   time.Duration // acqHeld: the lock's remaining TTL
+	wait   time.Duration // acqBusy: when to look again; negative: no hint
+}
+
+// How acquire.lua is run.
+type acquireMode int
+
+const (
+	tryMode   acquireMode = iota // take a free lock, never queue (TryAcquire)
+	probeMode                    // take a free lock if nobody queues, never queue (Acquire's first try)
+	waitMode                     // take it if it is our turn, or join (or stay in) the queue
+)
+
+// runAcquire runs acquire.lua once; waitMode needs the lease.
+func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mode acquireMode, lease time.Duration) (acquireResult, error) {
+	var args []any
+	switch mode {
+	case tryMode:
+		args = []any{req.Owner, millis(req.TTL)}
+	case probeMode:
+		args = []any{req.Owner, millis(req.TTL), ""}
+	default:
+		args = []any{req.Owner, millis(req.TTL), d.inbox, millis(lease)}
+	}
+	v, err := acquireScript.Run(ctx, d.client, k.list(), args...).Result()
+	if err != nil {
+		return acquireResult{}, err
+	}
+	if tok, ok := v.(int64); ok { // the uncontended path answers with the token alone
+		return acquireResult{status: acqTaken, token: uint64(tok)}, nil
+	}
+	vals, _ := v.([]any)
+	ints := make([]int64, len(vals))
+	for i, x := range vals {
+		n, ok := x.(int64)
+		if !ok {
+			return acquireResult{}, fmt.Errorf("redisdriver: acquire script answered %v", v)
+		}
+		ints[i] = n
+	}
+	if len(ints) == 0 {
+		return acquireResult{}, fmt.Errorf("redisdriver: acquire script answered %v", v)
+	}
+	r := acquireResult{status: ints[0]}
+	switch {
+	case r.status == acqTaken && len(ints) >= 2:
+		r.token = uint64(ints[1])
+	case r.status == acqHeld && len(ints) >= 3:
+		r.token, r.pttl = uint64(ints[1]), time.Duration(ints[2])*time.Millisecond
+	case r.status == acqBusy && len(ints) >= 2:
+		r.wait = time.Duration(ints[1]) * time.Millisecond
+	case r.status == acqWrongType:
+		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= 4:
+		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.list()[ints[1]-1])
+	default:
+		return r, fmt.Errorf("redisdriver: acquire script answered %v", v)
+	}
+	return r, nil
+}
+
+// grant turns a taken or already-held result into a Grant. start is when the
+// request was sent: a lock taken by it was set after start, and one found
+// already ours expires pttl after the server read it, which is after start.
+func grant(r acquireResult, req *driver.Request, start time.Time) driver.Grant {
+	if r.status == acqHeld && r.pttl >= 0 {
+		start = start.Add(r.pttl - req.TTL)
+	}
+	return driver.Grant{Token: r.token, Start: start}
+}
+
+// TryAcquire makes one attempt to take the lock. It returns driver.ErrLocked
+// when another owner holds it, and the same grant again when req.Owner already
+// holds it. It never joins the queue.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := d.usable(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	k := d.keys(req.Key)
+	n, err := d.node(ctx, k.lock)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	start := time.Now()
+	r, err := d.runAcquire(ctx, k, req, tryMode, 0)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if r.status == acqBusy {
+		return driver.Grant{}, driver.ErrLocked
+	}
+	d.record(req, n)
+	return grant(r, req, start), nil
+}

@@ -1,0 +1,87 @@
+-- Takes the lock with SET NX PX and mints its fencing token, or (when an inbox
+-- is given) joins the lock's wait queue. Waiters are served in arrival order: a
+-- release hands the lock to the first live waiter, and while anyone waits a free
+-- lock (its holder vanished) is taken only by the first live waiter. A try
+-- without inbox never queues and takes any free lock.
+--
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
+-- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: try once, take any free
+--       lock, never queue; "": the same, but respecting the queue as a waiter
+--       would), 4 queue lease ms (a waiter that does not renew its place within
+--       it loses it)
+-- Returns token (an integer): taken now
+--         {2, token, pttl}: already held by owner (a retry after a lost reply, or a
+--                           handoff), with its remaining TTL
+--         {0, wait}: held by another owner, or kept for a waiter ahead; wait is
+--                    when to look again in ms (-1: no expiry in sight)
+--         {-1}: the lock key holds a value that is not a string, not a lock
+--         {-3, n}: KEYS[n] of this lock holds data of the wrong type
+
+-- The uncontended path, inline: the key is free and (for a waiter) nobody
+-- queues. The token is one more than the last one, and never less than the
+-- server clock in microseconds, so tokens keep increasing when the fence record
+-- is gone (a restart without persistence, a failover to a replica that had not
+-- seen it, a day after the record was made). One SET ... GET reads and writes
+-- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
+-- made with. (Redis writes a Lua number below 2^53 as its exact integer.)
+if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local tok = t[1] * 1000000 + t[2]
+  local last = redis.pcall('SET', KEYS[2], tok, 'KEEPTTL', 'GET')
+  if type(last) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return {-3, 2}
+  end
+  if not last then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2] + FENCE_KEEP)
+  elseif tok <= (tonumber(last) or 0) then
+    tok = last + 1
+    redis.call('SET', KEYS[2], tok, 'KEEPTTL')
+  end
+  return tok
+end
+
+--@common
+
+local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+
+local holder = redis.pcall('GET', lock)
+if type(holder) == 'table' then return {-1} end
+local last = redis.pcall('GET', fence)
+if type(last) == 'table' then return {-3, 2} end
+local n = redis.pcall('LLEN', queue)
+if type(n) == 'table' then return {-3, 3} end
+if holder == owner then
+  -- The fence record holds our token, since no one else can have been granted
+  -- the lock while it held us; mint again only if it was deleted meanwhile.
+  local tok = tonumber(last)
+  if not tok then tok = mint(ttl) end
+  return {2, tok, redis.call('PTTL', lock)}
+end
+
+local w, deadline = first()
+if not holder and (not w or w == owner) then
+  if w then
+    redis.call('LPOP', queue)
+    redis.call('HDEL', waiters, owner)
+  end
+  redis.call('SET', lock, owner, 'PX', ttl)
+  return {1, mint(ttl)}
+end
+
+if inbox and inbox ~= '' then
+  -- Join the queue, or renew our place in it.
+  local entry = string.format('%.0f %d %s', clock().ms + lease, ttl, inbox)
+  if redis.call('HSET', waiters, owner, entry) == 1 then
+    redis.call('RPUSH', queue, owner)
+  end
+  for _, k in ipairs({queue, waiters}) do
+    if redis.call('PTTL', k) < 2 * lease then redis.call('PEXPIRE', k, 2 * lease) end
+  end
+end
+
+-- Look again when the holder's TTL ends, or, when the lock is free but kept for
+-- a waiter ahead, when that waiter's lease ends (it may have died).
+if holder then return {0, redis.call('PTTL', lock)} end
+if w ~= owner then return {0, deadline - clock().ms} end
+return {0, -1}

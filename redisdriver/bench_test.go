@@ -1,0 +1,334 @@
+package redisdriver
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// The benchmarks run against the shared server: set DISTLOCK_TEST_REDIS_URL to
+// a server pinned to another CPU than the benchmark, for example
+//
+//	taskset -c 0 redis-server --port 6399 --save '' --appendonly no &
+//	DISTLOCK_TEST_REDIS_URL=redis://127.0.0.1:6399/0 taskset -c 1 go test -run '^$' -bench . -count 8 ./redisdriver
+
+// rawRelease is the standard compare-and-delete, the floor's release.
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func benchClient(b *testing.B, rawURL string) *redis.Client {
+	b.Helper()
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func benchDriver(b *testing.B, rawURL string) *Driver {
+	b.Helper()
+	d, err := New(benchClient(b, rawURL), WithPrefix("bench-"+randomHex(4)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// BenchmarkUncontended is one acquire and release of a free lock, by four
+// contestants that take turns within every iteration (in a random order each
+// time), so that a noisy neighbour slows them alike:
+//
+//   - floor: the raw protocol, written here: SET NX PX, then the
+//     compare-and-delete script by EVALSHA; no fencing, no queue;
+//   - driver: this driver's TryAcquire and Release (fencing token, and the
+//     queue check of the release);
+//   - lock: lock.TryAcquire and Release, the same through the portable layer
+//     (validation, owner identity, the refresh schedule);
+//   - lock-acquire: lock.Acquire (the blocking call, which also checks the
+//     queue before taking the lock) and Release.
+//
+// It reports each one's time per acquire+release and the ratios to the floor.
+func BenchmarkUncontended(b *testing.B) {
+	url := testserver.Redis(b)
+	ctx := context.Background()
+	c := benchClient(b, url)
+	floorKey := "bench-floor-" + randomHex(4)
+	if err := rawRelease.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	d := benchDriver(b, url)
+	req := &driver.Request{Key: "bench", TTL: 30 * time.Second, Lost: func(error) {}}
+	lk := lock.New(benchDriver(b, url))
+	defer lk.Close()
+
+	contestants := [4]func(i int){
+		func(i int) {
+			owner := strconv.Itoa(i)
+			ok, err := c.SetNX(ctx, floorKey, owner, 30*time.Second).Result()
+			if err != nil || !ok {
+				b.Fatalf("SET NX PX = %v, %v", ok, err)
+			}
+			if n, err := rawRelease.Run(ctx, c, []string{floorKey}, owner).Int(); err != nil || n != 1 {
+				b.Fatalf("release = %v, %v", n, err)
+			}
+		},
+		func(i int) {
+			req.Owner = strconv.Itoa(i)
+			if _, err := d.TryAcquire(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.Release(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		},
+		func(int) {
+			l, err := lk.TryAcquire(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
+		func(int) {
+			l, err := lk.Acquire(ctx, "bench-acquire")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
+	}
+	var spent [4]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, k := range rand.Perm(len(contestants)) {
+			t := time.Now()
+			contestants[k](i)
+			spent[k] += time.Since(t)
+		}
+	}
+	b.StopTimer()
+	per := func(k int) float64 { return float64(spent[k].Nanoseconds()) / float64(b.N) }
+	b.ReportMetric(per(0), "floor-ns")
+	b.ReportMetric(per(1), "driver-ns")
+	b.ReportMetric(per(2), "lock-ns")
+	b.ReportMetric(per(3), "lock-acquire-ns")
+	b.ReportMetric(per(1)/per(0), "driver/floor")
+	b.ReportMetric(per(2)/per(0), "lock/floor")
+	b.ReportMetric(per(3)/per(0), "lock-acquire/floor")
+}
+
+// pollingOnly hides the driver's Acquirer, so the portable layer polls
+// TryAcquire with backoff as it does for backends that cannot wake waiters: the
+// way polling Redis lock libraries wait.
+type pollingOnly struct{ driver.Driver }
+
+// BenchmarkContended has 8 goroutines spread over 2 Lockers (separate clients)
+// take turns on one key with a tiny critical section. It reports handoffs/s
+// (acquisitions by a different goroutine than the previous one, per second),
+// handoff-share (the fraction of acquisitions that were handoffs: 1 when a
+// releaser never takes the lock straight back) and min-share (the fewest
+// acquisitions of one goroutine, as a fraction of the fair share: 1 is
+// perfectly fair, below 0.5 is starvation). "queue" is this driver;
+// "poll-1ms" is the same driver polled with a 1 ms retry delay, for scale.
+func BenchmarkContended(b *testing.B) {
+	url := testserver.Redis(b)
+	for _, c := range []struct {
+		name string
+		wrap func(driver.Driver) driver.Driver
+		opts []lock.Option
+	}{
+		{"queue", func(d driver.Driver) driver.Driver { return d }, nil},
+		{"poll-1ms", func(d driver.Driver) driver.Driver { return pollingOnly{d} },
+			[]lock.Option{lock.WithBackoff(lock.Backoff{Min: time.Millisecond, Max: time.Millisecond})}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			const lockers, goroutines = 2, 8
+			prefix := "bench-" + randomHex(4)
+			lks := make([]*lock.Locker, lockers)
+			for i := range lks {
+				d, err := New(benchClient(b, url), WithPrefix(prefix))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lks[i] = lock.New(c.wrap(d), c.opts...)
+			}
+			defer func() {
+				for _, lk := range lks {
+					_ = lk.Close()
+				}
+			}()
+			ctx := context.Background()
+			var (
+				next     atomic.Int64 // acquisitions handed out
+				last     atomic.Int64 // goroutine of the previous holder
+				handoffs atomic.Int64
+				counts   [goroutines]int64
+				wg       sync.WaitGroup
+				failed   atomic.Value
+			)
+			last.Store(-1)
+			b.ResetTimer()
+			start := time.Now()
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					lk := lks[g%lockers]
+					for next.Add(1) <= int64(b.N) {
+						l, err := lk.Acquire(ctx, "contended")
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+						counts[g]++
+						if last.Swap(int64(g)) != int64(g) {
+							handoffs.Add(1)
+						}
+						if err := l.Release(ctx); err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+				}(g)
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+			minCount := counts[0]
+			for _, n := range counts {
+				minCount = min(minCount, n)
+			}
+			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
+			b.ReportMetric(float64(handoffs.Load())/float64(b.N), "handoff-share")
+			b.ReportMetric(float64(minCount)/(float64(b.N)/goroutines), "min-share")
+		})
+	}
+}
+
+// BenchmarkHeldLocks holds 10,000 locks in one Locker with automatic refresh
+// (TTL 3s, so each is refreshed every second) and measures over 3 seconds, per
+// second: the refresh scripts the server ran (EVALSHA calls, from INFO
+// commandstats), every command it ran (those scripts' own commands included),
+// and the round trips the driver made (commands and pipelines sent). It also
+// reports the memory of each held lock in the process (portable layer and
+// driver).
+func BenchmarkHeldLocks(b *testing.B) {
+	const n = 10000
+	const ttl = 3 * time.Second
+	const window = 3 * time.Second
+	url := testserver.Redis(b)
+	ctx := context.Background()
+	admin := benchClient(b, url)
+	for i := 0; i < b.N; i++ {
+		c := benchClient(b, url)
+		var trips atomic.Int64
+		c.AddHook(countTrips{&trips})
+		d, err := New(c, WithPrefix("bench-"+randomHex(4)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lk := lock.New(d, lock.WithTTL(ttl))
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		held := make([]*lock.Lock, 0, n)
+		for k := 0; k < n; k++ {
+			l, err := lk.TryAcquire(ctx, fmt.Sprintf("held/%d", k))
+			if err != nil {
+				b.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perLock := float64(after.HeapAlloc-before.HeapAlloc) / n
+
+		// Measure a window of steady refreshing.
+		time.Sleep(ttl / 3)
+		calls0, scripts0, err := serverCalls(ctx, admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		trips0 := trips.Load()
+		time.Sleep(window)
+		calls1, scripts1, err := serverCalls(ctx, admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		trips1 := trips.Load()
+		for _, l := range held {
+			select {
+			case <-l.Lost():
+				b.Fatalf("lock %s lost while refreshing", l.Key())
+			default:
+			}
+		}
+		b.ReportMetric(float64(scripts1-scripts0)/window.Seconds(), "refresh-scripts/s")
+		b.ReportMetric(float64(calls1-calls0)/window.Seconds(), "server-cmds/s")
+		b.ReportMetric(float64(trips1-trips0)/window.Seconds(), "round-trips/s")
+		b.ReportMetric(perLock, "B/held-lock")
+		for _, l := range held {
+			_ = l.Release(ctx)
+		}
+		_ = lk.Close()
+	}
+}
+
+// countTrips counts the commands and pipelines a client sends, each one round
+// trip.
+type countTrips struct{ n *atomic.Int64 }
+
+func (h countTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// serverCalls returns the number of commands the server has run, and of those
+// the EVALSHA calls, from INFO commandstats.
+func serverCalls(ctx context.Context, c *redis.Client) (all, evalsha int64, err error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		all += n
+		if name == "cmdstat_evalsha" {
+			evalsha += n
+		}
+	}
+	return all, evalsha, nil
+}

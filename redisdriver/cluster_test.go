@@ -1,0 +1,184 @@
+package redisdriver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// redisCluster is three masters on loopback ports, made into a Redis Cluster by
+// redis-cli --cluster create, and an operator's client of each node.
+type redisCluster struct {
+	url   string // redis+cluster://... naming every node
+	nodes []*redis.Client
+}
+
+func startCluster(t *testing.T) *redisCluster {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if v := os.Getenv(testserver.RequireEnv); v == "1" || v == "true" {
+			t.Fatal("redis-cli not found in PATH; it comes with the redis-server package")
+		}
+		t.Skip("redis-cli not found in PATH (it comes with the redis-server package): cannot create a cluster")
+	}
+	var addrs []string
+	c := &redisCluster{}
+	for i := 0; i < 3; i++ {
+		s := testserver.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+		addrs = append(addrs, s.Addr())
+		c.nodes = append(c.nodes, adminClient(t, s.URL()))
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range c.nodes {
+		for {
+			info, err := n.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("cluster not ok after 30s: %v %s", err, info)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	c.url = "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+	return c
+}
+
+// sever deletes the keys of every lock d holds, and kills d's connections on
+// every node.
+func (c *redisCluster) sever(ctx context.Context, d *Driver) error {
+	d.mu.Lock()
+	var keys []string
+	for req := range d.held {
+		keys = append(keys, d.keys(req.Key).lock)
+	}
+	d.mu.Unlock()
+	for _, k := range keys {
+		for _, n := range c.nodes {
+			// Only the node serving the key's slot has it; the others answer MOVED.
+			if err := n.Del(ctx, k).Err(); err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
+				return err
+			}
+		}
+	}
+	name := d.cluster.Options().ClientName
+	for _, n := range c.nodes {
+		if err := killClients(ctx, n, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestConformanceOnCluster(t *testing.T) {
+	c := startCluster(t)
+	conformance.Run(t, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, c.url) },
+		Sever:     func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+	})
+}
+
+// Keys whose locks live on different nodes all lock, wait and hand over, and
+// the keys of each lock share one slot whatever braces the user key holds.
+func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, d := subscribedLocker(t, ctx, c.url)
+	b, _ := subscribedLocker(t, ctx, c.url)
+
+	nodesUsed := map[string]int{}
+	keys := append([]string{}, oddKeys...)
+	for i := 0; i < 30; i++ {
+		keys = append(keys, fmt.Sprintf("job:%d", i))
+	}
+	admin := clusterAdmin(t, c)
+	for _, key := range keys {
+		k := d.keys(key)
+		var slots []int64
+		for _, name := range k.list() {
+			slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots = append(slots, slot)
+		}
+		for _, s := range slots[1:] {
+			if s != slots[0] {
+				t.Errorf("key %q: the lock's keys are in slots %v, want one slot", key, slots)
+			}
+		}
+		node, err := d.cluster.MasterForKey(ctx, k.lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodesUsed[node.Options().Addr]++
+
+		// Take it, make the other client wait, hand it over.
+		l, err := a.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q): %v", key, err)
+		}
+		got := make(chan *lock.Lock, 1)
+		go func() {
+			l2, err := b.Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l2
+		}()
+		waitQueueLen(t, ctx, admin, k.queue, 1)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l2 := <-got:
+			if l2 == nil {
+				t.FailNow()
+			}
+			if l2.Token() <= l.Token() {
+				t.Errorf("key %q: token %d after %d", key, l2.Token(), l.Token())
+			}
+			_ = l2.Release(ctx)
+		case <-time.After(time.Second):
+			t.Fatalf("key %q: the waiter was not handed the lock within a second", key)
+		}
+	}
+	t.Logf("locks per node: %v", nodesUsed)
+	if len(nodesUsed) != 3 {
+		t.Errorf("the keys' locks landed on %d nodes, want all 3", len(nodesUsed))
+	}
+}
+
+// clusterAdmin is an operator's cluster client, for commands that must reach
+// the node serving a key.
+func clusterAdmin(t *testing.T, c *redisCluster) *redis.ClusterClient {
+	t.Helper()
+	o, err := redis.ParseClusterURL(strings.Replace(c.url, "redis+cluster", "redis", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := redis.NewClusterClient(o)
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}

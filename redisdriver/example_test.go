@@ -1,0 +1,63 @@
+package redisdriver_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/redisdriver"
+)
+
+// Open a Locker by URL. Any of the forms in the package documentation works
+// the same way: redis://, rediss://, redis+unix://, redis+sentinel://,
+// redis+cluster://.
+func Example() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL")) // e.g. redis://:password@redis.internal:6379/0
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	err = locker.Do(ctx, "invoice:42", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost (expired, deleted, or the
+		// server was restarted or failed over).
+		return nil
+	}, lock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Lock with a client the program already has. The client stays the caller's:
+// close it after the Locker.
+func ExampleNew() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"node-1:7000", "node-2:7000", "node-3:7000"},
+		ContextTimeoutEnabled: true, // a refresh must not outlive the lock's deadline
+	})
+	defer client.Close()
+
+	d, err := redisdriver.New(client, redisdriver.WithPrefix("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker := lock.New(d, lock.WithTTL(10*time.Second))
+	defer locker.Close()
+
+	ctx := context.Background()
+	l, err := locker.Acquire(ctx, "invoice:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// Pass the token to the resource, which rejects a token lower than the
+	// highest it has seen:
+	//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
+	fmt.Println(l.Token() > 0)
+}

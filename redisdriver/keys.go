@@ -1,0 +1,56 @@
+package redisdriver
+
+import "strings"
+
+// The Redis keys of one lock. For the prefix P and the user's key K, with
+// esc() escaping '%', '{' and '}' as %25, %7B and %7D:
+//
+//	esc(P):{esc(K)}          the lock: a string holding the owner, with a TTL (PX)
+//	esc(P):{esc(K)}:fence    the last fencing token granted for K
+//	esc(P):{esc(K)}:queue    list of waiting owners, oldest first
+//	esc(P):{esc(K)}:waiters  hash: waiting owner -> "lease-deadline-ms ttl-ms inbox-channel"
+//
+// The braces are a Redis Cluster hash tag: only esc(K) decides the slot, so the
+// four keys of a lock always share a slot (one Lua script may touch them all),
+// and since esc() leaves no brace in esc(P) or esc(K), a brace in a user's key
+// cannot move its lock to another slot. esc() is injective, so distinct keys are
+// distinct locks, and the lock key is the only one that ends with the closing
+// brace. The suffix ":readers" is reserved for shared locks.
+type keys struct {
+	lock, fence, queue, waiters string
+}
+
+func (d *Driver) keys(key string) keys {
+	// The four names are parts of one string: one allocation per call.
+	e := escape(key)
+	n := len(d.prefix) + 2 + len(e) + 1 // len("P:{K}")
+	var b strings.Builder
+	b.Grow(3*n + len(":fence:queue:waiters"))
+	for _, suffix := range []string{":fence", ":queue", ":waiters"} {
+		b.WriteString(d.prefix)
+		b.WriteString(":{")
+		b.WriteString(e)
+		b.WriteString("}")
+		b.WriteString(suffix)
+	}
+	all := b.String()
+	return keys{
+		lock:    all[:n],
+		fence:   all[:n+6],
+		queue:   all[n+6 : 2*n+12],
+		waiters: all[2*n+12:],
+	}
+}
+
+func (k keys) list() []string { return []string{k.lock, k.fence, k.queue, k.waiters} }
+
+// escape replaces the bytes that could end or start a hash tag, and the escape
+// character itself, by %XX.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return escaper.Replace(s)
+}
+
+var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

@@ -1,0 +1,340 @@
+// Package redisdriver is the distlock driver for Redis and Valkey: a standalone
+// server, a Sentinel-managed primary, or a Redis Cluster.
+//
+//	import _ "github.com/distlock/lock/redisdriver"
+//
+//	locker, err := lock.Open(ctx, "redis://:password@redis.internal:6379/0")
+//
+// A lock is the Redis string `SET key owner NX PX ttl`, taken by a Lua script
+// that also mints the fencing token in the same round trip. Release and refresh
+// are Lua scripts that compare the owner first, so a holder whose lock expired
+// can neither delete nor extend its successor's lock. Because the lock key holds
+// only the owner string, any client of the standard pattern (`SET key value NX
+// PX ttl`, compare-and-delete to release) excludes and is excluded by this
+// driver's locks on the same key. The scripts are sent with EVALSHA, and with
+// EVAL after a NOSCRIPT answer.
+//
+// # URL format
+//
+//	redis://[[user]:password@]host[:port][/db][?param=value&...]
+//	rediss://[[user]:password@]host[:port][/db][?...]              TLS
+//	redis+unix://[[user]:password@]/path/to/redis.sock[?db=N&...]   unix socket
+//	redis+sentinel://[[user]:password@]host:port[/db]?master_name=NAME[&addr=host:port...][&username=U&password=P]
+//	rediss+sentinel://...                                          Sentinel, TLS
+//	redis+cluster://[[user]:password@]host:port[?addr=host:port...]
+//	rediss+cluster://...                                           Cluster, TLS
+//
+// Examples:
+//
+//	redis://localhost:6379/0
+//	rediss://app:s3cret@redis.example.com:6380/2?dial_timeout=2s
+//	redis+unix://:s3cret@/run/redis/redis.sock?db=1
+//	redis+sentinel://sentinel-1:26379?master_name=mymaster&addr=sentinel-2:26379&password=s3cret
+//	redis+cluster://node-1:7000?addr=node-2:7000&addr=node-3:7000
+//
+// Each form is parsed by go-redis's own parser (ParseURL, ParseFailoverURL,
+// ParseClusterURL), so its query parameters are go-redis's: timeouts, pool sizes,
+// client_name, protocol, and for rediss skip_verify (off by default: certificates
+// are verified against the system roots, and TLS never falls back to plain text).
+// In the Sentinel form the user and password of the URL authenticate with the
+// sentinels and the username and password parameters with the primary; further
+// sentinels and cluster nodes are given as addr parameters. An unknown parameter
+// is an error that lists the accepted ones; the portable parameters ttl,
+// auto_refresh and prefix (the namespace of every key, "distlock" by default) are
+// described in package lock. Open connects once (so a wrong password or an
+// unreachable server fails Open, and no error ever shows the password), and
+// always honours context deadlines (go-redis's ContextTimeoutEnabled).
+// Sentinel options that send writes to replicas (replica_only, route_by_latency,
+// route_randomly, use_disconnected_replicas) are refused: a lock must be written
+// on the primary.
+//
+// Programs that already have a client use New, with a *redis.Client, a
+// *redis.ClusterClient or a failover client (not a *redis.Ring, whose shards do
+// not share pub/sub).
+//
+// # Key layout
+//
+// For the prefix P and the key K, with '%', '{' and '}' in P and K escaped as
+// %25, %7B and %7D:
+//
+//	P:{K}          the lock: a string holding the owner, with the lock's TTL
+//	P:{K}:fence    the last fencing token; expires a day (plus the TTL) after it is made
+//	P:{K}:queue    the list of waiting owners, oldest first
+//	P:{K}:waiters  hash of waiting owner -> "lease deadline (ms), TTL (ms), inbox channel"
+//	P:inbox:ID     the pub/sub channel on which the driver with that random ID
+//	               is told that a lock was handed to one of its waiters
+//
+// The braces are a Cluster hash tag, so the keys of a lock share a slot and a
+// brace in a key cannot move it; the suffix ":readers" is reserved for shared
+// locks. Everything the driver writes lives under the prefix. The queue keys
+// exist only while someone waits.
+//
+// # Fencing
+//
+// Each grant mints a token: the previous token plus one, but never less than the
+// server's clock in microseconds (TIME). The fence record therefore only guards
+// against a clock that steps back; when it is gone (a restart without
+// persistence, a failover to a replica that had not received it, a day after it
+// was made) the next token still exceeds every earlier one, provided the server
+// granting it reads a later time than the server that granted the earlier ones.
+// Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
+// JavaScript) until the year 2255.
+//
+// # Waiting
+//
+// A waiting Acquire joins the lock's queue; release.lua hands the lock to the
+// first live waiter and publishes "<owner> <token>" on that waiter's inbox
+// channel, so the waiter holds the lock without another round trip and no other
+// waiter wakes. Each Driver subscribes once, on one connection, to its own
+// inbox, which serves all of its waiting keys. A waiter renews its place every
+// third of its lease (the lock's TTL, at least a second) and looks again when the
+// holder's TTL runs out, so a holder that vanished without releasing (or a lock
+// deleted by hand, or a standard client's lock) delays it by that TTL at most.
+// A waiter that dies keeps its place until its lease ends, and a lock handed to
+// it in that time stays until its TTL ends: a dead waiter delays the others by
+// up to twice its TTL. A waiter that gives up (its context ends) leaves the
+// queue, and passes on a lock handed to it meanwhile.
+//
+// # Capabilities
+//
+//   - Fencing: yes; minted in the acquire script, see Fencing.
+//   - Expiring: yes; a lock is a key with a TTL, extended by refresh.
+//   - Notify: yes; a release hands the lock to the first waiter and tells it on
+//     its pub/sub inbox; a lock that expires is found when its TTL runs out.
+//   - FIFO: yes; waiters are granted in the order the server queued them, also
+//     when a holder vanishes. A waiter that cannot renew its place within its
+//     lease (a process paused that long) loses it, and a server restart loses
+//     the queue. TryAcquire does not queue, and takes a lock it finds free even
+//     if waiters queue for it (its holder vanished and they have not looked
+//     again yet).
+//   - Shared: no (the key layout keeps room for it).
+//   - MinTTL: 1ms, the resolution of PX.
+//
+// # Lost locks
+//
+// Refresh reports a lock as not held when its key is gone or holds another owner,
+// and when the server that granted it was restarted or replaced: each lock
+// remembers the run_id of the server holding its key, and every refresh reads
+// that server's run_id again (INFO, in the same pipeline). A lock lost that way
+// is released on the new server. When the driver's pub/sub connection
+// reconnects, it checks every held lock at once and reports the lost ones through
+// Request.Lost, without waiting for the next refresh. Automatic refresh of many
+// locks is pipelined: one round trip per batch (per node in a Cluster).
+//
+// # Requirements
+//
+// Redis 6.2 or later, or any Valkey (the scripts use SET with GET and KEEPTTL).
+// A user limited by ACLs needs, for the prefix P: keys ~P:*, channels
+// &P:inbox:*, and the commands EVALSHA, EVAL, INFO, PING and SUBSCRIBE, plus
+// those the scripts call: SET, GET, DEL, EXISTS, TIME, PTTL, PEXPIRE, PUBLISH,
+// LLEN, LINDEX, LPOP, RPUSH, LREM, HGET, HSET and HDEL (and CLIENT SETNAME with
+// the client_name parameter). A missing permission fails with the server's
+// NOPERM error.
+//
+// # Limits
+//
+// Redis replication is asynchronous: a failover to a replica that had not
+// received a grant can give the lock to a second holder before the first learns
+// that it lost it (at its next refresh). Fencing tokens keep increasing across
+// such a failover, so a resource that checks them rejects the stale holder. In a
+// Cluster, moving a slot to another primary (resharding) also counts as a loss.
+// Keys of locks must not be evicted: run the server with a noeviction (or
+// volatile-* without other volatile keys) maxmemory policy. A lock deleted by
+// hand, or by a client that does not run release.lua, wakes no waiter: they find
+// it free when they next look (within a third of their lease). go-redis ends
+// a command blocked on a server that stopped answering only at a deadline: a
+// cancelled context (or Close) takes effect after the client's read timeout
+// (read_timeout, 3s by default) on such a server, and at once otherwise.
+package redisdriver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// DefaultPrefix is the namespace of every key when no prefix is given.
+const DefaultPrefix = "distlock"
+
+// fenceKeep is how long a fence record outlives its grant's TTL. Tokens do not
+// depend on it (see Fencing in the package documentation); it bounds the memory
+// of keys no longer used.
+const fenceKeep = 24 * time.Hour
+
+// minLease is the shortest time a waiter keeps its place in a queue without
+// renewing it.
+const minLease = time.Second
+
+// abandonTimeout bounds the cleanup of a waiter that gives up.
+const abandonTimeout = 5 * time.Second
+
+var (
+	// ErrWrongType is returned (wrapped) by TryAcquire and Acquire when the lock's
+	// key holds a value that is not a string, so it is not a lock of this driver
+	// or of the standard SET NX pattern. The value is left untouched.
+	ErrWrongType = errors.New("redisdriver: the lock's key holds a value that is not a string (not a lock); it was left untouched")
+
+	// ErrForeignData is returned (wrapped) by TryAcquire and Acquire when one of
+	// the driver's own keys of a lock (fence, queue, waiters) holds data of
+	// another type. It is left untouched.
+	ErrForeignData = errors.New("redisdriver: a key in the driver's namespace holds foreign data")
+
+	// ErrServerChanged is returned by Refresh (wrapped together with
+	// driver.ErrNotHeld) and passed to Request.Lost when the server holding a
+	// lock was restarted or replaced since the lock was granted (its run_id
+	// changed).
+	ErrServerChanged = errors.New("redisdriver: the Redis server holding the lock was restarted or replaced (run_id changed)")
+)
+
+// Option configures a Driver made with New.
+type Option func(*Driver)
+
+// WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
+// when empty).
+func WithPrefix(prefix string) Option {
+	return func(d *Driver) {
+		if prefix != "" {
+			d.prefix = escape(prefix)
+		}
+	}
+}
+
+// withOwnedClient makes Close close the client (for drivers made from a URL).
+func withOwnedClient() Option { return func(d *Driver) { d.owned = true } }
+
+// Driver locks keys on a Redis or Valkey server, a Sentinel-managed primary or
+// a Cluster. Use it through lock.New or lock.Open; its methods implement
+// driver.Driver, driver.Acquirer and driver.BatchRefresher.
+type Driver struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, when it is one
+	owned   bool                 // Close closes client
+	prefix  string               // escaped
+	inbox   string               // this driver's pub/sub channel
+
+	ctx    context.Context    // cancelled by Close: ends waiting and background work
+	cancel context.CancelFunc //
+	calls  sync.WaitGroup     // Acquire calls in flight
+	wg     sync.WaitGroup     // the inbox reader and its checks
+
+	mu      sync.Mutex
+	closed  bool
+	held    map[*driver.Request]node // granted locks and where
+	waiters map[string]*waiter       // waiting Acquire calls by owner
+	runIDs  map[string]string        // last run_id seen, by node address ("" outside a cluster)
+	sub     subscription
+}
+
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Acquirer       = (*Driver)(nil)
+	_ driver.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a Driver that locks with client, which the caller keeps and
+// closes after the Driver. client may be a *redis.Client (standalone or from
+// redis.NewFailoverClient) or a *redis.ClusterClient; a *redis.Ring is refused.
+// For timely loss detection the client should honour context deadlines
+// (redis.Options.ContextTimeoutEnabled).
+func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
+	if client == nil {
+		return nil, errors.New("redisdriver: nil client")
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		return nil, fmt.Errorf("%w: redisdriver: a *redis.Ring spreads keys and pub/sub channels over independent servers; use a *redis.Client or *redis.ClusterClient", driver.ErrUnsupported)
+	}
+	var id [12]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("redisdriver: %w", err)
+	}
+	d := &Driver{
+		client:  client,
+		prefix:  DefaultPrefix,
+		held:    map[*driver.Request]node{},
+		waiters: map[string]*waiter{},
+		runIDs:  map[string]string{},
+	}
+	d.cluster, _ = client.(*redis.ClusterClient)
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
+	d.sub.resub = make(chan struct{})
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// Capabilities reports the driver's guarantees; see the package documentation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, MinTTL: time.Millisecond}
+}
+
+// usable returns ErrClosed after Close, or ctx's error.
+func (d *Driver) usable(ctx context.Context) error {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return driver.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Close stops the driver's pub/sub reader and, for a driver opened from a URL,
+// closes its client. Waiting Acquire calls give up their place and return
+// driver.ErrClosed. Locks still held stay until their TTL ends.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()     // interrupts waiting Acquire calls and background checks
+	d.calls.Wait() // waiters leave their queues while the client is open
+	d.mu.Lock()
+	ps := d.sub.ps
+	d.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	d.wg.Wait()
+	if d.owned {
+		return d.client.Close()
+	}
+	return nil
+}
+
+// record remembers a granted lock and the server that holds it.
+func (d *Driver) record(req *driver.Request, n node) {
+	d.mu.Lock()
+	d.held[req] = n
+	d.mu.Unlock()
+}
+
+func (d *Driver) forget(req *driver.Request) {
+	d.mu.Lock()
+	delete(d.held, req)
+	d.mu.Unlock()
+}
+
+// millis is d in whole milliseconds, rounded up (a lock never lives shorter on
+// the server than the caller asked), at least 1.
+func millis(d time.Duration) int64 {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}

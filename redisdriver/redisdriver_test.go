@@ -1,0 +1,30 @@
+package redisdriver
+
+import (
+	"context"
+	"testing"
+
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// TestConformance runs the shared suite against a private redis-server (without
+// persistence), which the suite restarts empty between two acquisitions.
+func TestConformance(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := adminClient(t, srv.URL())
+	conformance.Run(t, conformance.Harness{
+		// Each client is a driver with its own connections, as a separate
+		// process would have.
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, srv.URL()) },
+		// Redis locks are not bound to a connection: what makes a server forget
+		// a client's locks is an operator deleting them (or eviction, or a
+		// failover that lost them). Killing the client's connections too makes
+		// its pub/sub reconnect, the path on which it checks its locks.
+		Sever: func(ctx context.Context, d driver.Driver) error {
+			return sever(ctx, admin, d.(*Driver))
+		},
+		RestartBackend: func(context.Context) error { return srv.Restart(false) },
+	})
+}

@@ -1,0 +1,166 @@
+package redisdriver
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// errServerChanged is what a lock on a restarted or replaced server reports.
+var errServerChanged = fmt.Errorf("%w: %w", driver.ErrNotHeld, ErrServerChanged)
+
+// Refresh extends the lock to req.TTL from now if req.Owner holds it. It returns
+// driver.ErrNotHeld when the key is gone or holds another owner, and an error
+// matching both driver.ErrNotHeld and ErrServerChanged when the server that
+// granted the lock was restarted or replaced since.
+func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
+	if err := d.usable(ctx); err != nil {
+		return err
+	}
+	return d.refresh(ctx, []*driver.Request{req}, true)[0]
+}
+
+// RefreshBatch refreshes every request in one pipeline (one round trip per
+// Cluster node) and returns one error per request, as Refresh would.
+func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
+	if err := d.usable(ctx); err != nil {
+		errs := make([]error, len(reqs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return d.refresh(ctx, reqs, true)
+}
+
+// refresh runs refresh.lua for every request (extending each lock, or only
+// checking it when extend is false), then compares the run_id of each lock's
+// server with the one it was granted on. Outside a cluster the INFO that reads
+// it rides in the same pipeline, after the scripts, so a restart before any
+// script ran is seen; in a cluster each node involved is asked once.
+func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend bool) []error {
+	errs := make([]error, len(reqs))
+	keys := make([][]string, len(reqs))
+	args := make([][]any, len(reqs))
+	for i, r := range reqs {
+		keys[i] = []string{d.keys(r.Key).lock}
+		ttl := "0"
+		if extend {
+			ttl = strconv.FormatInt(millis(r.TTL), 10)
+		}
+		args[i] = []any{r.Owner, ttl}
+	}
+	var info *redis.StringCmd
+	var extra func(redis.Pipeliner)
+	if d.cluster == nil {
+		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
+	}
+	cmds := evalPipelined(ctx, d.client, refreshScript, keys, args, extra)
+
+	seen := map[string]string{} // run_id by node address, read in this call
+	if info != nil && info.Err() == nil {
+		if id, err := parseRunID(info.Val()); err == nil {
+			seen[""] = id
+		}
+	}
+	var changed []*driver.Request
+	for i, cmd := range cmds {
+		n, err := cmd.Int64()
+		switch {
+		case err != nil:
+			errs[i] = err
+		case n == 0:
+			errs[i] = driver.ErrNotHeld
+			d.forget(reqs[i])
+		default:
+			d.mu.Lock()
+			granted, ok := d.held[reqs[i]]
+			d.mu.Unlock()
+			if !ok {
+				continue
+			}
+			now, err := d.currentNode(ctx, keys[i][0], seen)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			if now != granted {
+				errs[i] = errServerChanged
+				changed = append(changed, reqs[i])
+			}
+		}
+	}
+	for addr, id := range seen {
+		d.sawRunID(addr, id)
+	}
+	if len(changed) > 0 {
+		d.releaseLost(changed)
+	}
+	return errs
+}
+
+// currentNode returns the node that holds lockKey now, asking each node for its
+// run_id at most once per refresh (seen).
+func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[string]string) (node, error) {
+	addr, c, err := d.nodeClient(ctx, lockKey)
+	if err != nil {
+		return node{}, err
+	}
+	id, ok := seen[addr]
+	if !ok {
+		if id, err = runID(ctx, c); err != nil {
+			return node{}, err
+		}
+		seen[addr] = id
+	}
+	return node{addr: addr, runID: id}, nil
+}
+
+// releaseLost deletes locks that were declared lost because their server
+// changed, but whose keys survived (a restart with persistence, a failover to
+// an up-to-date replica), so that nobody waits for them; the queue moves on.
+func (d *Driver) releaseLost(reqs []*driver.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	keys := make([][]string, len(reqs))
+	args := make([][]any, len(reqs))
+	for i, r := range reqs {
+		keys[i] = d.keys(r.Key).list()
+		args[i] = []any{r.Owner}
+	}
+	_ = evalPipelined(ctx, d.client, releaseScript, keys, args, nil)
+	for _, r := range reqs {
+		d.forget(r)
+	}
+}
+
+// checkHeld confirms every held lock with the server (without extending it) and
+// reports the lost ones through Request.Lost. It runs when the pub/sub
+// connection comes back, the sign that the server may have restarted.
+func (d *Driver) checkHeld() {
+	d.mu.Lock()
+	reqs := make([]*driver.Request, 0, len(d.held))
+	for r := range d.held {
+		reqs = append(reqs, r)
+	}
+	d.mu.Unlock()
+	if len(reqs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, checkTimeout)
+	defer cancel()
+	for i, err := range d.refresh(ctx, reqs, false) {
+		if isNotHeld(err) && reqs[i].Lost != nil {
+			reqs[i].Lost(err)
+		}
+	}
+}
+
+// checkTimeout bounds checkHeld; a lock it cannot confirm is left to its
+// refresh.
+const checkTimeout = 10 * time.Second

@@ -1,0 +1,33 @@
+package redisdriver
+
+import (
+	"context"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Release deletes the lock if req.Owner holds it, handing it to the first
+// waiter, and returns driver.ErrNotHeld if it does not. For an owner still
+// queued it gives up the owner's place.
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	if err := d.usable(ctx); err != nil {
+		return err
+	}
+	n, err := d.release(ctx, req)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+func (d *Driver) release(ctx context.Context, req *driver.Request) (int64, error) {
+	n, err := releaseScript.Run(ctx, d.client, d.keys(req.Key).list(), req.Owner).Int64()
+	if err != nil {
+		return 0, err
+	}
+	d.forget(req)
+	return n, nil
+}

@@ -1,0 +1,179 @@
+package redisdriver
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// subscribedLocker opens a Locker whose driver has its pub/sub inbox running,
+// as any driver that has waited once does.
+func subscribedLocker(t *testing.T, ctx context.Context, url string, opts ...lock.Option) (*lock.Locker, *Driver) {
+	t.Helper()
+	d, err := openURL(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := lock.New(d, opts...)
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk, d
+}
+
+// A server restarted empty forgets the locks; the holder learns it as soon as
+// its pub/sub connection is back, long before its next refresh, and the next
+// holder's token is still higher.
+func TestRestartWithoutPersistenceLosesLocksAndKeepsTokensIncreasing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, _ := subscribedLocker(t, ctx, srv.URL(), lock.WithTTL(30*time.Second)) // refresh every 10s
+	l, err := lk.Acquire(ctx, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Token()
+	if err := srv.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost() still open 5s after the server restarted empty")
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Release after the restart = %v, want ErrLost", err)
+	}
+	l2, err := lk.Acquire(ctx, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := l2.Token(); after <= before {
+		t.Errorf("token %d after the restart, not above %d before it", after, before)
+	}
+	_ = l2.Release(ctx)
+}
+
+// A server restarted with its data still holds the lock key, but it is not the
+// server that granted the lock (its run_id changed): the lock counts as lost,
+// Do's function is cancelled with ErrServerChanged as the cause, and the key is
+// released on the new server so nobody waits for it.
+func TestRestartKeepingDataCountsAsLost(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, _ := subscribedLocker(t, ctx, srv.URL(), lock.WithTTL(30*time.Second))
+	other, _ := subscribedLocker(t, ctx, srv.URL())
+
+	cause := make(chan error, 1)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- lk.Do(ctx, "payroll", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	<-started
+	if err := srv.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ErrServerChanged) {
+			t.Errorf("fn's context ended with %v, want ErrServerChanged", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("fn still running 5s after the server restarted")
+	}
+	if err := <-done; !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Do = %v, want ErrLost", err)
+	}
+	l, err := other.TryAcquire(ctx, "payroll")
+	if err != nil {
+		t.Fatalf("TryAcquire after the lost lock was released on the new server: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// Without a pub/sub connection to tell it, the next refresh finds the changed
+// run_id.
+func TestRefreshReportsAServerThatChanged(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := openURL(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Minute, Lost: func(error) {}}
+	if _, err := d.TryAcquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Refresh(ctx, req); err != nil {
+		t.Fatalf("Refresh before the restart: %v", err)
+	}
+	if err := srv.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Refresh(ctx, req)
+	if !errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, ErrServerChanged) {
+		t.Fatalf("Refresh after a restart = %v, want ErrNotHeld and ErrServerChanged", err)
+	}
+	// A lock taken on the new server is fine.
+	req2 := &driver.Request{Key: "k", Owner: "owner-2", TTL: time.Minute, Lost: func(error) {}}
+	if _, err := d.TryAcquire(ctx, req2); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Refresh(ctx, req2); err != nil {
+		t.Fatalf("Refresh of a lock taken after the restart: %v", err)
+	}
+}
+
+// Close ends an Acquire stuck in a round trip to a server that stopped
+// answering. go-redis ends a blocked read only at a deadline, so that takes up
+// to the client's read timeout (once per retry).
+func TestCloseInterruptsAnAcquireOnAHungServer(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const readTimeout = 300 * time.Millisecond
+	d, err := openURL(ctx, srv.URL()+"?read_timeout=300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(context.Background(), &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Lost: func(error) {}})
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it send its request
+	closed := time.Now()
+	_ = d.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, driver.ErrClosed) {
+			t.Errorf("Acquire interrupted by Close = %v, want ErrClosed", err)
+		}
+		t.Logf("Acquire returned %v after Close", time.Since(closed))
+		if took := time.Since(closed); took > 5*readTimeout+time.Second {
+			t.Errorf("Close took %v to end the Acquire", took)
+		}
+	case <-time.After(abandonTimeout + 5*time.Second):
+		t.Fatal("Acquire still blocked after Close")
+	}
+}

@@ -1,0 +1,86 @@
+package redisdriver
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts beside this file. redis.Script sends EVALSHA and falls back to
+// EVAL when the server answers NOSCRIPT (a restarted or failed-over server, or
+// SCRIPT FLUSH), so each script crosses the network once per server.
+var (
+	//go:embed common.lua
+	commonLua string
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed refresh.lua
+	refreshLua string
+
+	acquireScript = redis.NewScript(withCommon(acquireLua))
+	releaseScript = redis.NewScript(withCommon(releaseLua))
+	refreshScript = redis.NewScript(refreshLua)
+)
+
+// withCommon puts common.lua in place of the script's "--@common" line, after
+// its fast path.
+// FENCE_KEEP, in either, is fenceKeep in milliseconds.
+func withCommon(src string) string {
+	if !strings.Contains(src, "\n--@common\n") {
+		panic("redisdriver: script without --@common")
+	}
+	src = strings.Replace(src, "\n--@common\n", "\n"+commonLua+"\n", 1)
+	return strings.ReplaceAll(src, "FENCE_KEEP", strconv.FormatInt(millis(fenceKeep), 10))
+}
+
+// Results of acquire.lua.
+const (
+	acqTaken     = 1  // token, or {1, token}
+	acqHeld      = 2  // {2, token, pttl}: already ours
+	acqBusy      = 0  // {0, wait ms}
+	acqWrongType = -1 // the lock key is not a string
+	acqForeign   = -3 // {-3, n}: KEYS[n] has the wrong type
+)
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// evalPipelined runs script once per (keys, args) call in one pipeline, and
+// again with EVAL, in a second pipeline, for the calls the server answered
+// NOSCRIPT. extra, if set, adds commands after the scripts in each pipeline; it
+// returns them so the caller can read them after the last round.
+func evalPipelined(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys [][]string, args [][]any, extra func(redis.Pipeliner)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(keys))
+	pipe := c.Pipeline()
+	for i := range keys {
+		cmds[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+	}
+	if extra != nil {
+		extra(pipe)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds
+	}
+	pipe = c.Pipeline()
+	for _, i := range again {
+		cmds[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+	}
+	if extra != nil {
+		extra(pipe)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}

@@ -1,0 +1,292 @@
+package redisdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// The URL schemes this package registers; see URL format in the package
+// documentation.
+const (
+	Scheme            = "redis"           // a standalone server
+	SchemeTLS         = "rediss"          // a standalone server over TLS
+	SchemeUnix        = "redis+unix"      // a standalone server on a unix socket
+	SchemeSentinel    = "redis+sentinel"  // the primary that Sentinel names
+	SchemeSentinelTLS = "rediss+sentinel" // the same over TLS
+	SchemeCluster     = "redis+cluster"   // a Redis Cluster
+	SchemeClusterTLS  = "rediss+cluster"  // the same over TLS
+)
+
+func init() {
+	for scheme := range forms {
+		driver.Register(scheme, open)
+	}
+}
+
+type topology int
+
+const (
+	standalone topology = iota
+	sentinel
+	cluster
+)
+
+// A form is how one scheme is parsed: by which go-redis parser, under which of
+// its schemes, and with which query parameters.
+type form struct {
+	topology topology
+	goScheme string   // the scheme go-redis's parser expects
+	params   []string // the go-redis parameters accepted
+}
+
+// refused returns why a go-redis parameter is refused in this form, or "".
+func (f form) refused(name string) string {
+	if name == "context_timeout_enabled" {
+		return "the driver always honours context deadlines"
+	}
+	if f.topology == sentinel {
+		return refusedSentinelParams[name]
+	}
+	return ""
+}
+
+// The query parameters each go-redis parser understands (go-redis v9.22), less
+// those that make no sense for locks. TestAcceptedParamsParse checks them
+// against the parsers.
+var (
+	standaloneParams = []string{
+		"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
+		"db", "dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials",
+		"max_conn_age", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol",
+		"read_timeout", "write_timeout",
+	}
+	sentinelParams = []string{
+		"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
+		"db", "dial_timeout", "dialer_retries", "dialer_retry_timeout", "disableIdentity",
+		"identitySuffix", "master_name", "max_active_conns", "max_concurrent_dials",
+		"max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "password", "pool_fifo", "pool_size", "pool_timeout", "protocol",
+		"read_timeout", "unstable_resp3", "username", "write_timeout",
+	}
+	clusterParams = []string{
+		"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
+		"dial_timeout", "dialer_retries", "dialer_retry_timeout", "failing_timeout_seconds",
+		"max_active_conns", "max_concurrent_dials", "max_idle_conns", "max_redirects",
+		"max_retries", "max_retry_backoff", "min_idle_conns", "min_retry_backoff", "pool_fifo",
+		"pool_size", "pool_timeout", "protocol", "read_only", "read_timeout", "route_by_latency",
+		"route_randomly", "write_timeout",
+	}
+
+	forms = map[string]form{
+		Scheme:            {standalone, "redis", standaloneParams},
+		SchemeTLS:         {standalone, "rediss", withParams(standaloneParams, "skip_verify")},
+		SchemeUnix:        {standalone, "unix", standaloneParams},
+		SchemeSentinel:    {sentinel, "redis", sentinelParams},
+		SchemeSentinelTLS: {sentinel, "rediss", withParams(sentinelParams, "skip_verify")},
+		SchemeCluster:     {cluster, "redis", clusterParams},
+		SchemeClusterTLS:  {cluster, "rediss", clusterParams},
+	}
+
+	// refusedSentinelParams are go-redis Sentinel parameters that would send
+	// the driver's writes to replicas. (In a Cluster, route_* only steer
+	// read-only commands, which the driver does not send.)
+	refusedSentinelParams = map[string]string{
+		"replica_only":              "locks are written on the primary",
+		"route_by_latency":          "locks are written on the primary",
+		"route_randomly":            "locks are written on the primary",
+		"use_disconnected_replicas": "locks are written on the primary",
+	}
+)
+
+func withParams(base []string, more ...string) []string {
+	out := append(append([]string{}, base...), more...)
+	sort.Strings(out)
+	return out
+}
+
+// portableParams are handled by package lock before a URL reaches the driver;
+// they are listed in errors so a user sees every parameter a URL may carry.
+const portableParams = "ttl, auto_refresh, prefix"
+
+// open is the driver.Opener of every scheme.
+func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
+	client, err := newClient(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	d, err := New(client, WithPrefix(cfg.Prefix), withOwnedClient())
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	// Connect now, so that a wrong password, a TLS failure or a server that
+	// cannot be reached fails Open rather than the first lock.
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = d.Close()
+		return nil, redact(fmt.Errorf("redisdriver: connect: %w", err), cfg.URL)
+	}
+	return d, nil
+}
+
+// clientOptions are the go-redis options a URL describes, for one of the
+// three kinds of client.
+type clientOptions struct {
+	standalone *redis.Options
+	sentinel   *redis.FailoverOptions
+	cluster    *redis.ClusterOptions
+}
+
+// newClient builds the go-redis client a URL describes.
+func newClient(u *url.URL) (redis.UniversalClient, error) {
+	o, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.sentinel != nil:
+		return redis.NewFailoverClient(o.sentinel), nil
+	case o.cluster != nil:
+		return redis.NewClusterClient(o.cluster), nil
+	default:
+		return redis.NewClient(o.standalone), nil
+	}
+}
+
+// parseURL turns a URL into go-redis options with go-redis's own parsers, after
+// checking its scheme and parameters. Context deadlines are always honoured.
+func parseURL(u *url.URL) (clientOptions, error) {
+	var none clientOptions
+	if u == nil {
+		return none, fmt.Errorf("%w: redisdriver: nil URL", driver.ErrInvalidURL)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	f, ok := forms[scheme]
+	if !ok {
+		return none, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
+	}
+	if err := checkParams(scheme, f, u.Query()); err != nil {
+		return none, err
+	}
+	if u.Opaque != "" {
+		return none, fmt.Errorf("%w: redisdriver: want %s://host..., not %s:opaque", driver.ErrInvalidURL, scheme, scheme)
+	}
+	raw := *u
+	raw.Scheme = f.goScheme
+	invalid := func(err error) error {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the whole URL
+		}
+		return redact(fmt.Errorf("%w: redisdriver: %w", driver.ErrInvalidURL, err), u)
+	}
+	switch f.topology {
+	case sentinel:
+		o, err := redis.ParseFailoverURL(raw.String())
+		if err != nil {
+			return none, invalid(err)
+		}
+		if o.MasterName == "" {
+			return none, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, scheme)
+		}
+		o.ContextTimeoutEnabled = true
+		return clientOptions{sentinel: o}, nil
+	case cluster:
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			return none, fmt.Errorf("%w: redisdriver: a cluster has only database 0; remove the path %q", driver.ErrInvalidURL, u.Path)
+		}
+		o, err := redis.ParseClusterURL(raw.String())
+		if err != nil {
+			return none, invalid(err)
+		}
+		o.ContextTimeoutEnabled = true
+		return clientOptions{cluster: o}, nil
+	default:
+		if scheme == SchemeUnix && u.Host != "" {
+			return none, fmt.Errorf("%w: redisdriver: a unix socket URL has no host: want redis+unix:///path/to/redis.sock", driver.ErrInvalidURL)
+		}
+		o, err := redis.ParseURL(raw.String())
+		if err != nil {
+			return none, invalid(err)
+		}
+		o.ContextTimeoutEnabled = true
+		return clientOptions{standalone: o}, nil
+	}
+}
+
+// checkParams refuses unknown parameters, listing the accepted ones.
+func checkParams(scheme string, f form, q url.Values) error {
+	var unknown, refused []string
+	for name := range q {
+		if why := f.refused(name); why != "" {
+			refused = append(refused, name+" ("+why+")")
+			continue
+		}
+		if !slices.Contains(f.params, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(refused)
+	sort.Strings(unknown)
+	switch {
+	case len(refused) > 0:
+		return fmt.Errorf("%w: redisdriver: parameter %s refused", driver.ErrInvalidURL, strings.Join(refused, ", "))
+	case len(unknown) > 0:
+		return fmt.Errorf("%w: redisdriver: unknown parameter %s; %s:// accepts %s, and the portable %s",
+			driver.ErrInvalidURL, strings.Join(unknown, ", "), scheme, strings.Join(f.params, ", "), portableParams)
+	}
+	return nil
+}
+
+func schemes() []string {
+	out := make([]string, 0, len(forms))
+	for s := range forms {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// redact removes the URL's passwords (user info, and the Sentinel form's
+// password parameter) from an error's message, keeping the error for
+// errors.Is and errors.As. One pass replaces them all, so a replacement is
+// never searched again (a password "x" must not grow "xxxxx" without end).
+func redact(err error, u *url.URL) error {
+	var pairs []string
+	add := func(p string) {
+		if p != "" {
+			pairs = append(pairs, p, "xxxxx", url.QueryEscape(p), "xxxxx", url.PathEscape(p), "xxxxx")
+		}
+	}
+	if p, ok := u.User.Password(); ok {
+		add(p)
+	}
+	for _, p := range u.Query()["password"] {
+		add(p)
+	}
+	if len(pairs) == 0 {
+		return err
+	}
+	msg := strings.NewReplacer(pairs...).Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,618 @@
+package zkdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
+)
+
+// The recipe is ZooKeeper's own (recipes.html, "Locks") in Curator's layout:
+//
+//  1. create <key node>/_c_<marker>-lock-<seq>, ephemeral and sequential, making
+//     the key node as a container if it is missing;
+//  2. list the key node's children; if ours has the lowest sequence, it is held;
+//  3. otherwise watch only the next lower node (no herd effect) and go to 2 when
+//     it goes.
+
+// TryAcquire makes one attempt: it queues a node, and removes it again and
+// returns driver.ErrLocked if another owner is ahead in the queue.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, req, false)
+}
+
+// Acquire queues a node and waits until every node ahead of it has gone,
+// woken by a watch on its predecessor. It waits through disconnections: a
+// session that survives keeps the place in the queue, and after an expired one
+// the node is queued again in the new session.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, req, true)
+}
+
+// errVanished says our node disappeared before we could hold it; the caller
+// queues again.
+var errVanished = errors.New("zkdriver: lock node vanished")
+
+func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	if req.Shared {
+		return driver.Grant{}, fmt.Errorf("%w: shared locks", driver.ErrUnsupported)
+	}
+	h, g, held, err := d.holding(req)
+	if held || err != nil {
+		return g, err
+	}
+	var pause backoff
+	for {
+		g, err := d.step(ctx, h, wait)
+		switch {
+		case err == nil:
+			return g, nil
+		case errors.Is(err, errVanished):
+			continue
+		case wait && transient(err) && ctx.Err() == nil && !d.isClosed():
+			// Disconnected: go-zookeeper reconnects on its own; keep our place.
+			if err := pause.wait(ctx, d.done); err != nil {
+				return driver.Grant{}, err
+			}
+			if err := d.awaitSession(ctx); err != nil {
+				return driver.Grant{}, d.closedOr(err)
+			}
+		default:
+			return driver.Grant{}, err
+		}
+	}
+}
+
+// step makes sure h has a node, and either holds the lock with it, gives up
+// (try), or waits for the node ahead of it to go. It returns errVanished to be
+// called again.
+func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant, error) {
+	d.mu.Lock()
+	hasNode := h.name != ""
+	d.mu.Unlock()
+	var lst *listing
+	start := time.Now()
+	if !hasNode {
+		var err error
+		if lst, err = d.create(ctx, h); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	if lst == nil {
+		start = time.Now()
+		lst = d.list(ctx, h.parent)
+	}
+	pred, err := d.read(h, lst)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if pred == "" {
+		return d.grant(ctx, h, start)
+	}
+	if !wait {
+		d.drop(ctx, h)
+		return driver.Grant{}, driver.ErrLocked
+	}
+	return driver.Grant{}, d.waitFor(ctx, h, pred)
+}
+
+// listing is a key node's children with the key node's stat.
+type listing struct {
+	children []string
+	stat     *zk.Stat
+	session  int64 // the live session once the answer came
+	err      error
+}
+
+func (d *Driver) list(ctx context.Context, parent string) *listing {
+	lst, err := call(d, ctx, func() (*listing, error) {
+		c, st, err := d.conn.Children(parent)
+		return &listing{children: c, stat: st}, err
+	}, nil)
+	if err != nil {
+		return &listing{err: err}
+	}
+	lst.session = d.conn.SessionID()
+	return lst
+}
+
+// read takes from a listing of h's key node the node h waits for ("" if none
+// is ahead). If h's node was created in the session that answered the listing
+// (no session change in between), that session owns it.
+func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
+	d.mu.Lock()
+	name, createdIn := h.name, h.createdIn
+	d.mu.Unlock()
+	if errors.Is(lst.err, zk.ErrNoNode) {
+		d.forget(h, name) // gone with its key node, or deleted
+		return "", errVanished
+	}
+	if lst.err != nil {
+		return "", d.closedOr(lst.err)
+	}
+	pred, present := predecessor(lst.children, name)
+	if !present {
+		// Deleted, or gone with an expired session: queue again.
+		d.forget(h, name)
+		return "", errVanished
+	}
+	d.mu.Lock()
+	if h.name == name {
+		if createdIn != 0 && lst.session == createdIn {
+			h.owner = createdIn
+		}
+		h.view = lst.stat
+	}
+	d.mu.Unlock()
+	return pred, nil
+}
+
+// readOwner reads which session owns h's node called name.
+func (d *Driver) readOwner(ctx context.Context, h *holding, name string) error {
+	st, err := call(d, ctx, func() (*zk.Stat, error) {
+		ok, st, err := d.conn.Exists(h.parent + "/" + name)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		return st, err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if h.name == name {
+		h.owner = st.EphemeralOwner
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// holding returns req's holding, making it if new. held is true, with the
+// grant, when req already holds the lock (a retry after a lost reply).
+func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, driver.Grant{}, false, driver.ErrClosed
+	}
+	k := holdKey{req.Key, req.Owner}
+	if h := d.holds[k]; h != nil {
+		h.req = req
+		if h.state == stateGranted || h.state == stateReleasing {
+			return h, driver.Grant{Token: h.token, Start: h.start}, true, nil
+		}
+		return h, driver.Grant{}, false, nil
+	}
+	h = &holding{req: req, parent: d.root + "/" + escapeName(req.Key)}
+	d.holds[k] = h
+	return h, driver.Grant{}, false, nil
+}
+
+// maxCreateAttempts bounds how often one create is retried when the key node
+// keeps vanishing under it (the server reaps empty containers).
+const maxCreateAttempts = 8
+
+// create makes h's lock node: a protected, ephemeral, sequential node under the
+// key node, which is made as a container when missing. On a key node it has not
+// seen it also lists the queue in the same round trip (createFresh), and
+// returns that listing.
+//
+// A create whose reply was lost leaves h.unsure set; the next call looks for a
+// node with h's marker before creating another, so the lost node is used rather
+// than orphaned.
+func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
+	for attempt := 1; ; attempt++ {
+		d.mu.Lock()
+		parent, marker, unsure := h.parent, h.marker, h.unsure
+		d.mu.Unlock()
+		if unsure {
+			name, err := d.findMarked(ctx, parent, marker)
+			if err != nil {
+				return nil, d.closedOr(err)
+			}
+			d.mu.Lock()
+			h.unsure = false
+			if name != "" {
+				h.name, h.createdIn, h.owner, h.view = name, 0, 0, nil // its owner is unknown: read it
+				d.mu.Unlock()
+				return nil, nil
+			}
+			d.mu.Unlock()
+			// Never made: create again under the same marker, as Curator does.
+		} else {
+			marker = newMarker()
+			d.mu.Lock()
+			h.marker = marker
+			d.mu.Unlock()
+		}
+
+		var (
+			path       string
+			lst        *listing
+			err        error
+			parentErr  error
+			known      = d.knownParent(parent)
+			session    = d.conn.SessionID()
+			createPath = parent + "/" + nodePrefix(marker)
+		)
+		switch {
+		case known:
+			path, err = d.createNode(ctx, h, createPath, marker, session)
+		case d.ownConn:
+			path, lst, parentErr, err = d.createFresh(ctx, h, parent, createPath, marker, session)
+		default:
+			if err = d.ensureParent(ctx, parent); err != nil {
+				return nil, d.closedOr(err)
+			}
+			path, err = d.createNode(ctx, h, createPath, marker, session)
+		}
+		switch {
+		case err == nil:
+			d.mu.Lock()
+			h.name, h.createdIn, h.owner, h.view = path[len(parent)+1:], session, 0, nil
+			d.mu.Unlock()
+			d.rememberParent(parent)
+			return lst, nil
+		case errors.Is(err, zk.ErrNoNode) && attempt < maxCreateAttempts:
+			// The key node went between our check and our create (the server
+			// reaps empty containers), or could not be made because the prefix
+			// is missing. Make them again.
+			d.forgetParent(parent)
+			if errors.Is(parentErr, zk.ErrNoNode) {
+				if err := d.ensureRoot(ctx); err != nil {
+					return nil, d.closedOr(err)
+				}
+			}
+		case ambiguous(err):
+			d.mu.Lock()
+			h.unsure = true
+			d.mu.Unlock()
+			return nil, d.closedOr(err)
+		default:
+			if parentErr != nil {
+				err = fmt.Errorf("zkdriver: create key node: %w", parentErr)
+			}
+			return nil, d.closedOr(err)
+		}
+	}
+}
+
+// createNode creates h's lock node at createPath (ZooKeeper appends the
+// sequence number). If the caller gives up first, createAbandoned settles what
+// the create did.
+func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
+	d.mu.Lock()
+	h.sent = true
+	d.mu.Unlock()
+	path, err := call(d, ctx, func() (string, error) {
+		return d.conn.Create(createPath, nil, zk.FlagEphemeral|zk.FlagSequence, d.acl)
+	}, func(path string, err error) {
+		d.createAbandoned(h, marker, session, path, err)
+	})
+	if !errors.As(err, new(abandonedError)) {
+		d.mu.Lock()
+		h.sent = false // returned while we waited; else createAbandoned clears it
+		d.mu.Unlock()
+	}
+	return path, err
+}
+
+// createFresh makes the key node, h's lock node in it, and lists the queue,
+// in one round trip instead of three: it sends each request as soon as the one
+// before is on the wire, and the server applies a session's requests in the
+// order they arrive. parentErr is the key node's create's error (nil if it was
+// made or existed).
+func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath, marker string, session int64) (path string, lst *listing, parentErr, err error) {
+	parentDone, createDone := make(chan struct{}), make(chan struct{})
+	written := d.wire.expect(opCreateContainer, parent)
+	go func() {
+		defer close(parentDone)
+		_, parentErr = call(d, ctx, func() (string, error) {
+			return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
+		}, nil)
+	}()
+	d.sent(written, parentDone, opCreateContainer, parent)
+
+	written = d.wire.expect(opCreate, createPath)
+	go func() {
+		defer close(createDone)
+		path, err = d.createNode(ctx, h, createPath, marker, session)
+	}()
+	d.sent(written, createDone, opCreate, createPath)
+
+	lst = d.list(ctx, parent)
+	<-parentDone
+	<-createDone
+	if errors.Is(parentErr, zk.ErrNodeExists) {
+		parentErr = nil
+	}
+	if err != nil {
+		lst = nil
+	}
+	return path, lst, parentErr, err
+}
+
+// sent waits until the request of type typ on path is on the wire, or the call
+// that sends it has returned (it failed, perhaps before sending).
+func (d *Driver) sent(written, returned chan struct{}, typ int32, path string) {
+	select {
+	case <-written:
+	case <-returned:
+		d.wire.forget(typ, path, written)
+	}
+}
+
+// createAbandoned runs when a create finishes after its caller gave up (its
+// context ended). A node it made belongs to h if h still wants it, and is an
+// orphan otherwise.
+func (d *Driver) createAbandoned(h *holding, marker string, session int64, path string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h.sent = false
+	if d.closed {
+		return // the session ends, or Close deleted what it could
+	}
+	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.marker == marker && h.name == ""
+	switch {
+	case err == nil && wanted:
+		h.name = path[len(h.parent)+1:]
+		h.unsure = false
+	case err == nil:
+		d.orphans = append(d.orphans, orphan{path: path, session: d.conn.SessionID()})
+	case ambiguous(err) && wanted:
+		h.unsure = true
+	case ambiguous(err):
+		d.orphans = append(d.orphans, orphan{parent: h.parent, marker: marker, session: session})
+	default:
+		return
+	}
+	d.nudge()
+}
+
+// findMarked returns the name of the node under parent made with marker, or "".
+func (d *Driver) findMarked(ctx context.Context, parent, marker string) (string, error) {
+	children, err := call(d, ctx, func() ([]string, error) {
+		c, _, err := d.conn.Children(parent)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, c := range children {
+		if hasMarker(c, marker) {
+			return c, nil
+		}
+	}
+	return "", nil
+}
+
+// ensureParent makes the key node parent as a container node, which the server
+// deletes once it is empty, so that locking on ever new keys leaves nothing
+// behind.
+func (d *Driver) ensureParent(ctx context.Context, parent string) error {
+	for attempt := 0; ; attempt++ {
+		_, err := call(d, ctx, func() (string, error) {
+			return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
+		}, nil)
+		switch {
+		case err == nil || errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && attempt == 0:
+			// The prefix itself is missing (deleted by an operator, or a
+			// Driver from New that has not made it yet).
+			if err := d.ensureRoot(ctx); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("zkdriver: create key node: %w", err)
+		}
+	}
+}
+
+// ensureRoot makes the chroot and prefix nodes where missing. They are
+// persistent: there is one of each, and a container prefix would be reaped
+// whenever no key is locked, costing the next lock a round trip.
+func (d *Driver) ensureRoot(ctx context.Context) error {
+	for _, p := range d.rootPath {
+		_, err := call(d, ctx, func() (string, error) { return d.conn.Create(p, nil, 0, d.acl) }, nil)
+		if errors.Is(err, zk.ErrNoAuth) {
+			// The server checks the parent's ACL before whether p exists: an
+			// administrator may have made p for us under a node we cannot write.
+			var ok bool
+			ok, err = call(d, ctx, func() (bool, error) { ok, _, err := d.conn.Exists(p); return ok, err }, nil)
+			if err == nil && !ok {
+				err = zk.ErrNoAuth
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("zkdriver: create %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// grant makes h held. The fencing token is the key node's pzxid in the listing
+// that showed h's node first: the zxid of the last change to the queue before
+// the lock became ours. It is at least our node's creation zxid, and strictly
+// greater than the previous holder's token, because that holder's node was
+// deleted (a change to the queue, with a later zxid than anything the
+// previous holder's own listing saw) before our listing. Like every zxid it
+// grows across the ensemble, across restarts and across a key node removed and
+// made again, where sequence numbers restart. Reading it costs nothing: the
+// listing returns it.
+func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver.Grant, error) {
+	d.mu.Lock()
+	name, known := h.name, h.owner != 0
+	d.mu.Unlock()
+	if !known {
+		err := d.readOwner(ctx, h, name)
+		if errors.Is(err, zk.ErrNoNode) {
+			d.forget(h, name)
+			return driver.Grant{}, errVanished
+		}
+		if err != nil {
+			return driver.Grant{}, d.closedOr(err)
+		}
+	}
+	live := d.conn.SessionID()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	if h.name != name || h.view == nil {
+		return driver.Grant{}, errVanished
+	}
+	if h.owner != live {
+		// A node of a session that ended (the server deletes it any moment):
+		// not a lock. Queue again in the live session.
+		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
+		return driver.Grant{}, errVanished
+	}
+	h.state = stateGranted
+	h.token, h.session, h.start = uint64(h.view.Pzxid), h.owner, start
+	first := len(d.byPath) == 0
+	d.byPath[h.path()] = h
+	if first || d.ownConn && !d.armWake {
+		d.nudge() // the monitor looks after held locks: heartbeats, watches
+	}
+	return driver.Grant{Token: h.token, Start: start}, nil
+}
+
+// waitFor waits until the node pred ahead of h's node is deleted (or its watch
+// ends otherwise).
+func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
+	ch, err := call(d, ctx, func() (<-chan zk.Event, error) {
+		_, _, ch, err := d.conn.GetW(h.parent + "/" + pred)
+		return ch, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return errVanished // gone already: look again
+	}
+	if err != nil {
+		return d.closedOr(err)
+	}
+	select {
+	case <-ch:
+		return errVanished
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return driver.ErrClosed
+	}
+}
+
+// forget notes that h's node name is gone, so the next step queues again.
+func (d *Driver) forget(h *holding, name string) {
+	d.mu.Lock()
+	if h.name == name {
+		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
+	}
+	d.mu.Unlock()
+}
+
+// drop deletes h's node after a TryAcquire found others ahead, and forgets h.
+func (d *Driver) drop(ctx context.Context, h *holding) {
+	d.mu.Lock()
+	path := h.path()
+	d.removeLocked(h)
+	d.mu.Unlock()
+	if err := d.deleteNode(ctx, path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		d.addOrphan(orphan{path: path, session: d.conn.SessionID()})
+	}
+}
+
+// deleteNode deletes our node at path, whatever its version.
+func (d *Driver) deleteNode(ctx context.Context, path string) error {
+	_, err := call(d, ctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) }, nil)
+	return err
+}
+
+// removeLocked forgets h. d.mu is held.
+func (d *Driver) removeLocked(h *holding) {
+	k := holdKey{h.req.Key, h.req.Owner}
+	if d.holds[k] == h {
+		delete(d.holds, k)
+	}
+	if h.name != "" && d.byPath[h.path()] == h {
+		delete(d.byPath, h.path())
+	}
+	h.state = stateDone
+}
+
+// maxKnownParents bounds the memory of key nodes known to exist.
+const maxKnownParents = 4096
+
+// knownParent reports whether the key node parent was seen to exist, so a
+// create can go straight to the lock node (the common case for a busy key).
+func (d *Driver) knownParent(parent string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.parents[parent]
+	return ok
+}
+
+func (d *Driver) rememberParent(parent string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.parents) >= maxKnownParents {
+		clear(d.parents) // crude, but bounded; a miss costs one round trip
+	}
+	d.parents[parent] = struct{}{}
+}
+
+func (d *Driver) forgetParent(parent string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.parents, parent)
+}
+
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// closedOr returns driver.ErrClosed if the driver was closed (go-zookeeper then
+// reports its own closing errors), and err otherwise.
+func (d *Driver) closedOr(err error) error {
+	if d.isClosed() {
+		return driver.ErrClosed
+	}
+	return err
+}
+
+// backoff spaces retries while disconnected: 10 ms doubling to 500 ms, with
+// jitter.
+type backoff struct{ step time.Duration }
+
+func (b *backoff) wait(ctx context.Context, done <-chan struct{}) error {
+	if b.step == 0 {
+		b.step = 10 * time.Millisecond
+	}
+	d := b.step/2 + rand.N(b.step/2+1)
+	if b.step *= 2; b.step > 500*time.Millisecond {
+		b.step = 500 * time.Millisecond
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return driver.ErrClosed
+	}
+}

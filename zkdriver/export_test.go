@@ -1,0 +1,42 @@
+package zkdriver
+
+import (
+	"net"
+	"time"
+)
+
+// Internals for the external tests.
+var (
+	EscapeName  = escapeName
+	Sequence    = sequence
+	Predecessor = predecessor
+	ParseURL    = parseURL
+)
+
+// SessionForTest returns the live session's id, password and negotiated
+// timeout, as the last connect handshake gave them (Open only).
+func (d *Driver) SessionForTest() (id int64, passwd []byte, timeout time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.session.id, d.session.passwd, d.session.timeout
+}
+
+// Servers returns the URL config's servers, for tests of parseURL.
+func (c urlConfig) Servers() []string { return c.servers }
+
+// Chroot returns the URL config's chroot.
+func (c urlConfig) Chroot() string { return c.chroot }
+
+// SessionTimeout returns the URL config's session timeout.
+func (c urlConfig) SessionTimeout() time.Duration { return c.sessionTimeout }
+
+// SessionTap returns a go-zookeeper dialer for a connection a test makes
+// itself, and a function that tells the session its last handshake gave.
+func SessionTap() (dial func(network, address string, timeout time.Duration) (net.Conn, error), session func() (int64, []byte, time.Duration)) {
+	d := newDriver("", DefaultPrefix, nil)
+	return d.dialTap, func() (int64, []byte, time.Duration) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.session.id, d.session.passwd, d.session.timeout
+	}
+}

@@ -1,0 +1,215 @@
+package zkdriver
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Refresh confirms that req.Owner still holds req.Key: the session that made
+// its node is the live one and the node still exists. Locks here do not expire,
+// so nothing is extended; a confirmed Refresh tells the portable layer that the
+// session was alive when it was sent. While disconnected the lock is
+// suspended, neither confirmed nor lost: Refresh waits for the connection to come
+// back, within ctx (for automatic refresh the portable layer ends ctx at the
+// lock's validity deadline), and then answers for the session it finds.
+func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.holds[holdKey{req.Key, req.Owner}]
+	if h == nil || h.state == stateWaiting {
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	if h.state == stateReleasing {
+		d.mu.Unlock()
+		return nil // ours until Release's delete lands
+	}
+	path, session := h.path(), h.session
+	d.mu.Unlock()
+
+	var pause backoff
+	for {
+		if err := d.awaitSession(ctx); err != nil {
+			return d.closedOr(err)
+		}
+		if d.conn.SessionID() != session {
+			return d.lose(h, errSessionEnded)
+		}
+		d.mu.Lock()
+		arm := d.ownConn && !h.watched && !h.arming
+		if arm {
+			h.arming = true
+		}
+		d.mu.Unlock()
+		var st *zk.Stat
+		var err error
+		if arm {
+			st, err = d.watchNode(ctx, h)
+		} else {
+			st, err = call(d, ctx, func() (*zk.Stat, error) {
+				ok, st, err := d.conn.Exists(path)
+				if err == nil && !ok {
+					err = zk.ErrNoNode
+				}
+				return st, err
+			}, nil)
+		}
+		switch {
+		case errors.Is(err, zk.ErrNoNode) || err == nil && st.EphemeralOwner != session:
+			return d.lose(h, errNodeDeleted)
+		case errors.Is(err, zk.ErrSessionExpired):
+			return d.lose(h, errSessionEnded)
+		case transient(err) && ctx.Err() == nil:
+			if err := pause.wait(ctx, d.done); err != nil {
+				return d.closedOr(err)
+			}
+			continue // the connection dropped: wait for it again
+		case err != nil:
+			return d.closedOr(err)
+		}
+		return nil
+	}
+}
+
+// lose ends h with cause after Refresh found it gone, and returns cause. A
+// Release whose delete may be what Refresh saw wins: the lock was given up, not
+// lost, and the Refresh that raced with it confirms it instead. (A session that
+// ended took the node whether or not a Release was under way.)
+func (d *Driver) lose(h *holding, cause error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case h.state == stateReleased,
+		h.state == stateReleasing && cause == errNodeDeleted:
+		return nil
+	case h.state == stateGranted:
+		d.removeLocked(h)
+	}
+	return cause
+}
+
+// batchParallel is how many refreshes of one batch are in flight at once;
+// go-zookeeper pipelines them on the one connection.
+const batchParallel = 16
+
+// RefreshBatch refreshes several locks, pipelined: one round trip's latency for
+// up to batchParallel of them.
+func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
+	errs := make([]error, len(reqs))
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = d.Refresh(ctx, r)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// Release deletes req.Owner's node. For a held lock that hands the lock to the
+// next in the queue; for a request still waiting it leaves the queue. It
+// returns driver.ErrNotHeld if the lock was not held (gone with an expired
+// session, deleted, or never granted), and never touches another owner's node:
+// every node's name is unique to the request that made it. While disconnected
+// it waits for the connection to come back, within ctx; if ctx ends first the
+// lock stays held and the error is returned.
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.holds[holdKey{req.Key, req.Owner}]
+	if h == nil {
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	if h.state == stateWaiting {
+		return d.leaveQueue(ctx, h) // unlocks d.mu
+	}
+	h.state = stateReleasing // its deletion is not a loss
+	path, session := h.path(), h.session
+	d.mu.Unlock()
+
+	var pause backoff
+	for {
+		err := d.awaitSession(ctx)
+		if err == nil && d.conn.SessionID() != session {
+			err = zk.ErrSessionExpired
+		}
+		if err == nil {
+			err = d.deleteNode(ctx, path)
+		}
+		if err != nil && transient(err) && !errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil {
+			if err = pause.wait(ctx, d.done); err == nil {
+				continue
+			}
+		}
+		return d.released(h, err)
+	}
+}
+
+// released records the outcome of Release's delete.
+func (d *Driver) released(h *holding, err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return driver.ErrClosed
+	case h.state != stateReleasing: // lost meanwhile
+		return driver.ErrNotHeld
+	case err == nil:
+		d.removeLocked(h)
+		h.state = stateReleased
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		d.removeLocked(h)
+		return errNodeDeleted
+	case errors.Is(err, zk.ErrSessionExpired):
+		d.removeLocked(h)
+		return errSessionEnded
+	default:
+		h.state = stateGranted // still ours, as far as we know
+		return err
+	}
+}
+
+// leaveQueue forgets a request that was never granted and deletes whatever node
+// it may have made. d.mu is held, and released.
+func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
+	d.removeLocked(h)
+	var o orphan
+	switch {
+	case h.sent:
+		// A create is still in flight (its Acquire gave up waiting for it):
+		// createAbandoned deletes what it makes, once it returns.
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	case h.name != "":
+		o = orphan{path: h.path()}
+	case h.unsure:
+		o = orphan{parent: h.parent, marker: h.marker}
+	default:
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	o.session = h.ownerOrCreator()
+	d.mu.Unlock()
+	if err := d.removeOrphan(ctx, o); err != nil {
+		d.addOrphan(o) // deleted once the connection is back
+	}
+	return driver.ErrNotHeld
+}

@@ -1,0 +1,416 @@
+package zkdriver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
+)
+
+// One monitor goroutine per Driver looks after the session that holds every
+// lock of the driver (never a goroutine per lock):
+//
+//   - A lock whose node belongs to a session other than the live one is lost:
+//     the session expired (or was closed), and the server deleted its nodes.
+//   - A disconnected session is suspended, not lost: it survives if the client
+//     reconnects within the session timeout. But the server may expire it once
+//     the session timeout has passed since it last heard from us, and then give
+//     the lock to someone else; so a held lock counts as lost once that much
+//     time (minus a margin for clock drift) has passed since the send time of
+//     the latest request the server answered, before the server can act. While
+//     it holds locks the driver sends a heartbeat every third of the session
+//     timeout, so that this time is always recent when connected.
+//   - If such a presumed-lost session comes back after all, its nodes are
+//     deleted (orphans), so they block nobody.
+//
+// On a connection the driver made (Open), go-zookeeper's event callback wakes
+// the monitor at every state change and reports the deletion of a held node at
+// once (a watch on each held node). On a connection given to New the monitor
+// polls the connection's state while locks are held.
+
+// pollInterval is how often the monitor of a Driver from New looks at the
+// connection's session while holding locks.
+const pollInterval = 50 * time.Millisecond
+
+// cleanRetry is the pause after a failed attempt to delete orphans.
+const cleanRetry = time.Second
+
+// expiryMargin is how long before the server could expire the session the
+// driver gives its locks up: 2% of the session timeout (clock rate drift between
+// client and server) plus 5 ms (scheduling).
+func expiryMargin(timeout time.Duration) time.Duration { return timeout/50 + 5*time.Millisecond }
+
+// orphan is a node of ours that nobody wants: a path, or any node under parent
+// with marker (a create whose outcome is unknown).
+type orphan struct {
+	path           string
+	parent, marker string
+	session        int64 // the session it belongs to (0: unknown); gone with it
+}
+
+func (d *Driver) nudge() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Driver) addOrphan(o orphan) {
+	d.mu.Lock()
+	if !d.closed {
+		d.orphans = append(d.orphans, o)
+	}
+	d.mu.Unlock()
+	d.nudge()
+}
+
+// contact records that the server answered a request sent at start.
+func (d *Driver) contact(start time.Time, err error) {
+	if !answered(err) {
+		return
+	}
+	t := int64(start.Sub(d.epoch))
+	for {
+		old := d.lastTouch.Load()
+		if t <= old || d.lastTouch.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// sessionEstablished is told by tapConn what a connect handshake gave: the
+// session (0 if the one asked for had expired), its negotiated timeout and its
+// password, and when the request was sent.
+func (d *Driver) sessionEstablished(id int64, timeout time.Duration, passwd []byte, sent time.Time) {
+	if id == 0 {
+		d.nudge()
+		return
+	}
+	d.mu.Lock()
+	d.session = sessionInfo{id: id, timeout: timeout, passwd: passwd}
+	d.mu.Unlock()
+	d.contact(sent, nil)
+	d.nudge()
+}
+
+// sessionTimeout is the timeout the live session has: negotiated, on a
+// connection the driver made; as declared by WithSessionTimeout otherwise (0:
+// unknown).
+func (d *Driver) sessionTimeout() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ownConn {
+		return d.session.timeout
+	}
+	return d.declared
+}
+
+// onEvent is go-zookeeper's event callback on a connection the driver made. It
+// runs on go-zookeeper's receiving goroutine, so it must not block.
+func (d *Driver) onEvent(ev zk.Event) {
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		d.nodeGone(ev.Path)
+	case zk.EventNodeDataChanged:
+		d.rewatch(ev.Path)
+	case zk.EventSession:
+		d.stateChanged()
+		d.nudge()
+	case zk.EventNotWatching:
+		d.nudge()
+	}
+}
+
+// stateChanged wakes every awaitSession.
+func (d *Driver) stateChanged() {
+	next := make(chan struct{})
+	close(*d.state.Swap(&next))
+}
+
+// awaitSession returns once the connection has a session, or ctx's error or
+// driver.ErrClosed. A Driver from Open is woken by go-zookeeper's state events;
+// one from New looks every pollInterval.
+func (d *Driver) awaitSession(ctx context.Context) error {
+	var tick <-chan time.Time
+	for {
+		changed := *d.state.Load()
+		if d.conn.State() == zk.StateHasSession {
+			return nil
+		}
+		if !d.ownConn && tick == nil {
+			t := time.NewTicker(pollInterval)
+			defer t.Stop()
+			tick = t.C
+		}
+		select {
+		case <-changed:
+		case <-tick:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.done:
+			return driver.ErrClosed
+		}
+	}
+}
+
+// nodeGone reports the loss of the lock whose node at path was deleted by
+// someone else (a Release marks its node first).
+func (d *Driver) nodeGone(path string) {
+	d.mu.Lock()
+	h := d.byPath[path]
+	if h == nil || h.state != stateGranted {
+		d.mu.Unlock()
+		return
+	}
+	d.removeLocked(h)
+	d.mu.Unlock()
+	h.req.Lost(errNodeDeleted)
+}
+
+// rewatch notes that a held node's watch was used up by a change of its data
+// (a Curator client asking for revocation writes to it); the next refresh sets
+// it again.
+func (d *Driver) rewatch(path string) {
+	d.mu.Lock()
+	if h := d.byPath[path]; h != nil {
+		h.watched = false
+	}
+	d.mu.Unlock()
+}
+
+func (d *Driver) monitor() {
+	defer d.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := d.check(time.Now())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-d.done:
+			return
+		case <-d.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// lostLock is a loss to report once d.mu is released.
+type lostLock struct {
+	req   *driver.Request
+	cause error
+}
+
+// check ends the locks the session can no longer vouch for, starts heartbeats
+// and orphan deletion, and says when to look again.
+func (d *Driver) check(now time.Time) time.Duration {
+	connected := d.conn.State() == zk.StateHasSession
+	live := d.conn.SessionID()
+	timeout := d.sessionTimeout()
+	last := d.epoch.Add(time.Duration(d.lastTouch.Load()))
+	wait := time.Hour
+	soon := func(t time.Time) {
+		if w := t.Sub(now); w < wait {
+			wait = max(w, time.Millisecond)
+		}
+	}
+
+	var lost []lostLock
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return wait
+	}
+	held := 0
+	for _, h := range d.byPath {
+		switch {
+		case h.state != stateGranted:
+			held++ // releasing
+		case h.session != live:
+			d.removeLocked(h)
+			lost = append(lost, lostLock{h.req, errSessionEnded})
+		case timeout > 0 && !now.Before(last.Add(timeout-expiryMargin(timeout))):
+			d.removeLocked(h)
+			lost = append(lost, lostLock{h.req, errSuspended})
+			// The session may live on: delete the node once connected again.
+			d.orphans = append(d.orphans, orphan{path: h.path(), session: h.session})
+		default:
+			held++
+		}
+	}
+	if held > 0 && timeout > 0 {
+		soon(last.Add(timeout - expiryMargin(timeout)))
+		if connected && !d.beating {
+			due := last.Add(timeout / 3)
+			if !now.Before(due) {
+				d.beating = true
+				d.wg.Add(1)
+				go d.heartbeat()
+			} else {
+				soon(due)
+			}
+		}
+	}
+	if held > 0 && !d.ownConn {
+		soon(now.Add(pollInterval)) // New: no events tell us of a new session
+	}
+	if d.ownConn && connected {
+		d.armWake = false
+		var arm []*holding
+		for _, h := range d.byPath {
+			if h.state != stateGranted || h.watched || h.arming {
+				continue
+			}
+			if due := h.start.Add(watchDelay); now.Before(due) {
+				soon(due)
+				d.armWake = true
+			} else {
+				h.arming = true
+				arm = append(arm, h)
+			}
+		}
+		if len(arm) > 0 {
+			d.wg.Add(1)
+			go d.arm(arm)
+		}
+	}
+	if len(d.orphans) > 0 && !d.cleaning {
+		switch {
+		case connected && !now.Before(d.cleanAfter):
+			d.cleaning = true
+			d.wg.Add(1)
+			go d.clean(live)
+		case connected:
+			soon(d.cleanAfter)
+		case !d.ownConn:
+			soon(now.Add(pollInterval)) // no event will say we are back
+		}
+	}
+	d.mu.Unlock()
+	for _, l := range lost {
+		l.req.Lost(l.cause)
+	}
+	return wait
+}
+
+// watchDelay is how long a lock is held before the monitor sets a watch on its
+// node, which reports an operator's deletion of it at once. Locks held for less
+// never cost the extra request; until the watch is set, refreshes (and setting
+// it) find a deleted node.
+const watchDelay = 200 * time.Millisecond
+
+// arm sets watches on held nodes, pipelined.
+func (d *Driver) arm(hs []*holding) {
+	defer d.wg.Done()
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d.watchNode(d.ctx, h)
+		}()
+	}
+	wg.Wait()
+}
+
+// watchNode sets a watch on a held node (a data watch: it also reports the
+// node's deletion) and reports whether it was there.
+func (d *Driver) watchNode(ctx context.Context, h *holding) (*zk.Stat, error) {
+	d.mu.Lock()
+	path := h.path()
+	d.mu.Unlock()
+	st, err := call(d, ctx, func() (*zk.Stat, error) {
+		_, st, _, err := d.conn.GetW(path)
+		return st, err
+	}, nil)
+	d.mu.Lock()
+	h.arming = false
+	if err == nil {
+		h.watched = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, zk.ErrNoNode) {
+		d.nodeGone(path)
+	}
+	return st, err
+}
+
+// heartbeat sends a cheap read, so that the server's answer dates the last
+// contact with the session.
+func (d *Driver) heartbeat() {
+	defer d.wg.Done()
+	timeout := d.sessionTimeout()
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
+	defer cancel()
+	_, _ = call(d, ctx, func() (bool, error) {
+		ok, _, err := d.conn.Exists(d.root)
+		return ok, err
+	}, nil)
+	d.mu.Lock()
+	d.beating = false
+	d.mu.Unlock()
+	d.nudge()
+}
+
+// cleanTimeout bounds one attempt to delete one orphan.
+const cleanTimeout = 10 * time.Second
+
+// clean deletes the orphans of the live session; those of a session that ended
+// went with it.
+func (d *Driver) clean(live int64) {
+	defer d.wg.Done()
+	d.mu.Lock()
+	work := d.orphans
+	d.orphans = nil
+	d.mu.Unlock()
+	var keep []orphan
+	for _, o := range work {
+		if o.session != 0 && o.session != live {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, cleanTimeout)
+		err := d.removeOrphan(ctx, o)
+		cancel()
+		if err != nil {
+			keep = append(keep, o)
+		}
+	}
+	d.mu.Lock()
+	d.cleaning = false
+	if len(keep) > 0 && !d.closed {
+		d.orphans = append(d.orphans, keep...)
+		d.cleanAfter = time.Now().Add(cleanRetry)
+	}
+	d.mu.Unlock()
+	d.nudge()
+}
+
+// removeOrphan deletes an orphan node, or the node made with its marker.
+func (d *Driver) removeOrphan(ctx context.Context, o orphan) error {
+	if o.path != "" {
+		if err := d.deleteNode(ctx, o.path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		return nil
+	}
+	name, err := d.findMarked(ctx, o.parent, o.marker)
+	if err != nil || name == "" {
+		return err
+	}
+	if err := d.deleteNode(ctx, o.parent+"/"+name); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	return nil
+}

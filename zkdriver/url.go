@@ -1,0 +1,160 @@
+package zkdriver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Scheme is the URL scheme of the ZooKeeper driver: zk://host:2181/chroot.
+const Scheme = "zk"
+
+func init() { driver.Register(Scheme, open) }
+
+// Defaults of the URL parameters.
+const (
+	// DefaultSessionTimeout is the session timeout the driver asks for. A crashed
+	// holder blocks others for this long; the server may lower or raise it to its
+	// own bounds (2 and 20 ticks by default), and the driver uses what it got.
+	DefaultSessionTimeout = 10 * time.Second
+	// DefaultConnectTimeout bounds how long Open waits for the first session.
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// urlConfig is what a zk:// URL says.
+type urlConfig struct {
+	servers        []string // host:port
+	chroot         string   // "" or "/a/b"
+	user, password string   // digest credentials; user is "" without them
+	sessionTimeout time.Duration
+	connectTimeout time.Duration
+}
+
+// acceptedParams lists the query parameters a zk:// URL may carry, for errors.
+const acceptedParams = "session_timeout, connect_timeout (and the portable ttl, auto_refresh, prefix)"
+
+// parseURL reads a zk:// URL that url.Parse has already accepted. Its errors
+// never contain the URL or its password.
+func parseURL(u *url.URL) (urlConfig, error) {
+	c := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout}
+	bad := func(format string, a ...any) (urlConfig, error) {
+		return urlConfig{}, fmt.Errorf("%w: zkdriver: "+format, append([]any{driver.ErrInvalidURL}, a...)...)
+	}
+	if u == nil {
+		return bad("nil URL")
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return bad("want zk://host:port[,host:port...][/chroot]")
+	}
+	if u.Fragment != "" {
+		return bad("a zk URL has no #fragment")
+	}
+	for _, s := range strings.Split(u.Host, ",") {
+		if s == "" {
+			return bad("empty server in the host list; want zk://host:port[,host:port...]")
+		}
+		c.servers = append(c.servers, s)
+	}
+	// FormatServers is go-zookeeper's own: it adds the default port 2181.
+	c.servers = zk.FormatServers(c.servers)
+	for _, s := range c.servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || host == "" {
+			return bad("server %q is not host:port", s)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("server %q has no valid port", s)
+		}
+	}
+	chroot, err := parseChroot(u.Path)
+	if err != nil {
+		return bad("%v", err)
+	}
+	c.chroot = chroot
+	if u.User != nil {
+		pass, ok := u.User.Password()
+		if u.User.Username() == "" || !ok || pass == "" {
+			return bad("digest authentication needs both a user and a password: zk://user:password@host:port")
+		}
+		c.user, c.password = u.User.Username(), pass
+	}
+
+	q := u.Query()
+	var unknown []string
+	for name, vals := range q {
+		v := vals[0]
+		switch name {
+		case "session_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Millisecond || d > 24*time.Hour {
+				return bad("session_timeout=%q is not a duration between 1ms and 24h, such as 10s", v)
+			}
+			c.sessionTimeout = d
+		case "connect_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("connect_timeout=%q is not a positive duration, such as 10s", v)
+			}
+			c.connectTimeout = d
+		default:
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return bad("unknown URL parameter %s; accepted: %s", strings.Join(unknown, ", "), acceptedParams)
+	}
+	return c, nil
+}
+
+// parseChroot checks the URL path: "" or "/" for none, otherwise an absolute
+// ZooKeeper path of legal names, as the Java client's connect string takes it.
+func parseChroot(p string) (string, error) {
+	if p == "" || p == "/" {
+		return "", nil
+	}
+	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		return "", fmt.Errorf("chroot %q must be an absolute path without a trailing slash", p)
+	}
+	for _, name := range strings.Split(p[1:], "/") {
+		if err := checkName(name); err != nil {
+			return "", fmt.Errorf("chroot %q: %v", p, err)
+		}
+	}
+	return p, nil
+}
+
+// checkName reports why name cannot be a znode name, by ZooKeeper's own rules
+// (PathUtils.validatePath).
+func checkName(name string) error {
+	switch name {
+	case "":
+		return fmt.Errorf("empty path component")
+	case ".", "..":
+		return fmt.Errorf("path component %q is not allowed", name)
+	}
+	for _, r := range name {
+		if r == 0 || r <= 0x1f || r >= 0x7f && r <= 0x9f || r >= 0xd800 && r <= 0xf8ff || r >= 0xfff0 || r == '/' {
+			return fmt.Errorf("path component %q has a character ZooKeeper refuses (%U)", name, r)
+		}
+	}
+	return nil
+}
+
+// open is the driver.Opener for zk:// URLs.
+func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
+	c, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	return dial(ctx, c, cfg.Prefix)
+}

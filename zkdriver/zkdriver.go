@@ -1,0 +1,490 @@
+// Package zkdriver is the distlock driver for Apache ZooKeeper 3.6 or later,
+// on github.com/go-zookeeper/zk.
+//
+//	import _ "github.com/distlock/lock/zkdriver"
+//
+//	locker, err := lock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/myapp")
+//
+// A Driver has one ZooKeeper session, and every lock of the Locker over it lives
+// in that session: a lock is an ephemeral node, which the server deletes when
+// the session ends (closed, or expired because the client was not heard from for
+// the session timeout). Goroutines of one process share the session, and each
+// Acquire has a node of its own, so they exclude each other as separate
+// processes do.
+//
+// # URL format
+//
+//	zk://zk1:2181                              one server
+//	zk://zk1:2181,zk2:2181,zk3:2181            an ensemble
+//	zk://zk1,zk2,zk3                           port 2181 (give ports on all hosts or none)
+//	zk://zk1:2181/services/billing             under a chroot, as in the Java connect string
+//	zk://locker:secret@zk1:2181/app            digest authentication and ACLs
+//	zk://zk1:2181?session_timeout=30s&connect_timeout=5s&prefix=jobs&ttl=1m
+//
+// session_timeout is the session timeout the driver asks for (default 10s, the
+// time a crashed holder blocks others); the server bounds it to its
+// minSessionTimeout and maxSessionTimeout (2 and 20 ticks, 4s and 40s, by
+// default), and the driver uses what the server granted. connect_timeout
+// bounds how long Open waits for the first session (default 10s). The portable
+// ttl, auto_refresh and prefix are described in package lock; any other
+// parameter is an error that lists these.
+//
+// With a user and password the session authenticates with ZooKeeper's digest
+// scheme, and every node the driver makes gets the ACL zk.DigestACL(zk.PermAll,
+// user, password): only sessions with the same credentials can lock the same
+// keys or delete a holder's node. A wrong password shows as zk.ErrNoAuth from
+// Acquire. The password never appears in errors or in String. Without
+// credentials the nodes are open to all (zk.WorldACL(zk.PermAll)). Digest
+// credentials cross the network in the clear, and go-zookeeper speaks no TLS:
+// use a trusted network.
+//
+// A program that already has a *zk.Conn passes it to New instead, with the
+// prefix, chroot and ACL as options.
+//
+// # Layout
+//
+//	<chroot>/<prefix>/<key>/_c_<uuid>-lock-<sequence>
+//
+// The prefix node ("distlock" unless set) is persistent. Under it each key has a
+// key node, named by the key with bytes outside [A-Za-z0-9_:.-] escaped as %XX
+// (and a leading '.', and the 'z' of "zookeeper"); a name longer than 200
+// bytes is cut to 128 and followed by '~' and the key's SHA-256 in hex, so every
+// key has exactly one legal name of at most 200 bytes and distinct keys never
+// share one. LockPath returns a key's path. Key nodes are container nodes
+// (ZooKeeper 3.6+): the server deletes them once empty, so locking on ever new
+// keys leaves nothing behind. The server looks for empty containers every
+// znode.container.checkIntervalMs (a Java system property, default one
+// minute) and deletes at most znode.container.maxPerMinute (10,000) a minute.
+//
+// In a key node each Acquire creates an ephemeral sequential node; the lowest
+// sequence holds the lock, and each waiter watches only the node right before
+// its own (no herd effect: a release wakes one waiter). The node's name carries
+// a marker unique to the create ("protected" mode): if the connection drops
+// before the reply, the driver finds its node again after reconnecting and uses
+// or deletes it, instead of leaving an orphan that would block every later
+// waiter until the session ended.
+//
+// # Curator and zk.Lock
+//
+// The layout is that of Apache Curator's InterProcessMutex with protection
+// (withProtection, which InterProcessMutex uses) and of go-zookeeper's zk.Lock:
+// "_c_" + a marker + "-lock-" + the sequence, ordered by the sequence after the
+// last "lock-". An InterProcessMutex or a zk.Lock on LockPath(key) (on a client
+// with the same chroot, or with the chroot prepended) therefore takes the same
+// lock as the driver: Java services and Go services exclude each other. Curator
+// makes missing key nodes as containers too; zk.Lock makes them persistent, and
+// those stay. Curator's revocation (writing to a holder's node) is ignored, and
+// its InterProcessReadWriteLock, whose nodes are named __READ__ and __WRIT__,
+// is a different lock. Tokens are the driver's own; Curator and zk.Lock have
+// none.
+//
+// # Capabilities
+//
+//   - Fencing: yes; the token is the key node's pzxid as seen by the listing
+//     that made the lock ours: the zxid of the last change to the queue before
+//     we held it, at least our node's creation zxid, and greater than the
+//     previous holder's token, since that holder's node was deleted before. A
+//     zxid grows across the ensemble and its restarts, and across a key node
+//     that was removed and made again (where sequence numbers restart).
+//   - Expiring: no; a lock lives as long as its session. The TTL bounds how long
+//     a lock is trusted without a confirmed refresh, which reads the node.
+//   - Notify: yes; a waiter is woken by a watch on the node before its own.
+//   - FIFO: yes; the sequence numbers are the order of arrival.
+//   - Shared: no, not yet: read locks would follow Curator's read-write lock
+//     (__READ__ and __WRIT__ nodes in the same queue).
+//
+// # Sessions and lost locks
+//
+// Lost closes for every lock of a session when the session expires or is
+// closed, as soon as the client learns it (when it reconnects). A disconnected
+// session is suspended, not lost: if the client reconnects within the session
+// timeout, the session and its locks survive (a leader election in the
+// ensemble, for example). But the server may expire the session once the
+// session timeout has passed since it last heard from the client, and then let
+// another client in; so the driver counts a held lock as lost once the
+// negotiated session timeout, less 2% and 5ms, has passed since the send time
+// of the latest request the server answered. While it holds locks it sends a
+// cheap read every third of the session timeout, so that time stays recent.
+// If the session comes back after all, the driver deletes the nodes it gave up.
+//
+// A held node deleted by someone else (an operator) also ends the lock: on a
+// Driver from Open a watch reports it at once (the watch is set once a lock has
+// been held for 200ms, so short critical sections never pay for it), and any
+// refresh finds it. A Driver from New learns of an expired session by polling
+// its connection every 50ms, and of a deleted node at the next refresh; it
+// needs WithSessionTimeout to give locks up before a suspended session can
+// expire (go-zookeeper does not tell its users the negotiated timeout).
+//
+// Refresh and Release wait for a disconnected client to reconnect (within their
+// context), then answer for the session they find.
+//
+// # Limits
+//
+// ZooKeeper 3.6 or later (container nodes). A process paused for longer than
+// the session timeout wakes up holding locks the server already gave away;
+// Lost closes as soon as it runs, and only fencing tokens protect the resource
+// in between. Each held lock and each waiter costs one node (and each waiter a
+// watch) on the server, and no goroutine in the client. A key node whose
+// sequence counter passes 2^31 (two billion locks without ever being empty)
+// wraps to negative numbers (ZOOKEEPER-2944); the driver orders across the wrap,
+// Curator and zk.Lock do not.
+package zkdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Driver holds locks in one ZooKeeper session. Use it through lock.New or
+// lock.Open; its methods implement driver.Driver, driver.Acquirer and
+// driver.BatchRefresher.
+type Driver struct {
+	conn     *zk.Conn
+	ownConn  bool            // made by Open: closed by Close, watched through tapConn and onEvent
+	events   <-chan zk.Event // own connection only: closed when go-zookeeper's loop has ended
+	root     string          // the node every key's node lives under: chroot + "/" + escaped prefix
+	rootPath []string        // root and its ancestors below "/", to create when missing
+	acl      []zk.ACL
+	declared time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
+
+	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
+	lastTouch atomic.Int64 // send time of the latest request the server answered
+
+	ctx       context.Context // cancelled by Close; bounds background work
+	cancel    context.CancelFunc
+	done      chan struct{}                 // closed by Close
+	wake      chan struct{}                 // nudges the monitor
+	state     atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
+	wire      wire                          // requests written, as tapConn sees them
+	wg        sync.WaitGroup
+	ops       sync.WaitGroup // jobs of call, running or queued
+	opsMu     sync.RWMutex   // orders ops.Add before the final ops.Wait
+	opsClosed bool           // no more calls: the connection is closed
+	jobs      chan func()    // to idle workers
+	workers   atomic.Int32
+
+	mu         sync.Mutex
+	closed     bool
+	holds      map[holdKey]*holding
+	byPath     map[string]*holding // granted locks by node path
+	orphans    []orphan            // nodes of ours nobody wants, to delete once possible
+	parents    map[string]struct{} // key nodes known to exist
+	beating    bool                // a heartbeat is in flight
+	armWake    bool                // the monitor will look for watches to set
+	cleaning   bool                // orphans are being deleted
+	cleanAfter time.Time           // no cleaning before this, after a failed one
+	session    sessionInfo         // learnt by tapConn (own connection only)
+}
+
+// sessionInfo is the session as the last connect handshake told it.
+type sessionInfo struct {
+	id      int64
+	timeout time.Duration // negotiated
+	passwd  []byte
+}
+
+type holdKey struct{ key, owner string }
+
+type holdState int
+
+const (
+	stateWaiting   holdState = iota // creating the node, or queued behind others
+	stateGranted                    // ours
+	stateReleasing                  // Release is deleting the node
+	stateReleased                   // Release deleted it
+	stateDone                       // lost, or forgotten
+)
+
+// holding is one Request's node.
+type holding struct {
+	req    *driver.Request
+	parent string // the key's node
+	marker string // of the node being or last created; "" before the first create
+	unsure bool   // a create with marker may have been applied unseen
+	sent   bool   // a create is in flight; createAbandoned settles it if its caller left
+	name   string // our node's name under parent, "" until known
+	state  holdState
+
+	createdIn int64    // the live session before its create was sent (0: unknown)
+	owner     int64    // the session that owns the node called name, once known
+	view      *zk.Stat // the key node's stat in the listing that made the lock ours
+
+	// Set when granted.
+	token   uint64
+	session int64
+	start   time.Time
+	watched bool // a watch on the node reports its deletion (own connection)
+	arming  bool // the monitor is setting that watch
+}
+
+func (h *holding) path() string { return h.parent + "/" + h.name }
+
+// ownerOrCreator is the session h's node belongs to, as far as known: its
+// owner once read, else the session before its create (0: unknown).
+func (h *holding) ownerOrCreator() int64 {
+	if h.owner != 0 {
+		return h.owner
+	}
+	return h.createdIn
+}
+
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Acquirer       = (*Driver)(nil)
+	_ driver.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a Driver that locks through conn, a connection the program
+// already has. The session of conn holds the locks, so each process (or each
+// independent part of one) should have its own. Close leaves conn open and
+// deletes the nodes the driver made.
+//
+// go-zookeeper does not tell its users the session timeout it negotiated, nor
+// hand them its events once connected: give the timeout with WithSessionTimeout
+// so that a disconnected session counts as lost in time. The driver notices an
+// expired session by polling conn's state and a deleted lock node at the next
+// refresh; a Driver from Open learns both at once.
+func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
+	if conn == nil {
+		return nil, errors.New("zkdriver: nil *zk.Conn")
+	}
+	o := options{prefix: DefaultPrefix, acl: zk.WorldACL(zk.PermAll)}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	d := newDriver(o.chroot, o.prefix, o.acl)
+	d.conn = conn
+	d.declared = o.sessionTimeout
+	d.start()
+	return d, nil
+}
+
+func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	d := &Driver{
+		root:    chroot + "/" + escapeName(prefix),
+		acl:     acl,
+		epoch:   time.Now(),
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		jobs:    make(chan func()),
+		holds:   map[holdKey]*holding{},
+		byPath:  map[string]*holding{},
+		parents: map[string]struct{}{},
+	}
+	for i := 1; i < len(d.root); i++ {
+		if d.root[i] == '/' {
+			d.rootPath = append(d.rootPath, d.root[:i])
+		}
+	}
+	d.rootPath = append(d.rootPath, d.root)
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	ch := make(chan struct{})
+	d.state.Store(&ch)
+	return d
+}
+
+func (d *Driver) start() {
+	d.wg.Add(1)
+	go d.monitor()
+}
+
+// discard silences go-zookeeper, which otherwise logs every reconnection to the
+// standard logger. Nothing it logs is needed: failures reach the caller as
+// errors.
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}
+
+// dial opens a session for a zk:// URL and makes the driver's root.
+func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
+	acl := zk.WorldACL(zk.PermAll)
+	if c.user != "" {
+		acl = zk.DigestACL(zk.PermAll, c.user, c.password)
+	}
+	d := newDriver(c.chroot, prefix, acl)
+	d.ownConn = true
+	conn, events, err := zk.Connect(c.servers, c.sessionTimeout,
+		zk.WithLogger(discard{}), zk.WithLogInfo(false),
+		zk.WithDialer(d.dialTap), zk.WithEventCallback(d.onEvent))
+	if err != nil {
+		return nil, fmt.Errorf("zkdriver: %w", err)
+	}
+	d.conn, d.events = conn, events
+	fail := func(err error) (*Driver, error) {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		close(d.done) // workers end
+		d.cancel()
+		conn.Close()
+		for range events {
+		}
+		d.endCalls()
+		return nil, err
+	}
+	if err := waitSession(ctx, conn, events, c.connectTimeout); err != nil {
+		return fail(fmt.Errorf("zkdriver: %s: %w", strings.Join(c.servers, ","), err))
+	}
+	if c.user != "" {
+		// Digest authentication never fails here: a wrong password shows as
+		// zk.ErrNoAuth on nodes made with the right one. go-zookeeper sends it
+		// again after every reconnection.
+		_, err := call(d, ctx, func() (struct{}, error) {
+			return struct{}{}, conn.AddAuth("digest", []byte(c.user+":"+c.password))
+		}, nil)
+		if err != nil {
+			return fail(fmt.Errorf("zkdriver: digest authentication: %w", err))
+		}
+	}
+	if err := d.ensureRoot(ctx); err != nil {
+		return fail(err)
+	}
+	d.start()
+	return d, nil
+}
+
+// waitSession waits until conn has a session.
+func waitSession(ctx context.Context, conn *zk.Conn, events <-chan zk.Event, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for conn.State() != zk.StateHasSession {
+		select {
+		case <-events:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return fmt.Errorf("no ZooKeeper session within %v (connect_timeout)", timeout)
+		}
+	}
+	return nil
+}
+
+// Root returns the path of the node under which every key's lock lives:
+// the chroot, then the escaped prefix.
+func (d *Driver) Root() string { return d.root }
+
+// LockPath returns the path of key's lock node, the parent of the lock
+// queue's nodes. A go-zookeeper zk.Lock or a Curator InterProcessMutex made on
+// this path (on a client without chroot) takes the same lock.
+func (d *Driver) LockPath(key string) string { return d.root + "/" + escapeName(key) }
+
+// Capabilities reports the driver's guarantees; see the package documentation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true}
+}
+
+// closeTimeout bounds how long Close of a Driver from New spends deleting its
+// nodes.
+const closeTimeout = 10 * time.Second
+
+// Close ends the driver. A Driver from Open closes its session, which makes the
+// server delete every lock node of it at once; a Driver from New deletes its
+// nodes and leaves the connection open. Locks still held are reported lost.
+// Waiting Acquire calls return driver.ErrClosed, and so does every later call;
+// closing twice returns nil.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	d.cancel()
+	var lost []*driver.Request
+	var nodes []orphan
+	for _, h := range d.holds {
+		if h.state == stateGranted || h.state == stateReleasing {
+			lost = append(lost, h.req)
+		}
+		switch {
+		case h.name != "":
+			nodes = append(nodes, orphan{path: h.path(), session: h.ownerOrCreator()})
+		case h.unsure:
+			nodes = append(nodes, orphan{parent: h.parent, marker: h.marker, session: h.createdIn})
+		}
+		h.state = stateDone
+	}
+	nodes = append(nodes, d.orphans...)
+	d.holds, d.byPath, d.orphans = map[holdKey]*holding{}, map[string]*holding{}, nil
+	d.mu.Unlock()
+
+	// Before the nodes go, so that Lost closes before anyone else can hold.
+	for _, r := range lost {
+		r.Lost(errClosed)
+	}
+	var err error
+	if d.ownConn {
+		d.conn.Close()
+		for range d.events {
+		}
+		d.wg.Wait()
+		d.endCalls()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	for _, o := range nodes {
+		if e := d.removeOnClose(ctx, o); e != nil && err == nil {
+			err = fmt.Errorf("zkdriver: deleting lock nodes on close (they stay until the session ends): %w", e)
+		}
+	}
+	d.wg.Wait()
+	return err
+}
+
+// endCalls refuses further calls and waits for those under way: on a closed
+// connection they all end at once.
+func (d *Driver) endCalls() {
+	d.opsMu.Lock()
+	d.opsClosed = true
+	d.opsMu.Unlock()
+	d.ops.Wait()
+}
+
+// removeOnClose deletes a node of ours from a connection that stays open,
+// waiting for it to reconnect if need be. A node of a session that ended went
+// with it.
+func (d *Driver) removeOnClose(ctx context.Context, o orphan) error {
+	var pause backoff
+	for {
+		if d.conn.State() == zk.StateHasSession {
+			if o.session != 0 && o.session != d.conn.SessionID() {
+				return nil
+			}
+			err := d.removeOrphan(ctx, o)
+			if err == nil || !transient(err) {
+				return err
+			}
+		}
+		if err := pause.wait(ctx, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// Errors the driver reports for a lock that is gone.
+var (
+	errSessionEnded = fmt.Errorf("%w: the ZooKeeper session ended (expired or closed), and its lock nodes with it", driver.ErrNotHeld)
+	errSuspended    = fmt.Errorf("%w: no contact with ZooKeeper for the session timeout: the session may have expired", driver.ErrNotHeld)
+	errNodeDeleted  = fmt.Errorf("%w: the lock node was deleted", driver.ErrNotHeld)
+	errClosed       = fmt.Errorf("%w: the ZooKeeper driver was closed (%w)", driver.ErrNotHeld, driver.ErrClosed)
+	errDisconnected = errors.New("zkdriver: not connected to ZooKeeper (the session may still be alive)")
+)
