@@ -42,6 +42,7 @@ import (
 	"os"
 
 	// The backends distlock can use, registered by their URL schemes.
+	_ "github.com/distlock/lock/etcddriver"
 	_ "github.com/distlock/lock/filedriver"
 	_ "github.com/distlock/lock/memdriver"
 	_ "github.com/distlock/lock/pgadvisory"
