@@ -77,7 +77,7 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 		e = d.enterLocked(s, req)
 	case e.state == stateHeld:
 		// A retry after a lost reply: the same grant.
-		g := driver.Grant{Token: uint64(e.rev)}
+		g := driver.Grant{Token: uint64(e.rev), Start: e.since}
 		d.mu.Unlock()
 		return g, nil
 	case e.s != s:
@@ -394,6 +394,7 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		return driver.Grant{}, errSessionEnded
 	case e.state == stateActive:
 		e.state = stateHeld
+		e.since = sent
 		e.paidUntil = sent.Add(e.req.TTL)
 		d.mu.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: sent}, nil

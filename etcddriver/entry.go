@@ -30,6 +30,7 @@ type entry struct {
 	// Guarded by Driver.mu.
 	state     entryState
 	rev       int64     // create revision of key, the fencing token; 0 while unknown
+	since     time.Time // when the request that granted the lock was sent
 	paidUntil time.Time // a held lock not refreshed by then is deleted
 }
 
