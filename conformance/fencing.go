@@ -62,6 +62,7 @@ func testTokensIncreaseAcrossBackendRestart(e *env) {
 	if err := e.h.RestartBackend(e.ctx); err != nil {
 		e.Fatalf("Harness.RestartBackend: %v", err)
 	}
+	e.acceptGoroutines()
 	b := e.client()
 	var l2 *lock.Lock
 	deadline := time.Now().Add(30 * time.Second)

@@ -13,6 +13,11 @@ import (
 func TestConformance(t *testing.T) {
 	base, restart := sharedEtcd(t)
 	admin := newClient(t, base)
+	// Connect the admin client now: its gRPC transport goroutines must exist before
+	// the suite's per-property leak check takes its snapshot.
+	if _, err := admin.Get(context.Background(), "/distlock-conformance-warmup"); err != nil {
+		t.Fatal(err)
+	}
 	u, err := url.Parse(base + "/distlock-conformance")
 	if err != nil {
 		t.Fatal(err)
