@@ -1,0 +1,181 @@
+// Command lockbench runs distlock's drivers side by side with the Go lock
+// libraries users would otherwise pick, against private servers it starts
+// itself, and writes a markdown report and a chart:
+//
+//	cd bench && go run ./cmd/lockbench            # full run, about 12 minutes
+//	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
+//
+// It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
+// project's scripts/install-backends). On a machine with two or more CPUs the
+// servers run on CPU 0 and the benchmark on CPU 1. It exits with status 1 if
+// any library let two holders into a critical section, and 2 if a contestant
+// failed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/distlock/lock/bench/contestants"
+	"github.com/distlock/lock/bench/harness"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	quick := flag.Bool("quick", false, "run every contestant and scenario briefly (a smoke test, under 2 minutes)")
+	out := flag.String("out", "results", "directory for RESULTS.md and chart.png")
+	repeats := flag.Int("repeats", 0, "repeats of the timed scenarios (default 6, quick 1)")
+	flag.Parse()
+
+	cfg := harness.Config{
+		Window: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond, Repeats: 6,
+		Goroutines: 16, Contenders: 8,
+		HeldLocks: 10000, HeldTTL: 3 * time.Second, HeldWindow: 3 * time.Second, HeldRuns: 1,
+		Log: os.Stderr,
+	}
+	mode := "full"
+	if *quick {
+		mode = "quick"
+		cfg.Window, cfg.Warmup, cfg.Repeats = 300*time.Millisecond, 100*time.Millisecond, 1
+		cfg.HeldLocks, cfg.HeldWindow = 1000, 1*time.Second
+	}
+	if *repeats > 0 {
+		cfg.Repeats = *repeats
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	// Servers start with this process's affinity: CPU 0. Then the benchmark
+	// moves to CPU 1, with as many Ps as it has CPUs.
+	pinning := "servers and benchmark share the machine's CPUs (fewer than 2)"
+	pinned := cpusAllowed() >= 2
+	if pinned {
+		if err := pinTo(0); err != nil {
+			fmt.Fprintln(os.Stderr, "lockbench: pin to CPU 0:", err)
+			pinned = false
+		}
+	}
+	servers, closeServers, err := startServers()
+	defer closeServers()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
+	}
+	if pinned {
+		if err := pinTo(1); err != nil {
+			fmt.Fprintln(os.Stderr, "lockbench: pin to CPU 1:", err)
+			return 2
+		}
+		runtime.GOMAXPROCS(1)
+		pinning = "servers pinned to CPU 0, benchmark to CPU 1 (GOMAXPROCS=1)"
+	}
+
+	cs, err := contestants.All(servers)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
+	}
+	res := harness.Run(ctx, cfg, cs)
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "lockbench: interrupted")
+		return 2
+	}
+
+	machine := describe(ctx, servers)
+	machine.Pinning, machine.Mode = pinning, mode
+	machine.Command = "cd bench && go run ./cmd/lockbench"
+	if *quick {
+		machine.Command += " -quick"
+	}
+	if err := write(*out, res, machine); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
+	}
+	fmt.Fprintf(os.Stderr, "lockbench: wrote %s and %s in %v\n",
+		filepath.Join(*out, "RESULTS.md"), filepath.Join(*out, "chart.png"), res.Took.Round(time.Second))
+	for _, t := range contestants.Targets() {
+		fmt.Fprintln(os.Stderr, " ", res.Check(t))
+	}
+	if v := res.Violations(); v > 0 {
+		fmt.Fprintf(os.Stderr, "lockbench: %d mutual-exclusion violations\n", v)
+		return 1
+	}
+	if len(res.Failures) > 0 {
+		fmt.Fprintf(os.Stderr, "lockbench: %d failures:\n  %s\n", len(res.Failures), strings.Join(res.Failures, "\n  "))
+		return 2
+	}
+	return 0
+}
+
+func write(dir string, res *harness.Results, m harness.Machine) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "RESULTS.md"))
+	if err != nil {
+		return err
+	}
+	if err := res.WriteMarkdown(f, m, contestants.Targets()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return res.WriteChart(filepath.Join(dir, "chart.png"))
+}
+
+// startServers launches one Redis, three more for Redlock, PostgreSQL, etcd
+// and ZooKeeper.
+func startServers() (contestants.Servers, func(), error) {
+	var launched []*testserver.Server
+	closeAll := func() {
+		for _, s := range launched {
+			s.Close()
+		}
+		launched = nil
+		testserver.Shutdown()
+	}
+	launch := func(kind string) (string, error) {
+		s, err := testserver.Launch(kind)
+		if err != nil {
+			return "", fmt.Errorf("start %s: %w (scripts/install-backends installs the servers)", kind, err)
+		}
+		launched = append(launched, s)
+		return s.URL(), nil
+	}
+	var s contestants.Servers
+	var err error
+	if s.Redis, err = launch("redis"); err != nil {
+		return s, closeAll, err
+	}
+	for range 3 {
+		u, err := launch("redis")
+		if err != nil {
+			return s, closeAll, err
+		}
+		s.Redlock = append(s.Redlock, u)
+	}
+	if s.Postgres, err = launch("postgres"); err != nil {
+		return s, closeAll, err
+	}
+	if s.Etcd, err = launch("etcd"); err != nil {
+		return s, closeAll, err
+	}
+	if s.ZooKeeper, err = launch("zookeeper"); err != nil {
+		return s, closeAll, err
+	}
+	return s, closeAll, nil
+}

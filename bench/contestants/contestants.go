@@ -1,0 +1,148 @@
+// Package contestants adapts each lock library in the comparison to
+// harness.Client, one file per library, and lists them per backend with the
+// performance targets our drivers' issues set.
+package contestants
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/distlock/lock/bench/harness"
+)
+
+// Servers are the URLs of the private servers a run uses.
+type Servers struct {
+	Redis     string   // redis://127.0.0.1:PORT/0
+	Redlock   []string // three independent Redis servers
+	Postgres  string   // postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
+	Etcd      string   // etcd://127.0.0.1:PORT
+	ZooKeeper string   // zk://127.0.0.1:PORT
+}
+
+// Backend names, the groups contestants are compared within.
+const (
+	Redis     = "Redis"
+	Redlock   = "Redlock over 3 Redis"
+	Postgres  = "PostgreSQL"
+	Etcd      = "etcd"
+	ZooKeeper = "ZooKeeper"
+)
+
+// Contestant labels used by the targets.
+const (
+	oursLabel = "distlock"
+	floorName = "raw floor"
+)
+
+// defaultTTL is the lock TTL of libraries that need one when the scenario does
+// not set it: distlock's default.
+const defaultTTL = 30 * time.Second
+
+// All returns every contestant for the given servers, grouped by backend: ours
+// first, then the raw floor, then the peers at default and tuned settings.
+func All(s Servers) ([]*harness.Contestant, error) {
+	redisSrv, err := redisServer(s.Redis)
+	if err != nil {
+		return nil, err
+	}
+	redlockSrv, err := redisServer(s.Redlock...)
+	if err != nil {
+		return nil, err
+	}
+	pgSrv, err := postgresServer(s.Postgres)
+	if err != nil {
+		return nil, err
+	}
+	etcdSrv, err := etcdServer(s.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	zkSrv, err := zkServer(s.ZooKeeper)
+	if err != nil {
+		return nil, err
+	}
+	var cs []*harness.Contestant
+	cs = append(cs, redisContestants(s.Redis, redisSrv)...)
+	cs = append(cs, redlockContestants(s.Redlock, redlockSrv)...)
+	cs = append(cs, postgresContestants(s.Postgres, pgSrv)...)
+	cs = append(cs, etcdContestants(s.Etcd, etcdSrv)...)
+	cs = append(cs, zkContestants(s.ZooKeeper, zkSrv)...)
+	return cs, nil
+}
+
+// Targets are the performance targets the driver issues (#4 Redis, #5
+// PostgreSQL, #6 etcd, #8 Redlock) set, as checks on a run.
+func Targets() []harness.Target {
+	return []harness.Target{
+		{Issue: "#4", Backend: Redis, Ours: oursLabel, Of: floorName, Metric: harness.UncMean, Max: true, Bound: 1.15,
+			Text: "uncontended acquire+release with fencing at most 1.15× the raw SET NX PX + compare-and-delete floor"},
+		{Issue: "#4", Backend: Redis, Ours: oursLabel, Metric: harness.Handoffs, Bound: 4000,
+			Text: "contended, 8 goroutines over 2 Lockers: at least 4,000 handoffs/s"},
+		{Issue: "#4", Backend: Redis, Ours: oursLabel, Metric: harness.MinShare, Bound: 0.5,
+			Text: "contended: no waiter below half its fair share"},
+		{Issue: "#5", Backend: Postgres, Ours: oursLabel, Of: floorName, Metric: harness.Handoffs, Bound: 0.8,
+			Text: "contended at least 0.8× the handoffs/s of raw pg_advisory_lock/unlock on pinned connections"},
+		{Issue: "#5", Backend: Postgres, Ours: oursLabel, Of: floorName, Metric: harness.UncMean, Max: true, Bound: 1.2,
+			Text: "uncontended at most 1.2× raw pg_try_advisory_lock + unlock"},
+		{Issue: "#5", Backend: Postgres, Ours: oursLabel, Metric: harness.HeldConns, Max: true, Bound: 5,
+			Text: "10,000 held locks on at most a handful (here: 5) of connections"},
+		{Issue: "#6", Backend: Etcd, Ours: oursLabel, Of: mutexLabel, Metric: harness.Handoffs, Bound: 10,
+			Text: "contended at least 10× the handoffs/s of concurrency.Mutex with a session per goroutine"},
+		{Issue: "#6", Backend: Etcd, Ours: oursLabel, Of: mutexLabel, Metric: harness.UncMean, Max: true, Bound: 1,
+			Text: "uncontended no slower than concurrency.Mutex Lock+Unlock (the Put+Delete floor is in the table)"},
+		{Issue: "#8", Backend: Redlock, Ours: oursLabel, Of: redsyncTunedLabel, Metric: harness.Handoffs, Bound: 3,
+			Text: "contended at least 3× redsync's Redlock over the same 3 servers with a 1 ms retry delay"},
+	}
+}
+
+// serverPorts returns the ports of host:port addresses.
+func serverPorts(addrs ...string) ([]int, error) {
+	var ports []int
+	for _, a := range addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, n)
+	}
+	return ports, nil
+}
+
+// hostOf returns host:port of a URL.
+func hostOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("server URL: %w", err)
+	}
+	return u.Host, nil
+}
+
+// ownerSeq makes owner tokens unique within the process, as cheaply as the
+// floors can: the floors measure the protocol, not token generation.
+var ownerSeq atomic.Uint64
+
+func nextOwner() string { return strconv.FormatUint(ownerSeq.Add(1), 36) }
+
+// ttlOr returns ttl, or def when ttl is 0.
+func ttlOr(ttl, def time.Duration) time.Duration {
+	if ttl <= 0 {
+		return def
+	}
+	return ttl
+}
+
+// noTry is embedded by adapters of libraries without a non-blocking attempt.
+type noTry struct{}
+
+func (noTry) TryAcquire(context.Context, string) (harness.Release, error) {
+	return nil, harness.ErrNoTry
+}

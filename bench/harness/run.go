@@ -1,0 +1,168 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Config sets how long and how often each scenario runs.
+type Config struct {
+	Window     time.Duration // measured time per contestant, scenario and repeat
+	Warmup     time.Duration // unmeasured time before each window
+	Repeats    int           // repeats of the timed scenarios
+	Goroutines int           // distinct-keys scenario
+	Contenders int           // contended scenario, over two clients
+	HeldLocks  int           // held-locks scenario
+	HeldTTL    time.Duration // TTL of the held locks (refreshed every TTL/3)
+	HeldWindow time.Duration // held-locks measurement window
+	HeldRuns   int           // repeats of the held-locks scenario
+	Log        io.Writer     // progress; nil for none
+}
+
+// Results holds every figure of a run: per contestant ID and metric key, one
+// value per repeat (NaN where the repeat gave none).
+type Results struct {
+	Config      Config
+	Contestants []*Contestant
+	Values      map[string]map[string][]float64
+	NA          map[string]map[Scenario]string // why a scenario has no figures
+	Failures    []string                       // errors that cost a contestant a figure
+	Started     time.Time
+	Took        time.Duration
+}
+
+// Violations returns the total of mutual-exclusion violations seen.
+func (r *Results) Violations() int {
+	n := 0.0
+	for _, m := range r.Values {
+		for _, v := range m[Violations.Key] {
+			if !math.IsNaN(v) {
+				n += v
+			}
+		}
+	}
+	return int(n)
+}
+
+// Get returns a contestant's values of m, one per repeat.
+func (r *Results) Get(c *Contestant, m Metric) []float64 { return r.Values[c.ID()][m.Key] }
+
+func (r *Results) set(c *Contestant, m Metric, rep int, v float64) {
+	vals := r.Values[c.ID()]
+	if vals == nil {
+		vals = map[string][]float64{}
+		r.Values[c.ID()] = vals
+	}
+	s := vals[m.Key]
+	for len(s) <= rep {
+		s = append(s, math.NaN())
+	}
+	s[rep] = v
+	vals[m.Key] = s
+}
+
+func (r *Results) logf(format string, args ...any) {
+	if r.Config.Log != nil {
+		fmt.Fprintf(r.Config.Log, format+"\n", args...)
+	}
+}
+
+// Run measures every contestant in every scenario. Within one repeat of one
+// scenario the contestants of a backend take their turns in a random order,
+// so that drifting load on a shared machine does not always favour the same
+// one; ratios are then taken repeat by repeat.
+func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
+	r := &Results{
+		Config: cfg, Contestants: contestants, Started: time.Now(),
+		Values: map[string]map[string][]float64{}, NA: map[string]map[Scenario]string{},
+	}
+	for _, c := range contestants {
+		r.NA[c.ID()] = c.NA
+	}
+	timed := []struct {
+		s   Scenario
+		run func(context.Context, *Results, *Contestant, int) error
+	}{{Uncontended, runUncontended}, {Distinct, runDistinct}, {Contended, runContended}}
+	for rep := 0; rep < cfg.Repeats; rep++ {
+		for _, t := range timed {
+			for _, group := range groups(contestants) {
+				for _, i := range rand.Perm(len(group)) {
+					r.one(ctx, t.s, group[i], rep, t.run)
+				}
+			}
+		}
+	}
+	for rep := 0; rep < cfg.HeldRuns; rep++ {
+		for _, c := range contestants {
+			r.one(ctx, Held, c, rep, runHeld)
+		}
+	}
+	r.Took = time.Since(r.Started)
+	return r
+}
+
+func (r *Results) one(ctx context.Context, s Scenario, c *Contestant, rep int, run func(context.Context, *Results, *Contestant, int) error) {
+	if _, na := c.NA[s]; na || ctx.Err() != nil {
+		return
+	}
+	begin := time.Now()
+	err := run(ctx, r, c, rep)
+	if err != nil {
+		r.Failures = append(r.Failures, fmt.Sprintf("%s, %s, repeat %d: %v", c.ID(), s, rep+1, err))
+	}
+	r.logf("%-11s repeat %d  %-50s %6.1fs %v", s, rep+1, c.ID(), time.Since(begin).Seconds(), errOrOK(err))
+}
+
+func errOrOK(err error) any {
+	if err != nil {
+		return err
+	}
+	return "ok"
+}
+
+// groups splits contestants by backend, keeping their order.
+func groups(cs []*Contestant) [][]*Contestant {
+	var out [][]*Contestant
+	index := map[string]int{}
+	for _, c := range cs {
+		i, ok := index[c.Backend]
+		if !ok {
+			i = len(out)
+			index[c.Backend] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], c)
+	}
+	return out
+}
+
+// Groups returns the contestants by backend, in their order.
+func (r *Results) Groups() [][]*Contestant { return groups(r.Contestants) }
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// runKey is a key no earlier run used, so that leftovers cannot interfere.
+func runKey(s Scenario) string { return fmt.Sprintf("bench-%s-%08x", s, rand.Uint32()) }
+
+// openClients opens n independent clients of c.
+func openClients(ctx context.Context, c *Contestant, n int, ttl time.Duration) ([]Client, func(), error) {
+	var clients []Client
+	closeAll := func() {
+		for _, cl := range clients {
+			_ = cl.Close()
+		}
+	}
+	for range n {
+		cl, err := c.Open(ctx, ttl)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("open: %w", err)
+		}
+		clients = append(clients, cl)
+	}
+	return clients, closeAll, nil
+}
