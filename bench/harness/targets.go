@@ -62,7 +62,7 @@ func (v Verdict) Shortfall() float64 {
 	if v.Met || v.Got.N == 0 {
 		return 0
 	}
-	return math.Abs(v.Got.Median-v.Bound) / v.Bound
+	return math.Abs(v.Got.Median-v.Bound) / math.Abs(v.Bound)
 }
 
 func (v Verdict) String() string {
@@ -70,22 +70,19 @@ func (v Verdict) String() string {
 	if v.Max {
 		op = "≤"
 	}
-	what := v.Metric.Title
+	what, unit := v.Metric.Title, " "+v.Metric.Unit
 	if v.Of != "" {
-		what += " ours ÷ " + v.Of
+		what, unit = what+" ours ÷ "+v.Of, "×"
 	}
+	head := fmt.Sprintf("%s %s: %s %s %s%s", v.Issue, v.Backend, what, op, num(v.Bound), unit)
 	if v.Missing != "" {
-		return fmt.Sprintf("%s %s: %s %s %s: not measured: %s", v.Issue, v.Backend, what, op, num(v.Bound), v.Missing)
+		return head + ": not measured: " + v.Missing
 	}
 	state := "met"
 	if !v.Met {
 		state = fmt.Sprintf("MISSED by %.0f%%", 100*v.Shortfall())
 	}
-	unit := "×"
-	if v.Of == "" {
-		unit = " " + v.Metric.Unit
-	}
-	return fmt.Sprintf("%s %s: %s %s %s%s: measured %s%s: %s", v.Issue, v.Backend, what, op, num(v.Bound), unit, spread(v.Got), unit, state)
+	return fmt.Sprintf("%s: measured %s%s: %s", head, spread(v.Got), unit, state)
 }
 
 func (r *Results) find(backend, label string) *Contestant {

@@ -1,0 +1,75 @@
+package contestants
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/lock/bench/harness"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var servers = Servers{
+	Redis:     "redis://127.0.0.1:7001/0",
+	Redlock:   []string{"redis://127.0.0.1:7002/0", "redis://127.0.0.1:7003/0", "redis://127.0.0.1:7004/0"},
+	Postgres:  "postgres://postgres@127.0.0.1:7005/postgres?sslmode=disable",
+	Etcd:      "etcd://127.0.0.1:7006",
+	ZooKeeper: "zk://127.0.0.1:7007",
+}
+
+// Every target names contestants that exist, except our Redlock driver,
+// which joins when it is merged.
+func TestTargetsNameContestantsThatExist(t *testing.T) {
+	cs, err := All(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &harness.Results{Contestants: cs}
+	for _, target := range Targets() {
+		v := r.Check(target)
+		if v.Missing != "" && v.Missing != "no figure (see failures)" && target.Backend != Redlock {
+			t.Errorf("%s: %s", target.Text, v.Missing)
+		}
+	}
+}
+
+func TestEveryBackendHasOursAndAPeerOrFloor(t *testing.T) {
+	cs, err := All(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]map[harness.Role]int{}
+	ids := map[string]bool{}
+	for _, c := range cs {
+		if ids[c.ID()] {
+			t.Errorf("two contestants are called %s", c.ID())
+		}
+		ids[c.ID()] = true
+		if roles[c.Backend] == nil {
+			roles[c.Backend] = map[harness.Role]int{}
+		}
+		roles[c.Backend][c.Role]++
+		if c.Server == nil || len(c.Server.Ports) == 0 {
+			t.Errorf("%s: no server ports to count connections on", c.ID())
+		}
+	}
+	for _, b := range []string{Redis, Postgres, Etcd, ZooKeeper} {
+		if roles[b][harness.Ours] != 1 || roles[b][harness.Peer]+roles[b][harness.Floor] == 0 {
+			t.Errorf("%s: roles %v, want ours and something to compare with", b, roles[b])
+		}
+	}
+	if len(roles[Redlock]) == 0 {
+		t.Errorf("no Redlock contestants")
+	}
+}
+
+func TestServerPortsAreTheURLsPorts(t *testing.T) {
+	srv, err := redisServer(servers.Redlock...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.Ports) != 3 || srv.Ports[0] != 7002 || srv.Ports[2] != 7004 {
+		t.Errorf("ports = %v, want [7002 7003 7004]", srv.Ports)
+	}
+}
