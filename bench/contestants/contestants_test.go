@@ -73,3 +73,11 @@ func TestServerPortsAreTheURLsPorts(t *testing.T) {
 		t.Errorf("ports = %v, want [7002 7003 7004]", srv.Ports)
 	}
 }
+
+func TestRedlockURLNamesEveryServer(t *testing.T) {
+	got := redlockURL(servers.Redlock)
+	want := "redlock://?server=redis://127.0.0.1:7002/0&server=redis://127.0.0.1:7003/0&server=redis://127.0.0.1:7004/0"
+	if got != want {
+		t.Errorf("redlockURL = %s, want %s", got, want)
+	}
+}

@@ -24,14 +24,27 @@ func redisContestants(url string, srv *harness.Server) []*harness.Contestant {
 }
 
 // redlockContestants run Redlock over three independent servers. Our
-// redlockdriver joins with one line once it is merged:
+// redlockdriver joins once it is merged: a blank import of
+// github.com/distlock/lock/redlockdriver in ours.go, and first in this list
 //
-//	oursContestant(Redlock, "redlock://"+addresses..., srv, true),
+//	oursContestant(Redlock, redlockURL(urls), srv, true),
+//
+// (issue 8's targets are already in Targets).
 func redlockContestants(urls []string, srv *harness.Server) []*harness.Contestant {
 	return []*harness.Contestant{
 		redsyncContestant(Redlock, urls, srv, false),
 		redsyncContestant(Redlock, urls, srv, true),
 	}
+}
+
+// redlockURL is our redlockdriver's URL for the servers. The servers' URLs
+// hold no '&', '=', '+', '#' or '%', so they go into the query as they are.
+func redlockURL(urls []string) string {
+	q := make([]string, len(urls))
+	for i, u := range urls {
+		q[i] = "server=" + u
+	}
+	return "redlock://?" + strings.Join(q, "&")
 }
 
 // newRedisClient opens a go-redis client on url with go-redis's defaults.

@@ -13,7 +13,7 @@ import (
 // its own (its retry budget ran out) while the key stayed held elsewhere.
 var ErrGaveUp = errors.New("harness: library gave up waiting")
 
-// runContended has Config.Contenders goroutines over two clients take turns on
+// contended has Config.Contenders goroutines over two clients take turns on
 // one key with a tiny critical section. It reports handoffs per second (an
 // acquisition by another goroutine than the previous holder), the handoff
 // latency (from the previous holder starting its release to the next holder
@@ -21,23 +21,38 @@ var ErrGaveUp = errors.New("harness: library gave up waiting")
 // acquisitions one goroutine got as a fraction of the fair share, how often the
 // library gave up waiting, and mutual-exclusion violations: a counter shared by
 // the goroutines must read 1 inside every critical section.
-func runContended(ctx context.Context, r *Results, c *Contestant, rep int) error {
+type contended struct {
+	clients []Client
+	key     string
+	closeFn func()
+
+	// Totals over the recorded slices.
+	took       time.Duration
+	handoffs   int
+	violations int64
+	gaveUp     int64
+	counts     []int
+	latencies  []time.Duration
+	waits      []time.Duration
+}
+
+func openContended(ctx context.Context, cfg Config, c *Contestant) (trial, error) {
 	clients, closeAll, err := openClients(ctx, c, 2, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeAll()
-	key := runKey(Contended)
-	n := r.Config.Contenders
+	return &contended{clients: clients, key: runKey(Contended), closeFn: closeAll, counts: make([]int, cfg.Contenders)}, nil
+}
 
+func (t *contended) run(ctx context.Context, d time.Duration, record bool) error {
+	n := len(t.counts)
 	var (
 		inside     atomic.Int32 // holders in the critical section
 		violations atomic.Int64
 		gaveUp     atomic.Int64
-		counting   atomic.Bool
 
 		mu          sync.Mutex // guards the bookkeeping below
-		last        = -1       // goroutine of the previous holder
+		last        = -1       // goroutine of the previous holder in this slice
 		lastRelease time.Time  // when it started to release
 		handoffs    int
 		latencies   []time.Duration
@@ -49,17 +64,18 @@ func runContended(ctx context.Context, r *Results, c *Contestant, rep int) error
 	)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	begin := time.Now()
 	for g := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := clients[g%len(clients)]
+			cl := t.clients[g%len(t.clients)]
 			for runCtx.Err() == nil {
 				asked := time.Now()
-				release, err := cl.Acquire(runCtx, key)
+				release, err := cl.Acquire(runCtx, t.key)
 				switch {
 				case errors.Is(err, ErrGaveUp):
-					if counting.Load() {
+					if runCtx.Err() == nil {
 						gaveUp.Add(1)
 					}
 					continue
@@ -74,19 +90,20 @@ func runContended(ctx context.Context, r *Results, c *Contestant, rep int) error
 				if inside.Add(1) != 1 {
 					violations.Add(1)
 				}
-				rec := counting.Load()
-				mu.Lock()
-				if rec {
+				// Acquisitions that end after the slice (zk.Lock cannot be
+				// cancelled, so its waiters hold once more) are not counted.
+				if runCtx.Err() == nil {
+					mu.Lock()
 					counts[g]++
 					waits[g] = append(waits[g], held.Sub(asked))
 					if last != g && last != -1 {
 						handoffs++
 						latencies = append(latencies, held.Sub(lastRelease))
 					}
+					last = g
+					lastRelease = time.Now()
+					mu.Unlock()
 				}
-				last = g
-				lastRelease = time.Now()
-				mu.Unlock()
 				inside.Add(-1)
 				if err := release(ctx); err != nil {
 					errs <- fmt.Errorf("release: %w", err)
@@ -96,11 +113,7 @@ func runContended(ctx context.Context, r *Results, c *Contestant, rep int) error
 			}
 		}()
 	}
-	sleepCtx(runCtx, r.Config.Warmup)
-	counting.Store(true)
-	begin := time.Now()
-	sleepCtx(runCtx, r.Config.Window)
-	counting.Store(false)
+	sleepCtx(runCtx, d)
 	took := time.Since(begin)
 	cancel()
 	wg.Wait()
@@ -108,36 +121,50 @@ func runContended(ctx context.Context, r *Results, c *Contestant, rep int) error
 	if err := errors.Join(collect(errs)...); err != nil {
 		return err
 	}
-
-	var all []time.Duration
-	total, least := 0, counts[0]
-	for g := range n {
-		all = append(all, waits[g]...)
-		total += counts[g]
-		least = min(least, counts[g])
-	}
-	r.set(c, Violations, rep, float64(violations.Load()))
-	r.set(c, GaveUp, rep, float64(gaveUp.Load()))
-	r.set(c, Handoffs, rep, float64(handoffs)/took.Seconds())
-	if total > 0 {
-		r.set(c, MinShare, rep, float64(least)/(float64(total)/float64(n)))
-	}
-	if len(latencies) > 0 {
-		r.set(c, HandoffP50, rep, micros(Percentile(latencies, 50)))
-		r.set(c, HandoffP99, rep, micros(Percentile(latencies, 99)))
-	}
-	if len(all) > 0 {
-		r.set(c, WaitP99, rep, float64(Percentile(all, 99))/float64(time.Millisecond))
+	// Violations count even in warm-up: they must never happen.
+	t.violations += violations.Load()
+	if record {
+		t.took += took
+		t.handoffs += handoffs
+		t.gaveUp += gaveUp.Load()
+		t.latencies = append(t.latencies, latencies...)
+		for g := range n {
+			t.counts[g] += counts[g]
+			t.waits = append(t.waits, waits[g]...)
+		}
 	}
 	return nil
 }
 
+func (t *contended) report(r *Results, c *Contestant, rep int) {
+	total, least := 0, t.counts[0]
+	for _, k := range t.counts {
+		total += k
+		least = min(least, k)
+	}
+	r.set(c, Violations, rep, float64(t.violations))
+	r.set(c, GaveUp, rep, float64(t.gaveUp))
+	r.set(c, Handoffs, rep, float64(t.handoffs)/t.took.Seconds())
+	if total > 0 {
+		r.set(c, MinShare, rep, float64(least)/(float64(total)/float64(len(t.counts))))
+	}
+	if len(t.latencies) > 0 {
+		r.set(c, HandoffP50, rep, micros(Percentile(t.latencies, 50)))
+		r.set(c, HandoffP99, rep, micros(Percentile(t.latencies, 99)))
+	}
+	if len(t.waits) > 0 {
+		r.set(c, WaitP99, rep, float64(Percentile(t.waits, 99))/float64(time.Millisecond))
+	}
+}
+
+func (t *contended) close() { t.closeFn() }
+
 // sleepCtx sleeps for d or until ctx is done.
 func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
-	case <-t.C:
+	case <-timer.C:
 	case <-ctx.Done():
 	}
 }

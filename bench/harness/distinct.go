@@ -9,28 +9,39 @@ import (
 	"time"
 )
 
-// runDistinct has Config.Goroutines goroutines over two clients each take and
+// distinct has Config.Goroutines goroutines over two clients each take and
 // give back a key of its own, and reports acquire+release operations per
 // second: the throughput when locks do not contend.
-func runDistinct(ctx context.Context, r *Results, c *Contestant, rep int) error {
+type distinct struct {
+	clients    []Client
+	base       string
+	goroutines int
+	ops        int64
+	took       time.Duration
+	closeFn    func()
+}
+
+func openDistinct(ctx context.Context, cfg Config, c *Contestant) (trial, error) {
 	clients, closeAll, err := openClients(ctx, c, 2, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeAll()
-	base := runKey(Distinct)
+	return &distinct{clients: clients, base: runKey(Distinct), goroutines: cfg.Goroutines, closeFn: closeAll}, nil
+}
+
+func (t *distinct) run(ctx context.Context, d time.Duration, record bool) error {
 	var (
-		ops      atomic.Int64
-		counting atomic.Bool
-		wg       sync.WaitGroup
-		errs     = make(chan error, r.Config.Goroutines)
+		ops  atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, t.goroutines)
 	)
 	stop := make(chan struct{})
-	for g := range r.Config.Goroutines {
+	begin := time.Now()
+	for g := range t.goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl, key := clients[g%len(clients)], fmt.Sprintf("%s/%d", base, g)
+			cl, key := t.clients[g%len(t.clients)], fmt.Sprintf("%s/%d", t.base, g)
 			for {
 				select {
 				case <-stop:
@@ -45,27 +56,30 @@ func runDistinct(ctx context.Context, r *Results, c *Contestant, rep int) error 
 					errs <- err
 					return
 				}
-				if counting.Load() {
-					ops.Add(1)
-				}
+				ops.Add(1)
 			}
 		}()
 	}
-	time.Sleep(r.Config.Warmup) // unmeasured: connections open, caches warm
-	counting.Store(true)
-	begin := time.Now()
-	time.Sleep(r.Config.Window)
-	counting.Store(false)
-	took := time.Since(begin)
+	sleepCtx(ctx, d)
 	close(stop)
 	wg.Wait()
+	took := time.Since(begin)
 	close(errs)
 	if err := errors.Join(collect(errs)...); err != nil {
 		return err
 	}
-	r.set(c, DistinctOps, rep, float64(ops.Load())/took.Seconds())
+	if record {
+		t.ops += ops.Load()
+		t.took += took
+	}
 	return nil
 }
+
+func (t *distinct) report(r *Results, c *Contestant, rep int) {
+	r.set(c, DistinctOps, rep, float64(t.ops)/t.took.Seconds())
+}
+
+func (t *distinct) close() { t.closeFn() }
 
 func collect(errs <-chan error) []error {
 	var out []error

@@ -70,7 +70,7 @@ func memContestant(name string, role harness.Role) *harness.Contestant {
 }
 
 var quick = harness.Config{
-	Window: 50 * time.Millisecond, Warmup: 10 * time.Millisecond, Repeats: 2,
+	Window: 50 * time.Millisecond, Slices: 2, Warmup: 10 * time.Millisecond, Repeats: 2,
 	Goroutines: 4, Contenders: 8, HeldLocks: 100, HeldTTL: 300 * time.Millisecond,
 	HeldWindow: 50 * time.Millisecond, HeldRuns: 1,
 }
@@ -177,5 +177,23 @@ func TestChartIsAPNG(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 200 {
 		t.Errorf("chart is %v, too small to read", b)
+	}
+}
+
+func TestReadmeSectionHasChartTableCommandAndMeaning(t *testing.T) {
+	r := memRun(t)
+	var buf bytes.Buffer
+	m := harness.Machine{CPU: "a CPU", CPUs: 2, Pinning: "pinned", Servers: "servers"}
+	if err := r.WriteReadmeSection(&buf, m); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"](bench/results/chart.png)", "| mem | **ours** |", "| mem | peer |", "×",
+		"scripts/bench", "a CPU, 2 CPUs", "What the numbers mean", "do not mean",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("README section lacks %q:\n%s", want, out)
+		}
 	}
 }

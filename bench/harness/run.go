@@ -12,6 +12,7 @@ import (
 // Config sets how long and how often each scenario runs.
 type Config struct {
 	Window     time.Duration // measured time per contestant, scenario and repeat
+	Slices     int           // turns the window is cut into, alternating between contestants
 	Warmup     time.Duration // unmeasured time before each window
 	Repeats    int           // repeats of the timed scenarios
 	Goroutines int           // distinct-keys scenario
@@ -72,9 +73,9 @@ func (r *Results) logf(format string, args ...any) {
 }
 
 // Run measures every contestant in every scenario. Within one repeat of one
-// scenario the contestants of a backend take their turns in a random order,
-// so that drifting load on a shared machine does not always favour the same
-// one; ratios are then taken repeat by repeat.
+// scenario the contestants of a backend take short turns in a random order
+// (runGroup), so that drifting load on a shared machine meets them alike;
+// ratios are then taken repeat by repeat.
 func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 	r := &Results{
 		Config: cfg, Contestants: contestants, Started: time.Now(),
@@ -84,15 +85,13 @@ func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 		r.NA[c.ID()] = c.NA
 	}
 	timed := []struct {
-		s   Scenario
-		run func(context.Context, *Results, *Contestant, int) error
-	}{{Uncontended, runUncontended}, {Distinct, runDistinct}, {Contended, runContended}}
+		s    Scenario
+		open newTrial
+	}{{Uncontended, openUncontended}, {Distinct, openDistinct}, {Contended, openContended}}
 	for rep := 0; rep < cfg.Repeats; rep++ {
 		for _, t := range timed {
 			for _, group := range groups(contestants) {
-				for _, i := range rand.Perm(len(group)) {
-					r.one(ctx, t.s, group[i], rep, t.run)
-				}
+				r.runGroup(ctx, t.s, t.open, group, rep)
 			}
 		}
 	}
@@ -111,10 +110,15 @@ func (r *Results) one(ctx context.Context, s Scenario, c *Contestant, rep int, r
 	}
 	begin := time.Now()
 	err := run(ctx, r, c, rep)
+	r.note(s, c, rep, time.Since(begin), err)
+}
+
+// note records the outcome of one contestant's run of a scenario.
+func (r *Results) note(s Scenario, c *Contestant, rep int, took time.Duration, err error) {
 	if err != nil {
 		r.Failures = append(r.Failures, fmt.Sprintf("%s, %s, repeat %d: %v", c.ID(), s, rep+1, err))
 	}
-	r.logf("%-11s repeat %d  %-50s %6.1fs %v", s, rep+1, c.ID(), time.Since(begin).Seconds(), errOrOK(err))
+	r.logf("%-11s repeat %d  %-50s %6.1fs %v", s, rep+1, c.ID(), took.Seconds(), errOrOK(err))
 }
 
 func errOrOK(err error) any {

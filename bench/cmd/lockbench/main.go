@@ -1,6 +1,7 @@
 // Command lockbench runs distlock's drivers side by side with the Go lock
 // libraries users would otherwise pick, against private servers it starts
-// itself, and writes a markdown report and a chart:
+// itself, and writes a markdown report (RESULTS.md), the README's section on
+// benchmarks (README-section.md) and a chart (chart.png):
 //
 //	cd bench && go run ./cmd/lockbench            # full run, about 12 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
@@ -39,7 +40,7 @@ func run() int {
 	flag.Parse()
 
 	cfg := harness.Config{
-		Window: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond, Repeats: 6,
+		Window: 1500 * time.Millisecond, Slices: 6, Warmup: 300 * time.Millisecond, Repeats: 6,
 		Goroutines: 16, Contenders: 8,
 		HeldLocks: 10000, HeldTTL: 3 * time.Second, HeldWindow: 3 * time.Second, HeldRuns: 1,
 		Log: os.Stderr,
@@ -47,7 +48,7 @@ func run() int {
 	mode := "full"
 	if *quick {
 		mode = "quick"
-		cfg.Window, cfg.Warmup, cfg.Repeats = 300*time.Millisecond, 100*time.Millisecond, 1
+		cfg.Window, cfg.Slices, cfg.Warmup, cfg.Repeats = 300*time.Millisecond, 2, 100*time.Millisecond, 1
 		cfg.HeldLocks, cfg.HeldWindow = 1000, 1*time.Second
 	}
 	if *repeats > 0 {
@@ -128,6 +129,17 @@ func write(dir string, res *harness.Results, m harness.Machine) error {
 		return err
 	}
 	if err := res.WriteMarkdown(f, m, contestants.Targets()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	f, err = os.Create(filepath.Join(dir, "README-section.md"))
+	if err != nil {
+		return err
+	}
+	if err := res.WriteReadmeSection(f, m); err != nil {
 		f.Close()
 		return err
 	}
