@@ -17,7 +17,9 @@ var ErrGaveUp = errors.New("harness: library gave up waiting")
 // one key with a tiny critical section. It reports handoffs per second (an
 // acquisition by another goroutine than the previous holder), the handoff
 // latency (from the previous holder starting its release to the next holder
-// holding), the p99 of the time each Acquire waited, the smallest share of
+// holding), the p99 of the time each Acquire waited (an Acquire still waiting
+// when its turn ends counts with the time it had waited: a lower bound, so the
+// share of such cut-off waits is reported too), the smallest share of
 // acquisitions one goroutine got as a fraction of the fair share, how often the
 // library gave up waiting, and mutual-exclusion violations: a counter shared by
 // the goroutines must read 1 inside every critical section.
@@ -29,6 +31,7 @@ type contended struct {
 	// Totals over the recorded slices.
 	took       time.Duration
 	handoffs   int
+	cutOff     int
 	violations int64
 	gaveUp     int64
 	counts     []int
@@ -55,6 +58,7 @@ func (t *contended) run(ctx context.Context, d time.Duration, record bool) error
 		last        = -1       // goroutine of the previous holder in this slice
 		lastRelease time.Time  // when it started to release
 		handoffs    int
+		cutOff      int // waits cut off by the end of the turn
 		latencies   []time.Duration
 		counts      = make([]int, n)
 
@@ -80,6 +84,14 @@ func (t *contended) run(ctx context.Context, d time.Duration, record bool) error
 					}
 					continue
 				case err != nil && runCtx.Err() != nil:
+					// Cut off by the end of the turn: it had waited at
+					// least this long, a lower bound that keeps long
+					// waits in the percentile.
+					cut := time.Since(asked)
+					mu.Lock()
+					waits[g] = append(waits[g], cut)
+					cutOff++
+					mu.Unlock()
 					return
 				case err != nil:
 					errs <- fmt.Errorf("acquire: %w", err)
@@ -90,20 +102,21 @@ func (t *contended) run(ctx context.Context, d time.Duration, record bool) error
 				if inside.Add(1) != 1 {
 					violations.Add(1)
 				}
-				// Acquisitions that end after the slice (zk.Lock cannot be
-				// cancelled, so its waiters hold once more) are not counted.
+				// Acquisitions that end after the turn (zk.Lock cannot be
+				// cancelled, so its waiters hold once more) count only
+				// as waits.
+				mu.Lock()
+				waits[g] = append(waits[g], held.Sub(asked))
 				if runCtx.Err() == nil {
-					mu.Lock()
 					counts[g]++
-					waits[g] = append(waits[g], held.Sub(asked))
 					if last != g && last != -1 {
 						handoffs++
 						latencies = append(latencies, held.Sub(lastRelease))
 					}
 					last = g
 					lastRelease = time.Now()
-					mu.Unlock()
 				}
+				mu.Unlock()
 				inside.Add(-1)
 				if err := release(ctx); err != nil {
 					errs <- fmt.Errorf("release: %w", err)
@@ -126,6 +139,7 @@ func (t *contended) run(ctx context.Context, d time.Duration, record bool) error
 	if record {
 		t.took += took
 		t.handoffs += handoffs
+		t.cutOff += cutOff
 		t.gaveUp += gaveUp.Load()
 		t.latencies = append(t.latencies, latencies...)
 		for g := range n {
@@ -154,6 +168,7 @@ func (t *contended) report(r *Results, c *Contestant, rep int) {
 	}
 	if len(t.waits) > 0 {
 		r.set(c, WaitP99, rep, float64(Percentile(t.waits, 99))/float64(time.Millisecond))
+		r.set(c, CutOff, rep, 100*float64(t.cutOff)/float64(len(t.waits)))
 	}
 }
 

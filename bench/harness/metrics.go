@@ -20,6 +20,7 @@ var (
 	HandoffP50  = Metric{"handoff_p50", Contended, "handoff p50", "µs", true}
 	HandoffP99  = Metric{"handoff_p99", Contended, "handoff p99", "µs", true}
 	WaitP99     = Metric{"wait_p99", Contended, "acquire-wait p99", "ms", true}
+	CutOff      = Metric{"cut_off", Contended, "waits cut off", "%", true}
 	MinShare    = Metric{"min_share", Contended, "min share", "× fair", false}
 	GaveUp      = Metric{"gave_up", Contended, "gave up", "acquires", true}
 	Violations  = Metric{"violations", Contended, "exclusion violations", "", true}
@@ -32,6 +33,6 @@ var (
 // Metrics lists every figure.
 var Metrics = []Metric{
 	UncP50, UncP99, UncMean, DistinctOps,
-	Handoffs, HandoffP50, HandoffP99, WaitP99, MinShare, GaveUp, Violations,
+	Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations,
 	HeldBytes, HeldGorout, HeldConns, HeldReqs,
 }

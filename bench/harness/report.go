@@ -20,7 +20,7 @@ type Machine struct {
 }
 
 // timedColumns are the figures of the main table of each backend.
-var timedColumns = []Metric{UncP50, UncP99, DistinctOps, Handoffs, HandoffP50, HandoffP99, WaitP99, MinShare, GaveUp, Violations}
+var timedColumns = []Metric{UncP50, UncP99, DistinctOps, Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations}
 
 // ratioColumns are compared ours ÷ peer.
 var ratioColumns = []Metric{UncMean, UncP50, UncP99, DistinctOps, Handoffs}
@@ -39,7 +39,7 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 	p.f("Each timed figure is the median over %d repeats, with the range (min–max) in brackets; in every repeat each contestant warmed up for %v, then ran %v in %d turns taken in a random order with the other contestants of its backend, so that they met the same load. ", cfg.Repeats, cfg.Warmup, cfg.Window, max(cfg.Slices, 1))
 	p.f("Ratios are ours ÷ the other contestant, taken within each repeat and then summarised the same way. ")
 	p.f("Uncontended: one goroutine takes and gives back a free key (the try form where the library has one). Distinct keys: %d goroutines over 2 clients, a key each. ", cfg.Goroutines)
-	p.f("Contended: %d goroutines over 2 clients on one key, a tiny critical section; a handoff is an acquisition by another goroutine than the previous holder; handoff latency runs from the holder starting its release to the next holder holding; min share is the fewest acquisitions of one goroutine as a fraction of the fair share (below 0.5 is starvation); gave up counts Acquire calls the library ended on its own. ", cfg.Contenders)
+	p.f("Contended: %d goroutines over 2 clients on one key, a tiny critical section; a handoff is an acquisition by another goroutine than the previous holder; handoff latency runs from the holder starting its release to the next holder holding; an Acquire still waiting when a turn ends counts in acquire-wait with the time it had waited, so where \"waits cut off\" exceeds 1%% the p99 is a lower bound; min share is the fewest acquisitions of one goroutine as a fraction of the fair share (below 0.5 is starvation); gave up counts Acquire calls the library ended on its own. ", cfg.Contenders)
 	p.f("Held: one client holds %d locks with TTL %v (refreshed every TTL/3 where the library refreshes); memory is this process's heap growth per lock, connections are TCP connections to the server, server requests are counted by the server over %v of holding.\n\n", cfg.HeldLocks, cfg.HeldTTL, cfg.HeldWindow)
 	p.f("The machine is shared with other engineers' tests and benchmarks: absolute figures move with their load; the ratios, measured side by side, move much less. ")
 	p.f("These are loopback figures on one small machine: they compare the client-side and protocol cost of each library against the same server, not what a network between client and server would add.\n\n")
