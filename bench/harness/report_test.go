@@ -197,3 +197,29 @@ func TestReadmeSectionHasChartTableCommandAndMeaning(t *testing.T) {
 		}
 	}
 }
+
+func TestSavedRunReportsAsTheOriginal(t *testing.T) {
+	r := memRun(t)
+	m := harness.Machine{CPU: "a CPU", Mode: "test"}
+	var saved bytes.Buffer
+	if err := r.Save(&saved, m); err != nil {
+		t.Fatal(err)
+	}
+	loaded, lm, err := harness.Load(&saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm != m {
+		t.Errorf("machine = %+v, want %+v", lm, m)
+	}
+	var a, b bytes.Buffer
+	if err := r.WriteMarkdown(&a, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := loaded.WriteMarkdown(&b, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Errorf("report of the loaded run differs:\n%s\n---\n%s", a.String(), b.String())
+	}
+}

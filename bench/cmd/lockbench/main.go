@@ -1,7 +1,8 @@
 // Command lockbench runs distlock's drivers side by side with the Go lock
 // libraries users would otherwise pick, against private servers it starts
 // itself, and writes a markdown report (RESULTS.md), the README's section on
-// benchmarks (README-section.md) and a chart (chart.png):
+// benchmarks (README-section.md), a chart (chart.png) and the figures
+// (results.json, from which -render writes the others again):
 //
 //	cd bench && go run ./cmd/lockbench            # full run, about 12 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
@@ -37,7 +38,11 @@ func run() int {
 	quick := flag.Bool("quick", false, "run every contestant and scenario briefly (a smoke test, under 2 minutes)")
 	out := flag.String("out", "results", "directory for RESULTS.md and chart.png")
 	repeats := flag.Int("repeats", 0, "repeats of the timed scenarios (default 6, quick 1)")
+	render := flag.String("render", "", "write the report and chart of a saved run (a results.json) into -out, without measuring")
 	flag.Parse()
+	if *render != "" {
+		return rerender(*render, *out)
+	}
 
 	cfg := harness.Config{
 		Window: 1500 * time.Millisecond, Slices: 6, Warmup: 300 * time.Millisecond, Repeats: 6,
@@ -104,8 +109,33 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		return 2
 	}
-	fmt.Fprintf(os.Stderr, "lockbench: wrote %s and %s in %v\n",
-		filepath.Join(*out, "RESULTS.md"), filepath.Join(*out, "chart.png"), res.Took.Round(time.Second))
+	fmt.Fprintf(os.Stderr, "lockbench: wrote %s, %s and %s in %v\n",
+		filepath.Join(*out, "RESULTS.md"), filepath.Join(*out, "chart.png"), filepath.Join(*out, "results.json"), res.Took.Round(time.Second))
+	return verdict(res)
+}
+
+// rerender writes the report and chart of a saved run.
+func rerender(path, out string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
+	}
+	res, m, err := harness.Load(f)
+	f.Close()
+	if err == nil {
+		err = write(out, res, m)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
+	}
+	return verdict(res)
+}
+
+// verdict prints the targets and returns the exit status: 1 for exclusion
+// violations, 2 for failures.
+func verdict(res *harness.Results) int {
 	for _, t := range contestants.Targets() {
 		fmt.Fprintln(os.Stderr, " ", res.Check(t))
 	}
@@ -120,11 +150,24 @@ func run() int {
 	return 0
 }
 
+// write writes results.json, RESULTS.md, README-section.md and chart.png
+// into dir.
 func write(dir string, res *harness.Results, m harness.Machine) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, "RESULTS.md"))
+	f, err := os.Create(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	if err := res.Save(f, m); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	f, err = os.Create(filepath.Join(dir, "RESULTS.md"))
 	if err != nil {
 		return err
 	}
