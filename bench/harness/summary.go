@@ -61,6 +61,10 @@ func (r *Results) WriteReadmeSection(w io.Writer, m Machine) error {
 	p.f("What the numbers mean: the cost each library adds over the same server on loopback, and how it behaves when many clients want one lock (a polling library's retry delay, not the server, sets its handoff rate). ")
 	p.f("What they do not mean: latency over a real network (add a round trip per request: Redlock and etcd's Mutex make more requests than a single SET), throughput of your workload, or anything about safety — ")
 	p.f("that is the conformance suite's job; here it is only checked that no library let two holders in at once. ")
-	p.f("The machine was shared with other work, so absolute figures move between runs; the ratios, measured side by side, move much less.\n")
+	p.f("The machine was shared with other work")
+	if m.Load != "" {
+		p.f(" (load average %s)", m.Load)
+	}
+	p.f(", so absolute figures move between runs; the ratios, measured side by side, move much less.\n")
 	return p.err
 }

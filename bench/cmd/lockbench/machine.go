@@ -16,9 +16,9 @@ import (
 func describe(ctx context.Context, s contestants.Servers) harness.Machine {
 	m := harness.Machine{CPU: cpuModel(), CPUs: runtime.NumCPU(), OS: osName(), Go: runtime.Version()}
 	m.Servers = strings.Join([]string{
-		firstLine(ctx, "redis-server", "--version"),
+		"Redis " + field(firstLine(ctx, "redis-server", "--version"), "v="),
 		contestants.PostgresVersion(ctx, s.Postgres),
-		firstLine(ctx, "etcd", "--version"),
+		"etcd " + field(firstLine(ctx, "etcd", "--version"), "Version: "),
 		contestants.ZooKeeperVersion(ctx, s.ZooKeeper),
 	}, "; ")
 	return m
@@ -59,4 +59,25 @@ func firstLine(ctx context.Context, name string, args ...string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
+}
+
+// field returns what follows prefix in line, up to the next space ("v=7.0.15
+// sha=..." gives 7.0.15), or line when prefix is not in it.
+func field(line, prefix string) string {
+	_, rest, ok := strings.Cut(line, prefix)
+	if !ok {
+		return line
+	}
+	v, _, _ := strings.Cut(rest, " ")
+	return v
+}
+
+// loadAverage returns the one-minute load average, "?" where unknown.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	one, _, _ := strings.Cut(string(data), " ")
+	return one
 }

@@ -93,6 +93,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		return 2
 	}
+	loadBefore := loadAverage()
 	res := harness.Run(ctx, cfg, cs)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "lockbench: interrupted")
@@ -101,7 +102,8 @@ func run() int {
 
 	machine := describe(ctx, servers)
 	machine.Pinning, machine.Mode = pinning, mode
-	machine.Command = "cd bench && go run ./cmd/lockbench"
+	machine.Load = loadBefore + " at the start, " + loadAverage() + " at the end"
+	machine.Command = "scripts/bench"
 	if *quick {
 		machine.Command += " -quick"
 	}
