@@ -138,8 +138,15 @@ func isSecretParam(name string) bool {
 }
 
 // urlSecrets finds the password and secret parameter values in a raw URL without
-// trusting it to parse, in escaped and unescaped forms, longest first.
-func urlSecrets(raw string) []string {
+// trusting it to parse, in escaped and unescaped forms, longest first. A query
+// value that is itself a URL (a driver over several servers lists them so) has
+// its secrets found too, also as the outer URL escapes them.
+func urlSecrets(raw string) []string { return urlSecretsNested(raw, 0) }
+
+// maxURLNesting bounds how deep URLs inside query values are searched.
+const maxURLNesting = 3
+
+func urlSecretsNested(raw string, depth int) []string {
 	var out []string
 	rest := raw
 	if i := strings.Index(rest, "://"); i >= 0 {
@@ -173,10 +180,35 @@ func urlSecrets(raw string) []string {
 				if isSecretParam(k) {
 					out = append(out, secretForms(v)...)
 				}
+				if depth < maxURLNesting {
+					out = append(out, nestedSecrets(v, depth)...)
+				}
 			}
 		}
 	}
 	return out
+}
+
+// nestedSecrets finds the secrets of a query value that is a URL, given raw or
+// query-escaped, in the forms the outer URL may show them.
+func nestedSecrets(v string, depth int) []string {
+	var out []string
+	for _, inner := range []string{v, queryUnescaped(v)} {
+		if !strings.Contains(inner, "://") {
+			continue
+		}
+		for _, x := range urlSecretsNested(inner, depth+1) {
+			out = append(out, x, url.QueryEscape(x), url.PathEscape(x))
+		}
+	}
+	return out
+}
+
+func queryUnescaped(s string) string {
+	if un, err := url.QueryUnescape(s); err == nil {
+		return un
+	}
+	return s
 }
 
 // parsedSecrets adds the password and secret parameters as url.Parse read them,
@@ -189,10 +221,11 @@ func parsedSecrets(secrets []string, u *url.URL) []string {
 		}
 	}
 	for name, vs := range u.Query() {
-		if isSecretParam(name) {
-			for _, v := range vs {
+		for _, v := range vs {
+			if isSecretParam(name) {
 				secrets = append(secrets, secretForms(v)...)
 			}
+			secrets = append(secrets, nestedSecrets(v, 0)...)
 		}
 	}
 	return secrets
