@@ -42,8 +42,8 @@ type job struct {
 	op       op
 	keys     []string
 	args     []any
-	deadline time.Time   // the reply is worthless after it; not sent after it
-	call     int         // which call of a batch it belongs to
+	deadline time.Time    // the reply is worthless after it; not sent after it
+	call     int          // which call of a batch it belongs to
 	reply    chan<- reply // buffered for every job of the round: never blocks
 }
 

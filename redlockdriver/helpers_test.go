@@ -146,4 +146,6 @@ func residue(ctx context.Context, t testing.TB, admins []*redis.Client, prefix s
 	return out
 }
 
-func isNotHeld(err error) bool { return err != nil && strings.Contains(err.Error(), driver.ErrNotHeld.Error()) }
+func isNotHeld(err error) bool {
+	return err != nil && strings.Contains(err.Error(), driver.ErrNotHeld.Error())
+}
