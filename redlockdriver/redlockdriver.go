@@ -38,12 +38,13 @@
 //
 //	redlock://?server=redis://10.0.0.1:6379&server=redis://10.0.0.2:6379&server=redis://10.0.0.3:6379
 //	redlock://?server=redis://:pw1@10.0.0.1:6379/0&server=rediss://app:pw2@10.0.0.2:6380/0&server=redis://10.0.0.3:6379/0&server_timeout=100ms
-//	redlock://?server=redis%3A%2F%2F%3Ap%2526w%40h1%3A6379&server=...   a server URL percent-encoded whole
+//	redlock://?server=redis://:p%26w@10.0.0.1:6379&server=redis://10.0.0.2:6379?dial_timeout%3D1s&server=...
 //
-// A server URL's own parameters must be percent-encoded (as "%26" for "&"),
-// or the whole server URL encoded as a query value, since they sit inside the
-// redlock URL's query; the same goes for a password containing '&', '+', '#'
-// or '%'. At least three servers are required, all distinct (the same server
+// The server URLs sit inside the redlock URL's query, so within them '&',
+// '=', '+', '#' and '%' are percent-encoded: the third example's first server
+// has the password "p&w", and its second the go-redis parameter dial_timeout.
+// (Write them so rather than percent-encoding each server URL whole: lock.Open
+// cannot yet find, to hide it, a password in a query value encoded whole.) At least three servers are required, all distinct (the same server
 // twice would count one vote twice); use an odd number, as an even one adds a
 // server without adding tolerance. server_timeout (default 50ms) bounds each
 // server's answer; it is lowered to a tenth of the TTL for short TTLs, so

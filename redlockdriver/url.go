@@ -179,6 +179,11 @@ func parseURL(u *url.URL) (config, error) {
 		}
 		seen[key] = i
 		o.ContextTimeoutEnabled = true
+		if _, set := serverQuery(s)["max_retries"]; !set {
+			// A round is the unit of retry: a retry inside the per-server
+			// timeout would only hide why a server did not answer.
+			o.MaxRetries = -1
+		}
 		c.servers = append(c.servers, o)
 		c.names = append(c.names, name)
 	}
@@ -226,6 +231,15 @@ func parseServer(raw string) (*redis.Options, string, error) {
 		return nil, name, redactErr(err, raw)
 	}
 	return o, name, nil
+}
+
+// serverQuery is a server URL's query, or nothing if it does not parse.
+func serverQuery(raw string) url.Values {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	return u.Query()
 }
 
 // redactErr removes a server URL's password from an error's message, keeping
