@@ -2,6 +2,7 @@ package redlockdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,8 +25,20 @@ func (d *Driver) Release(ctx context.Context, req *Request) error {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
 	d.mu.Unlock()
-	return d.release(ctx, k, req, true, inbox)
+	// A round that reaches too few servers leaves the outcome unknown; try
+	// again (owner-checked, so harmless) before saying so.
+	var err error
+	for range releaseRounds {
+		if err = d.release(ctx, k, req, true, inbox); !errors.Is(err, ErrNoQuorum) || ctx.Err() != nil {
+			break
+		}
+	}
+	return err
 }
+
+// releaseRounds is how many rounds Release makes before it reports that too
+// few servers answered.
+const releaseRounds = 3
 
 // release runs release.lua on every server and waits until a majority
 // confirmed the delete, or every server answered or timed out. With inbox set
