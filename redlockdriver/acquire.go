@@ -173,23 +173,6 @@ type silent struct{ err error }
 func (s silent) Error() string { return "" }
 func (s silent) Unwrap() error { return s.err }
 
-// giveBack releases what a failed round may have taken, on every server,
-// including those that did not answer (they may have taken it late), and waits
-// for the answers. notify tells waiters the lock is free: true only when the
-// round had won a majority.
-func (d *Driver) giveBack(k keys, req *Request, v vote, notify bool) {
-	unanswered := false
-	for _, err := range v.errs {
-		if err != nil {
-			unanswered = true
-		}
-	}
-	if v.yes == 0 && !unanswered {
-		return
-	}
-	d.release(context.Background(), k, req, notify, "")
-}
-
 // TryAcquire makes one round. It returns driver.ErrLocked when another owner
 // holds a majority or the vote was split, an error matching ErrNoQuorum when
 // fewer than a majority of the servers answered, and the same grant again when

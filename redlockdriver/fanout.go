@@ -197,6 +197,29 @@ type round struct {
 	pending int // jobs not yet answered
 }
 
+// sendTo queues one job (keys, args) for each server that pick accepts, as
+// send does.
+func (d *Driver) sendTo(o op, deadline time.Time, pick func(server int) bool, keys []string, args []any) *round {
+	r := &round{replies: make(chan reply, len(d.servers))}
+	for _, s := range d.servers {
+		if pick(s.idx) {
+			r.pending++
+			d.enqueue(s, job{op: o, keys: keys, args: args, deadline: deadline, reply: r.replies})
+		}
+	}
+	r.timer = time.NewTimer(time.Until(deadline))
+	return r
+}
+
+// enqueue gives a job to a server's worker, or answers errQueueFull at once.
+func (d *Driver) enqueue(s *server, j job) {
+	select {
+	case s.jobs <- j:
+	default:
+		j.reply <- reply{server: s.idx, call: j.call, err: errQueueFull}
+	}
+}
+
 // send queues one job per server for each call (keysArgs gives the call's keys
 // and arguments) and returns the round to gather the replies from. A server
 // whose queue is full answers errQueueFull at once.
@@ -206,11 +229,7 @@ func (d *Driver) send(o op, deadline time.Time, calls int, keysArgs func(call in
 	for c := 0; c < calls; c++ {
 		k, a := keysArgs(c)
 		for _, s := range d.servers {
-			select {
-			case s.jobs <- job{op: o, keys: k, args: a, deadline: deadline, call: c, reply: r.replies}:
-			default:
-				r.replies <- reply{server: s.idx, call: c, err: errQueueFull}
-			}
+			d.enqueue(s, job{op: o, keys: k, args: a, deadline: deadline, call: c, reply: r.replies})
 		}
 	}
 	r.timer = time.NewTimer(time.Until(deadline))

@@ -225,6 +225,9 @@ type Driver struct {
 	closed bool
 	groups map[string]*group // Acquire calls waiting, by lock key
 	sub    subscription
+	// undecided keeps what a Release that ended without an outcome learned,
+	// for the retry of that Release.
+	undecided map[*Request]*releaseTally
 }
 
 var (
@@ -268,6 +271,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		timeout: DefaultServerTimeout,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
+
+		undecided: map[*Request]*releaseTally{},
 	}
 	for _, o := range opts {
 		if o != nil {

@@ -90,7 +90,8 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*Request) []error {
 	// A lost lock may still hold a minority of servers: give them back, so it
 	// does not weigh on the next holder's majority.
 	for _, req := range lost {
-		_ = d.release(context.Background(), d.keys(req.Key), req, true, "")
+		d.forgetUndecided(req)
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
 	}
 	return errs
 }

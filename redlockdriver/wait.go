@@ -153,7 +153,7 @@ func (d *Driver) abandon(k keys, req *Request, g *group) {
 		inbox = d.inbox
 	}
 	d.mu.Unlock()
-	_ = d.release(context.Background(), k, req, false, inbox)
+	d.release(k, req, false, inbox, d.newTally(), false, true)
 }
 
 // join adds a waiter to the key's group; now is true when it is the head.
