@@ -52,7 +52,7 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *Request, register boo
 	for i := range v.errs {
 		v.errs[i] = errTimeout
 	}
-	for v.yes < d.quorum {
+	for pending := len(d.servers); pending > 0 && !v.decided(d.quorum, pending); pending-- {
 		rep, ok := r.next()
 		if !ok {
 			break
@@ -61,6 +61,23 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *Request, register boo
 	}
 	r.stop()
 	return v
+}
+
+// decided reports whether the servers still to answer (pending) can no longer
+// change the outcome: we have a majority, another owner has one, or nobody
+// can reach one. Stragglers then cost no waiting; giveBack still covers them.
+func (v *vote) decided(quorum, pending int) bool {
+	if v.yes >= quorum {
+		return true
+	}
+	most := v.yes
+	for _, h := range v.holders {
+		if h.count >= quorum {
+			return true
+		}
+		most = max(most, h.count)
+	}
+	return most+pending < quorum
 }
 
 // Request is the driver's request type, named here for brevity.

@@ -46,9 +46,14 @@
 // (Write them so rather than percent-encoding each server URL whole: lock.Open
 // cannot yet find, to hide it, a password in a query value encoded whole.) At least three servers are required, all distinct (the same server
 // twice would count one vote twice); use an odd number, as an even one adds a
-// server without adding tolerance. server_timeout (default 50ms) bounds each
+// server without adding tolerance. server_timeout (default 100ms) bounds each
 // server's answer; it is lowered to a tenth of the TTL for short TTLs, so
-// validity is never spent waiting for one slow server. Unknown parameters, at
+// validity is never spent waiting for one slow server. A round ends as soon
+// as its outcome is decided (a majority for us or for another owner, or none
+// possible), so the timeout is waited out only when the servers that did
+// answer leave the outcome open; it is not the common cost of a server being
+// down, and it is generous enough not to fail rounds when the client process
+// itself is descheduled or paused for GC for tens of milliseconds. Unknown parameters, at
 // either level, are errors that list the accepted ones; the portable
 // parameters ttl, auto_refresh and prefix (the namespace of every key,
 // "distlock" by default) are described in package lock. Open connects to every
@@ -156,7 +161,7 @@ const DefaultPrefix = "distlock"
 
 // DefaultServerTimeout bounds each server's answer when no other is given. It
 // is lowered to a tenth of the lock's TTL for short TTLs.
-const DefaultServerTimeout = 50 * time.Millisecond
+const DefaultServerTimeout = 100 * time.Millisecond
 
 // MinServers is the fewest servers a Driver accepts: with fewer, a majority
 // tolerates no failure and Redlock gains nothing over one server.

@@ -105,7 +105,13 @@ func (d *Driver) Acquire(ctx context.Context, req *Request) (driver.Grant, error
 			acquired = true
 			return driver.Grant{Start: v.start}, nil
 		}
-		d.giveBack(k, req, v, o == late)
+		if o != held || v.yes > 0 {
+			// (A round lost to a majority holder without a vote of ours
+			// gives nothing back: a server that answered late may have given
+			// us the lock, but our next round finds it ours, and abandon
+			// covers a wait that ends.)
+			d.giveBack(k, req, v, o == late)
+		}
 		if v.wrong {
 			d.abandon(k, req, g)
 			return driver.Grant{}, d.failed(v, o)
