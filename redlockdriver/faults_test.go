@@ -147,6 +147,52 @@ func TestPausedServerDoesNotStallAcquisition(t *testing.T) {
 			t.Fatalf("round %d: Release with one of three servers paused: %v", i, err)
 		}
 	}
+
+	// A waiter, whose subscription to the paused server cannot be confirmed,
+	// is still woken by the others, and its Locker closes promptly.
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := lock.Open(ctx, redlockURL(servers, "server_timeout=50ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := waiter.Acquire(ctx, "k")
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter with one of three servers paused: %v", err)
+	}
+	if _, err := lk.Acquire(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := waiter.Acquire(ctx, "k2")
+		got <- err
+	}()
+	admin := admins(t, servers)
+	for admin[1].Exists(ctx, DefaultPrefix+":{k2}:waiters").Val() == 0 {
+		time.Sleep(time.Millisecond) // until the waiter waits
+	}
+	start := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Fatalf("Close with one of three servers paused: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Close with one of three servers paused took %v", took)
+	}
+	if err := <-got; !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Acquire interrupted by Close = %v, want ErrClosed", err)
+	}
 }
 
 // A split vote (no owner on a majority) is given back: after TryAcquire and a

@@ -23,8 +23,12 @@ type subscription struct {
 }
 
 const (
-	// inboxDialTimeout bounds subscribing and its confirmation.
-	inboxDialTimeout = 5 * time.Second
+	// inboxDialRounds bounds subscribing and its confirmation, in per-server
+	// timeouts: it takes a few round trips (connect, HELLO, SUBSCRIBE). A
+	// server that does not answer within it is tried again later. go-redis
+	// honours deadlines, not cancellation, while it connects, so this also
+	// bounds how long Close waits for a subscription under way.
+	inboxDialRounds = 10
 	// inboxIdle is how long a reader waits for a message before it pings the
 	// server, and then for the answer before it gives the connection up.
 	inboxIdle = 15 * time.Second
@@ -70,7 +74,8 @@ func (d *Driver) readInbox(s *server) {
 // dial subscribes on s and waits for the confirmation; nil if it failed. The
 // connection is recorded before it is confirmed, so Close can interrupt it.
 func (d *Driver) dial(s *server) *redis.PubSub {
-	ctx, cancel := context.WithTimeout(d.ctx, inboxDialTimeout)
+	timeout := inboxDialRounds * d.timeout
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
 	ps := s.client.Subscribe(ctx, d.inbox)
 	d.mu.Lock()
@@ -82,7 +87,7 @@ func (d *Driver) dial(s *server) *redis.PubSub {
 	d.sub.conns[s.idx] = ps
 	d.mu.Unlock()
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, inboxDialTimeout)
+		msg, err := ps.ReceiveTimeout(ctx, timeout)
 		if err != nil {
 			_ = ps.Close()
 			return nil

@@ -57,9 +57,10 @@
 // either level, are errors that list the accepted ones; the portable
 // parameters ttl, auto_refresh and prefix (the namespace of every key,
 // "distlock" by default) are described in package lock. Open connects to every
-// server: a wrong password, a TLS failure or a malformed server URL on any one
-// of them fails Open, and so does reaching fewer than a majority; servers
-// merely unreachable are tolerated, as Redlock tolerates them later. No error
+// server, waiting at most ten per-server timeouts: a wrong password, a TLS
+// failure or a malformed server URL on any one of them fails Open, and so does
+// reaching fewer than a majority; servers merely unreachable (refused, or not
+// answering in time) are tolerated, as Redlock tolerates them later. No error
 // shows a password: servers are named by position and address.
 //
 // Programs that already have clients use New with one client per server.

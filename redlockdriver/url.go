@@ -42,9 +42,11 @@ var (
 // they are listed in errors so a user sees every parameter a URL may carry.
 const portableParams = "ttl, auto_refresh, prefix"
 
-// openTimeout bounds Open's connection check, so that a server that accepts
-// connections but never answers cannot hold Open.
-const openTimeout = 5 * time.Second
+// openRounds bounds Open's connection check, in per-server timeouts: enough
+// for a connection, a TLS handshake and a PING, while a server that accepts
+// connections but never answers cannot hold Open (or, through its worker,
+// Close) for long.
+const openRounds = 10
 
 // config is what a redlock URL describes.
 type config struct {
@@ -83,7 +85,7 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 // answers.
 func (d *Driver) check(ctx context.Context, names []string) error {
 	start := time.Now()
-	dl := start.Add(openTimeout)
+	dl := start.Add(openRounds * d.timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
 	}
