@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/memdriver"
 )
 
@@ -83,5 +84,63 @@ func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 			t.Fatalf("key %q still held after Close: %v", key, err)
 		}
 		_ = l.Release(ctx)
+	}
+}
+
+// valueSpy passes through to a driver and records the value of spyKey in the
+// context of each blocking Acquire.
+type valueSpy struct {
+	driver.Driver
+	seen chan any
+}
+
+type spyKey struct{}
+
+func (s valueSpy) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	s.seen <- ctx.Value(spyKey{})
+	return s.Driver.(driver.Acquirer).Acquire(ctx, req)
+}
+
+// A waiting Acquire ends with ErrClosed when the Locker closes, whether the
+// caller's context can be cancelled or not, and the driver sees the caller's
+// context values either way.
+func TestCloseInterruptsWaitWithCallersValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"background", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+		{"cancellable", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, cancel := tc.ctx()
+			defer cancel()
+			ctx := context.WithValue(parent, spyKey{}, "caller's value")
+			name := t.Name()
+			holder := lock.New(memdriver.New(name))
+			defer holder.Close()
+			held, err := holder.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release(ctx)
+
+			spy := valueSpy{Driver: memdriver.New(name), seen: make(chan any, 1)}
+			lk := lock.New(spy)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := lk.Acquire(ctx, "k")
+				errc <- err
+			}()
+			if v := <-spy.seen; v != "caller's value" {
+				t.Errorf("driver saw value %v, want the caller's", v)
+			}
+			if err := lk.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; !errors.Is(err, lock.ErrClosed) {
+				t.Fatalf("Acquire interrupted by Close returned %v, want ErrClosed", err)
+			}
+		})
 	}
 }

@@ -95,12 +95,13 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	held     map[*Lock]struct{}
-	schedule lockHeap                    // held locks by their next refresh or deadline
-	armed    time.Time                   // when the scheduler will next wake by itself
-	calls    map[*int]context.CancelFunc // Acquire calls in flight, for Close to interrupt
-	callsWG  sync.WaitGroup
-	wake     chan struct{} // nudges the scheduler after schedule changes
-	done     chan struct{} // closed by Close
+	schedule lockHeap           // held locks by their next refresh or deadline
+	armed    time.Time          // when the scheduler will next wake by itself
+	calls    context.Context    // done when Close begins: interrupts Acquire calls in flight
+	endCalls context.CancelFunc // cancels calls
+	callsWG  sync.WaitGroup     // Acquire calls in flight
+	wake     chan struct{}      // nudges the scheduler after schedule changes
+	done     chan struct{}      // closed by Close
 	ctx      context.Context
 	cancel   context.CancelFunc // cancels ctx, which bounds background work
 	wg       sync.WaitGroup     // the scheduler and its refresh and release goroutines
@@ -116,12 +117,12 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		defaults: defaultOptions().apply(opts),
 		name:     driverName(d),
 		held:     map[*Lock]struct{}{},
-		calls:    map[*int]context.CancelFunc{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		armed:    time.Now().Add(time.Hour),
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
+	lk.calls, lk.endCalls = context.WithCancel(context.Background())
 	lk.acquirer, _ = d.(driver.Acquirer)
 	lk.batch, _ = d.(driver.BatchRefresher)
 	lk.wg.Add(1)
@@ -148,9 +149,7 @@ func (lk *Locker) Close() error {
 	}
 	lk.closed = true
 	close(lk.done)
-	for _, cancel := range lk.calls {
-		cancel()
-	}
+	lk.endCalls()
 	lk.mu.Unlock()
 	lk.callsWG.Wait() // interrupted acquires clean up before the driver closes
 	lk.cancel()       // in-flight refreshes give up
@@ -185,24 +184,44 @@ func (lk *Locker) Close() error {
 const closeReleaseTimeout = 10 * time.Second
 
 // track registers a call so Close can interrupt it; the returned context is
-// cancelled by Close, and untrack must be called when the call returns.
+// done when ctx is or when Close begins, and untrack must be called when the
+// call returns.
 func (lk *Locker) track(ctx context.Context) (context.Context, func(), error) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	if lk.closed {
 		return nil, nil, ErrClosed
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	id := new(int)
-	lk.calls[id] = cancel
 	lk.callsWG.Add(1)
+	if ctx.Done() == nil {
+		// The caller's context can never end (Background, or values only): the
+		// Locker's own calls context serves, and the call costs no context of
+		// its own, nor the drivers that watch it a registration of their own.
+		return closingCtx{Context: lk.calls, values: ctx}, lk.callsWG.Done, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(lk.calls, cancel)
 	return ctx, func() {
-		lk.mu.Lock()
-		delete(lk.calls, id)
-		lk.mu.Unlock()
+		stop()
 		cancel()
 		lk.callsWG.Done()
 	}, nil
+}
+
+// closingCtx is the context of a call whose caller's context cannot end: it is
+// done when the Locker closes, and carries the caller's values.
+type closingCtx struct {
+	context.Context                 // the Locker's calls context
+	values          context.Context // the caller's
+}
+
+func (c closingCtx) Value(key any) any {
+	if v := c.values.Value(key); v != nil {
+		return v
+	}
+	// The calls context's own keys, among them the one by which package context
+	// finds the cancelable parent it registers children with.
+	return c.Context.Value(key)
 }
 
 func (lk *Locker) isClosed() bool {

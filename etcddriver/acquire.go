@@ -147,17 +147,31 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 	)
 	for round := 0; ; round++ {
 		sent = time.Now()
-		resp, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
-			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id)),
-				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
-			Else(clientv3.OpGet(e.key)).
+		// When nobody holds or waits (the common case) the lock is simply
+		// written; otherwise the nested transaction, concurrency.Mutex's,
+		// queues our key (or finds it from an earlier attempt) and reads the
+		// key before it.
+		queue := clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id)),
+				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
+			[]clientv3.Op{clientv3.OpGet(e.key)})
+		outer, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))).
+			Else(queue).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
 		}
+		if outer.Succeeded {
+			rev := outer.Header.Revision
+			d.setRev(e, rev)
+			return d.hold(e, rev, sent)
+		}
+		resp := outer.Responses[0].GetResponseTxn()
 		if resp.Succeeded {
-			rev := resp.Header.Revision
+			rev := outer.Header.Revision
 			d.setRev(e, rev)
 			last := resp.Responses[1].GetResponseRange().Kvs // ours, then the one before
 			if len(last) < 2 {

@@ -1,10 +1,6 @@
 package filedriver
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
-)
+import "github.com/distlock/lock/internal/keyname"
 
 // lockSuffix ends every lock file name, so an operator can tell lock files apart.
 const lockSuffix = ".lock"
@@ -34,30 +30,12 @@ func fileName(key string) string { return escapeName(key) + lockSuffix }
 // followed by '~' and the hex SHA-256 of the whole of s; '~' is always escaped,
 // so a cut name never equals a whole one, and two cut names meet only if SHA-256
 // collides.
-func escapeName(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if isPlain(c) && (c != '.' || i > 0) {
-			b.WriteByte(c)
-			continue
-		}
-		const hexDigits = "0123456789ABCDEF"
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	esc := b.String()
-	if len(esc) <= maxDirect {
-		return esc
-	}
-	cut := hashedPrefix
-	if i := strings.LastIndexByte(esc[:cut], '%'); i >= 0 && i+3 > cut {
-		cut = i // do not split an escape
-	}
-	sum := sha256.Sum256([]byte(s))
-	return esc[:cut] + "~" + hex.EncodeToString(sum[:])
+func escapeName(s string) string { return fileNames.Name(s) }
+
+var fileNames = keyname.Escaping{
+	Keep:         func(_ string, i int, c byte) bool { return isPlain(c) && (c != '.' || i > 0) },
+	MaxDirect:    maxDirect,
+	HashedPrefix: hashedPrefix,
 }
 
 func isPlain(c byte) bool {

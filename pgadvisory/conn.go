@@ -138,41 +138,51 @@ func (c *lockConn) watch(ctx context.Context) func(ok bool) {
 	if ctx.Done() == nil {
 		return func(bool) {}
 	}
-	var (
-		mu       sync.Mutex
-		timer    *time.Timer
-		finished bool
-		cut      bool
-	)
-	netConn := c.net
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if finished {
-			return
-		}
-		timer = time.AfterFunc(stmtGrace, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if !finished {
-				cut = true
-				_ = netConn.SetDeadline(time.Unix(1, 0))
-			}
-		})
-	})
-	return func(ok bool) {
-		stop()
-		mu.Lock()
-		finished = true
-		if timer != nil {
-			timer.Stop()
-		}
-		wasCut := cut
-		mu.Unlock()
-		if wasCut && ok {
-			// The answer came just before the cut: the session is fine.
-			_ = netConn.SetDeadline(time.Time{})
-		}
+	w := &stmtWatch{net: c.net}
+	w.stop = context.AfterFunc(ctx, w.ctxDone)
+	return w.finish
+}
+
+// stmtWatch is one statement's watch (see watch): one allocation, not one per
+// variable its closures would share.
+type stmtWatch struct {
+	net      net.Conn
+	stop     func() bool
+	mu       sync.Mutex
+	timer    *time.Timer
+	finished bool
+	cut      bool
+}
+
+func (w *stmtWatch) ctxDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.finished {
+		w.timer = time.AfterFunc(stmtGrace, w.cutNow)
+	}
+}
+
+func (w *stmtWatch) cutNow() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.finished {
+		w.cut = true
+		_ = w.net.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+func (w *stmtWatch) finish(ok bool) {
+	w.stop()
+	w.mu.Lock()
+	w.finished = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	wasCut := w.cut
+	w.mu.Unlock()
+	if wasCut && ok {
+		// The answer came just before the cut: the session is fine.
+		_ = w.net.SetDeadline(time.Time{})
 	}
 }
 

@@ -2,11 +2,11 @@ package zkdriver
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/distlock/lock/internal/keyname"
 )
 
 const (
@@ -31,30 +31,14 @@ const (
 // to hashedPrefix bytes (never inside an escape) and followed by '~' and the hex
 // SHA-256 of the whole of s; '~' is always escaped, so a cut name never equals a
 // whole one, and two cut names meet only if SHA-256 collides.
-func escapeName(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if isPlain(c) && !(c == '.' && i == 0) && !(i == 0 && s == "zookeeper") {
-			b.WriteByte(c)
-			continue
-		}
-		const hexDigits = "0123456789ABCDEF"
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	esc := b.String()
-	if len(esc) <= maxDirect {
-		return esc
-	}
-	cut := hashedPrefix
-	if i := strings.LastIndexByte(esc[:cut], '%'); i >= 0 && i+3 > cut {
-		cut = i // do not split an escape
-	}
-	sum := sha256.Sum256([]byte(s))
-	return esc[:cut] + "~" + hex.EncodeToString(sum[:])
+func escapeName(s string) string { return znodeNames.Name(s) }
+
+var znodeNames = keyname.Escaping{
+	Keep: func(s string, i int, c byte) bool {
+		return isPlain(c) && !(c == '.' && i == 0) && !(i == 0 && s == "zookeeper")
+	},
+	MaxDirect:    maxDirect,
+	HashedPrefix: hashedPrefix,
 }
 
 func isPlain(c byte) bool {
