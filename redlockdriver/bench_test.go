@@ -4,8 +4,10 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,22 +81,27 @@ func benchRedis(b *testing.B, url, prefix string) *lock.Locker {
 }
 
 // BenchmarkUncontended is one acquire and release of a free lock through
-// package lock, by four contestants that take turns within every iteration
-// (in a random order each time), so that a noisy neighbour slows them alike:
-// the single-server Redis driver on the first server and this driver over all
-// of them, each with TryAcquire and with Acquire. It reports each one's time
-// per acquire+release and the ratios of Redlock to Redis.
+// package lock, by contestants that take turns within every iteration (in a
+// random order each time), so that a noisy neighbour slows them alike: the
+// single-server Redis driver on the first server and this driver over all of
+// them, each with TryAcquire and with Acquire; and, for scale, the floor of
+// the protocol in raw go-redis calls (SET NX PX, then the compare-and-delete
+// script): on the first server alone, and on all of them at once (a goroutine
+// per request, done at the second answer). It reports each one's time per
+// acquire+release and the ratios of Redlock to Redis, and of the three-server
+// floor to the one-server floor: what answering from three servers costs
+// here, before any driver.
 func BenchmarkUncontended(b *testing.B) {
 	urls := benchServers(b)
 	ctx := context.Background()
 	single := benchRedis(b, urls[0], benchPrefix())
 	multi := benchRedlock(b, urls, benchPrefix())
-	pair := func(lk *lock.Locker, try bool) func() {
+	pair := func(lk *lock.Locker, try bool) func(int) {
 		take := lk.Acquire
 		if try {
 			take = lk.TryAcquire
 		}
-		return func() {
+		return func(int) {
 			l, err := take(ctx, "bench")
 			if err != nil {
 				b.Fatal(err)
@@ -104,28 +111,111 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	}
-	contestants := [4]func(){pair(single, true), pair(multi, true), pair(single, false), pair(multi, false)}
-	for _, c := range contestants { // connections made, scripts loaded
-		c()
+	f := newFloor(b, urls)
+	defer f.wait()
+	contestants := [6]func(int){
+		pair(single, true), pair(multi, true), pair(single, false), pair(multi, false),
+		func(i int) { f.lockUnlock(f.clients[:1], i) },
+		func(i int) { f.lockUnlock(f.clients, i) },
 	}
-	var spent [4]time.Duration
+	for i, c := range contestants { // connections made, scripts loaded
+		c(-1 - i)
+	}
+	var spent [len(contestants)]time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, k := range rand.Perm(len(contestants)) {
 			t := time.Now()
-			contestants[k]()
+			contestants[k](i)
 			spent[k] += time.Since(t)
 		}
 	}
 	b.StopTimer()
+	f.wait()
+	if err := f.err(); err != nil {
+		b.Fatal(err)
+	}
 	per := func(k int) float64 { return float64(spent[k].Nanoseconds()) / float64(b.N) }
 	b.ReportMetric(per(0), "redis-try-ns")
 	b.ReportMetric(per(1), "redlock-try-ns")
 	b.ReportMetric(per(2), "redis-acquire-ns")
 	b.ReportMetric(per(3), "redlock-acquire-ns")
+	b.ReportMetric(per(4), "floor1-ns")
+	b.ReportMetric(per(5), "floor3-ns")
 	b.ReportMetric(per(1)/per(0), "redlock/redis-try")
 	b.ReportMetric(per(3)/per(2), "redlock/redis-acquire")
+	b.ReportMetric(per(5)/per(4), "floor3/floor1")
 }
+
+// floor is the raw protocol on plain go-redis clients, for scale.
+type floor struct {
+	clients []*redis.Client
+	wg      sync.WaitGroup // requests still running after their round was decided
+	mu      sync.Mutex
+	first   error
+}
+
+var floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func newFloor(b *testing.B, urls []string) *floor {
+	f := &floor{}
+	for _, u := range urls {
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := redis.NewClient(o)
+		b.Cleanup(func() { _ = c.Close() })
+		f.clients = append(f.clients, c)
+	}
+	return f
+}
+
+// lockUnlock takes and releases a lock on clients at once, each step done
+// when a majority answered.
+func (f *floor) lockUnlock(clients []*redis.Client, i int) {
+	ctx := context.Background()
+	key, owner := fmt.Sprintf("bench-floor%d", len(clients)), strconv.Itoa(i)
+	f.round(clients, func(c *redis.Client) error { return c.SetNX(ctx, key, owner, 30*time.Second).Err() })
+	f.round(clients, func(c *redis.Client) error { return floorRelease.Run(ctx, c, []string{key}, owner).Err() })
+}
+
+func (f *floor) round(clients []*redis.Client, do func(*redis.Client) error) {
+	if len(clients) == 1 {
+		f.fail(do(clients[0]))
+		return
+	}
+	done := make(chan struct{}, len(clients))
+	for _, c := range clients {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.fail(do(c))
+			done <- struct{}{}
+		}()
+	}
+	for range len(clients)/2 + 1 {
+		<-done
+	}
+}
+
+func (f *floor) fail(err error) {
+	if err != nil {
+		f.mu.Lock()
+		if f.first == nil {
+			f.first = err
+		}
+		f.mu.Unlock()
+	}
+}
+
+func (f *floor) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.first
+}
+
+func (f *floor) wait() { f.wg.Wait() }
 
 // BenchmarkContended has 8 goroutines spread over 2 Lockers (separate
 // drivers, as separate processes would have) take turns on one key over the
