@@ -40,7 +40,7 @@ const (
 // attempt runs one acquire round: acquire.lua on every server at once, until
 // a majority said yes or every server answered or timed out. With register,
 // servers that find the lock held record this driver's inbox as waiting for it.
-func (d *Driver) attempt(ctx context.Context, k keys, req *Request, register bool, lease time.Duration) vote {
+func (d *Driver) attempt(ctx context.Context, k keys, req *request, register bool, lease time.Duration) vote {
 	args := []any{req.Owner, millis(req.TTL)}
 	if register {
 		args = append(args, d.inbox, millis(lease))
@@ -80,11 +80,11 @@ func (v *vote) decided(quorum, pending int) bool {
 	return most+pending < quorum
 }
 
-// Request is the driver's request type, named here for brevity.
-type Request = driver.Request
+// request is the driver's request type, named here for brevity.
+type request = driver.Request
 
 // count adds one server's reply to the vote.
-func (v *vote) count(rep reply, req *Request, start time.Time) {
+func (v *vote) count(rep reply, req *request, start time.Time) {
 	if rep.err != nil {
 		v.errs[rep.server] = rep.err
 		return
@@ -133,7 +133,7 @@ func (v *vote) count(rep reply, req *Request, start time.Time) {
 }
 
 // judge decides a round's outcome.
-func (d *Driver) judge(v vote, req *Request) outcome {
+func (d *Driver) judge(v vote, req *request) outcome {
 	if v.yes >= d.quorum {
 		if time.Since(v.start) >= req.TTL-drift(req.TTL) {
 			return late
@@ -195,7 +195,7 @@ func (s silent) Unwrap() error { return s.err }
 // fewer than a majority of the servers answered, and the same grant again when
 // req.Owner already holds the lock. It never registers as a waiter, and gives
 // back whatever a failed round took before it returns.
-func (d *Driver) TryAcquire(ctx context.Context, req *Request) (driver.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, req *request) (driver.Grant, error) {
 	if err := d.begin(ctx); err != nil {
 		return driver.Grant{}, err
 	}

@@ -71,9 +71,11 @@
 // and K escaped as %25, %7B and %7D:
 //
 //	P:{K}           the lock: a string holding the owner, with the lock's TTL
-//	P:{K}:waiters   hash: inbox channel -> deadline (ms) of a waiting driver's
-//	                registration; exists only while someone waits, and expires
-//	                two leases after the last registration
+//	P:{K}:waiters   hash: inbox channel -> deadline (ms, server clock) of a
+//	                waiting driver's registration; it lives while drivers wait
+//	                and expires two leases (a lease is the TTL, at least 1s)
+//	                after the last registration; a driver whose waiters all
+//	                gave up removes its entry at once
 //	P:inbox:ID      the pub/sub channel of the driver with that random ID
 //
 // The lock key is what any Redlock client writes (SET key value NX PX), so
@@ -233,7 +235,7 @@ type Driver struct {
 	sub    subscription
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.
-	undecided map[*Request]*releaseTally
+	undecided map[*request]*releaseTally
 }
 
 var (
@@ -278,7 +280,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
 
-		undecided: map[*Request]*releaseTally{},
+		undecided: map[*request]*releaseTally{},
 	}
 	for _, o := range opts {
 		if o != nil {

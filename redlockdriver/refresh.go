@@ -14,14 +14,14 @@ import (
 // what is left of it is given back), and otherwise an error matching
 // ErrNoQuorum: the outcome is unknown, and package lock tries again until the
 // lock's validity deadline.
-func (d *Driver) Refresh(ctx context.Context, req *Request) error {
-	return d.RefreshBatch(ctx, []*Request{req})[0]
+func (d *Driver) Refresh(ctx context.Context, req *request) error {
+	return d.RefreshBatch(ctx, []*request{req})[0]
 }
 
 // RefreshBatch refreshes every request in one fan-out (each server's worker
 // pipelines the batch: one round trip per server) and returns one error per
 // request, as Refresh would.
-func (d *Driver) RefreshBatch(ctx context.Context, reqs []*Request) []error {
+func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	errs := make([]error, len(reqs))
 	if err := d.begin(ctx); err != nil {
 		for i := range errs {
@@ -72,7 +72,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*Request) []error {
 		}
 	}
 	r.stop()
-	var lost []*Request
+	var lost []*request
 	for i, x := range t {
 		switch {
 		case x.ok >= d.quorum:

@@ -12,7 +12,7 @@ import (
 // the waiting drivers, and returns driver.ErrNotHeld when a majority did not
 // hold it (it had expired or was taken over). It never deletes another owner's
 // lock. For an owner still waiting in Acquire it also leaves nothing behind.
-func (d *Driver) Release(ctx context.Context, req *Request) error {
+func (d *Driver) Release(ctx context.Context, req *request) error {
 	if err := d.begin(ctx); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (d *Driver) Release(ctx context.Context, req *Request) error {
 
 // forgetUndecided drops what an undecided Release learned about a lock that
 // has ended otherwise (its refresh found it lost).
-func (d *Driver) forgetUndecided(req *Request) {
+func (d *Driver) forgetUndecided(req *request) {
 	d.mu.Lock()
 	delete(d.undecided, req)
 	d.mu.Unlock()
@@ -118,7 +118,7 @@ func (t *releaseTally) result(d *Driver) error {
 // retry, "not held" counts as released (see Release). With all, it waits for
 // every server (until the deadline) even once the outcome is decided: a
 // cleanup is done when it returns.
-func (d *Driver) release(k keys, req *Request, notify bool, inbox string, t *releaseTally, retry, all bool) {
+func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all bool) {
 	n := "0"
 	if notify {
 		n = "1"
@@ -152,7 +152,7 @@ func (d *Driver) release(k keys, req *Request, notify bool, inbox string, t *rel
 // including those that did not answer (they may have taken it late), and waits
 // for the answers. notify tells waiters the lock is free: true only when the
 // round had won a majority.
-func (d *Driver) giveBack(k keys, req *Request, v vote, notify bool) {
+func (d *Driver) giveBack(k keys, req *request, v vote, notify bool) {
 	unanswered := false
 	for _, err := range v.errs {
 		if err != nil {

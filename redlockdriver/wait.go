@@ -45,7 +45,7 @@ const (
 // it returns an error it has given back whatever it took and left no
 // registration behind. It returns an error matching ErrNoQuorum when a
 // majority of the servers cannot be reached.
-func (d *Driver) Acquire(ctx context.Context, req *Request) (driver.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error) {
 	if err := d.begin(ctx); err != nil {
 		return driver.Grant{}, err
 	}
@@ -152,7 +152,7 @@ func (d *Driver) ended(ctx context.Context) error {
 
 // abandon gives back what a waiter may hold and, when no other call of this
 // driver waits for the key, removes the driver's registration.
-func (d *Driver) abandon(k keys, req *Request, g *group) {
+func (d *Driver) abandon(k keys, req *request, g *group) {
 	inbox := ""
 	d.mu.Lock()
 	if len(g.queue) <= 1 {
