@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -92,6 +93,20 @@ func (t *tracked) Release(ctx context.Context, req *driver.Request) error {
 		t.note(req, false)
 	}
 	return err
+}
+
+// settle waits until every request d sent before has been answered by its
+// server or dropped: a round that ended at a majority leaves its other
+// requests running, and a lock taken by them lands a little later. Each
+// server's worker serves its jobs in order, so a PING queued behind them is
+// answered after them.
+func (d *Driver) settle() {
+	r := d.send(opPing, time.Now().Add(10*time.Second), 1, func(int) ([]string, []any) { return nil, nil })
+	for {
+		if _, ok := r.next(); !ok {
+			return
+		}
+	}
 }
 
 // locks returns the lock keys and owners of the locks t holds.

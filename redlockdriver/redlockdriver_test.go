@@ -28,7 +28,9 @@ func TestConformance(t *testing.T) {
 		// forget it is an operator deleting it, and it is gone once a majority
 		// forgot it. Sever deletes it on three of the five servers.
 		Sever: func(ctx context.Context, d driver.Driver) error {
-			return deleteOwned(ctx, admin[:3], d.(*tracked).locks())
+			t := d.(*tracked)
+			t.settle() // the locks' last servers have answered
+			return deleteOwned(ctx, admin[:3], t.locks())
 		},
 		// Restart every server, keeping what it saved.
 		RestartBackend: func(context.Context) error {
