@@ -22,10 +22,10 @@ import (
 	"github.com/distlock/lock/internal/testserver"
 )
 
-// tlsServer is redisdriver's test helper of the same name.
 // tlsServer starts a private server that also listens with TLS, on a
 // certificate for 127.0.0.1 signed by a throwaway CA, and returns the TLS
-// address and the CA.
+// address and the CA. (A copy of redisdriver's test helper: test files
+// cannot be shared between packages.)
 func tlsServer(t *testing.T) (string, *x509.CertPool) {
 	t.Helper()
 	dir := t.TempDir()
