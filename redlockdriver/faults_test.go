@@ -3,6 +3,7 @@ package redlockdriver
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,8 +89,8 @@ func TestAcquireWithThreeOfFiveServersStoppedFailsAndLeavesNothing(t *testing.T)
 	if actx.Err() != nil {
 		t.Fatalf("Acquire with 2 of 5 servers up ran until its context ended: %v", err)
 	}
-	if !errors.Is(err, ErrNoQuorum) {
-		t.Fatalf("Acquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum", err)
+	if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "server 5 (") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Acquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum that names each stopped server and why", err)
 	}
 	t.Logf("Acquire with 2 of 5 servers up: %v", err)
 	if _, err := lk.TryAcquire(ctx, "k"); !errors.Is(err, ErrNoQuorum) {

@@ -142,7 +142,8 @@
 // policy. A *redis.Ring is refused by New (its shards are not independent
 // voters). Clients given to New should set ContextTimeoutEnabled, so the
 // per-server timeout interrupts a server that stopped answering rather than
-// the client's read timeout.
+// the client's read timeout, and DialerRetries 1 and MaxRetries -1 (as URLs
+// do), so that a round learns why a server failed rather than a timeout.
 package redlockdriver
 
 import (

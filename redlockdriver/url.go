@@ -181,11 +181,13 @@ func parseURL(u *url.URL) (config, error) {
 		}
 		seen[key] = i
 		o.ContextTimeoutEnabled = true
+		// A round is the unit of retry: a retry inside the per-server timeout
+		// (of a command, or of a dial, which go-redis retries five times 100ms
+		// apart) would only hide why a server did not answer.
 		if _, set := serverQuery(s)["max_retries"]; !set {
-			// A round is the unit of retry: a retry inside the per-server
-			// timeout would only hide why a server did not answer.
 			o.MaxRetries = -1
 		}
+		o.DialerRetries = 1
 		c.servers = append(c.servers, o)
 		c.names = append(c.names, name)
 	}
