@@ -1,0 +1,211 @@
+package redlockdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// A vote is what one acquire round learned from the servers.
+type vote struct {
+	yes      int       // servers where the lock is ours
+	start    time.Time // the latest moment from which every yes server keeps the lock for the TTL
+	answered int       // servers that answered at all
+	holders  []holder  // other owners seen, with how many servers each holds
+	longest  time.Duration
+	wrong    bool    // a server holds a value that is not a lock under the key
+	errs     []error // per server, nil where it answered
+}
+
+type holder struct {
+	owner string
+	count int
+}
+
+// The outcome of a round.
+type outcome int
+
+const (
+	won      outcome = iota // a majority, with validity left
+	held                    // another owner holds a majority: wait for its release
+	split                   // nobody has a majority: back off randomly and try again
+	noQuorum                // fewer than a majority answered
+	late                    // a majority, but the validity was spent getting it
+)
+
+// attempt runs one acquire round: acquire.lua on every server at once, until
+// a majority said yes or every server answered or timed out. With register,
+// servers that find the lock held record this driver's inbox as waiting for it.
+func (d *Driver) attempt(ctx context.Context, k keys, req *request, register bool, lease time.Duration) vote {
+	args := []any{req.Owner, millis(req.TTL)}
+	if register {
+		args = append(args, d.inbox, millis(lease))
+	}
+	keys := []string{k.lock, k.waiters}
+	start := time.Now()
+	r := d.send(opAcquire, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
+	v := vote{start: start, errs: make([]error, len(d.servers))}
+	for i := range v.errs {
+		v.errs[i] = errTimeout
+	}
+	for pending := len(d.servers); pending > 0 && !v.decided(d.quorum, pending); pending-- {
+		rep, ok := r.next()
+		if !ok {
+			break
+		}
+		v.count(rep, req, start)
+	}
+	r.stop()
+	return v
+}
+
+// decided reports whether the servers still to answer (pending) can no longer
+// change the outcome: we have a majority, another owner has one, or nobody
+// can reach one. Stragglers then cost no waiting; giveBack still covers them.
+func (v *vote) decided(quorum, pending int) bool {
+	if v.yes >= quorum {
+		return true
+	}
+	most := v.yes
+	for _, h := range v.holders {
+		if h.count >= quorum {
+			return true
+		}
+		most = max(most, h.count)
+	}
+	return most+pending < quorum
+}
+
+// request is the driver's request type, named here for brevity.
+type request = driver.Request
+
+// count adds one server's reply to the vote.
+func (v *vote) count(rep reply, req *request, start time.Time) {
+	if rep.err != nil {
+		v.errs[rep.server] = rep.err
+		return
+	}
+	v.errs[rep.server] = nil
+	v.answered++
+	if n, ok := rep.val.(int64); ok && n == acqTaken {
+		v.yes++
+		return
+	}
+	vals, _ := rep.val.([]any)
+	status := int64(-99)
+	if len(vals) > 0 {
+		status, _ = vals[0].(int64)
+	}
+	switch {
+	case status == acqHeld && len(vals) == 2:
+		// Ours already (a retry): it lives pttl from when the server read it,
+		// which was after start.
+		v.yes++
+		if pttl, ok := vals[1].(int64); ok && pttl >= 0 {
+			if s := start.Add(time.Duration(pttl)*time.Millisecond - req.TTL); s.Before(v.start) {
+				v.start = s
+			}
+		}
+	case status == acqBusy && len(vals) == 3:
+		owner, _ := vals[1].(string)
+		pttl, _ := vals[2].(int64)
+		v.longest = max(v.longest, time.Duration(pttl)*time.Millisecond)
+		for i := range v.holders {
+			if v.holders[i].owner == owner {
+				v.holders[i].count++
+				return
+			}
+		}
+		v.holders = append(v.holders, holder{owner: owner, count: 1})
+	case status == acqWrongType:
+		v.wrong = true
+	case status == acqForeign:
+		v.errs[rep.server] = fmt.Errorf("the waiters key holds data of another type")
+		v.answered--
+	default:
+		v.errs[rep.server] = fmt.Errorf("acquire script answered %v", rep.val)
+		v.answered--
+	}
+}
+
+// judge decides a round's outcome.
+func (d *Driver) judge(v vote, req *request) outcome {
+	if v.yes >= d.quorum {
+		if time.Since(v.start) >= req.TTL-drift(req.TTL) {
+			return late
+		}
+		return won
+	}
+	for _, h := range v.holders {
+		if h.count >= d.quorum {
+			return held
+		}
+	}
+	if v.answered < d.quorum {
+		return noQuorum
+	}
+	return split
+}
+
+// failed reports why a round found no majority, for TryAcquire and for an
+// Acquire that cannot reach enough servers.
+func (d *Driver) failed(v vote, o outcome) error {
+	if v.wrong {
+		return ErrWrongType
+	}
+	switch o {
+	case held, split:
+		return driver.ErrLocked
+	case late:
+		return errors.New("redlockdriver: a majority was reached only after the lock's validity (TTL − elapsed − drift) had run out; given back")
+	}
+	var why []string
+	var errs []error
+	for i, err := range v.errs {
+		if err != nil {
+			e := d.serverError(i, err)
+			why = append(why, e.Error())
+			errs = append(errs, e)
+		}
+	}
+	return fmt.Errorf("%w: %d of %d answered, %d needed: %s%w", ErrNoQuorum, v.answered, len(d.servers), d.quorum,
+		strings.Join(why, "; "), wrapOnly(errs))
+}
+
+// wrapOnly keeps errs reachable for errors.Is and errors.As without adding to
+// the message.
+func wrapOnly(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return silent{errors.Join(errs...)}
+}
+
+type silent struct{ err error }
+
+func (s silent) Error() string { return "" }
+func (s silent) Unwrap() error { return s.err }
+
+// TryAcquire makes one round. It returns driver.ErrLocked when another owner
+// holds a majority or the vote was split, an error matching ErrNoQuorum when
+// fewer than a majority of the servers answered, and the same grant again when
+// req.Owner already holds the lock. It never registers as a waiter, and gives
+// back whatever a failed round took before it returns.
+func (d *Driver) TryAcquire(ctx context.Context, req *request) (driver.Grant, error) {
+	if err := d.begin(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	defer d.calls.Done()
+	k := d.keys(req.Key)
+	v := d.attempt(ctx, k, req, false, 0)
+	o := d.judge(v, req)
+	if o == won {
+		return driver.Grant{Start: v.start}, nil
+	}
+	d.giveBack(k, req, v, o == late)
+	return driver.Grant{}, d.failed(v, o)
+}

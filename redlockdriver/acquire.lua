@@ -1,0 +1,30 @@
+-- Takes the lock on this server with SET NX PX, or (when an inbox is given)
+-- records that the driver behind the inbox waits for the lock, so that a
+-- release on this server tells it. Both happen in one atomic step, so no
+-- release can slip in between the look and the registration.
+--
+-- KEYS: 1 lock, 2 waiters
+-- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: do not register),
+--       4 registration lease ms
+-- Returns 1: taken now
+--         {2, pttl}: already held by owner (a retry after a lost reply)
+--         {0, holder, pttl}: held by another owner
+--         {-1}: the lock key holds a value that is not a string, not a lock
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then return {-1} end
+if holder == ARGV[1] then return {2, redis.call('PTTL', KEYS[1])} end
+if ARGV[3] then
+  local lease = tonumber(ARGV[4])
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if type(redis.pcall('HSET', KEYS[2], ARGV[3], string.format('%.0f', ms + lease))) == 'table' then
+    return {-3}
+  end
+  if redis.call('PTTL', KEYS[2]) < 2 * lease then redis.call('PEXPIRE', KEYS[2], 2 * lease) end
+end
+-- holder is false when the key vanished between SET and GET (impossible inside
+-- a script) and a string otherwise.
+return {0, holder or '', redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,273 @@
+package redlockdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fan-out: every request of a Redlock round goes to all N servers at once. Each
+// server has one long-lived worker goroutine per Driver, fed by a channel; a
+// round puts one job on each worker's channel and waits on one reply channel
+// with one timer. So a round costs no goroutine, a paused server delays only
+// its own worker, and a worker that finds several jobs queued sends them in one
+// pipeline (one round trip for a burst of acquires or a batch of refreshes).
+
+// op is what a job asks a server to do.
+type op uint8
+
+const (
+	opAcquire op = iota
+	opRelease
+	opRefresh
+	opPing
+)
+
+func (o op) script() *redis.Script {
+	switch o {
+	case opAcquire:
+		return acquireScript
+	case opRelease:
+		return releaseScript
+	default:
+		return refreshScript
+	}
+}
+
+// A job is one request to one server.
+type job struct {
+	op       op
+	keys     []string
+	args     []any
+	deadline time.Time    // the reply is worthless after it; not sent after it
+	call     int          // which call of a batch it belongs to
+	reply    chan<- reply // buffered for every job of the round: never blocks
+}
+
+type reply struct {
+	server int
+	call   int
+	val    any
+	err    error
+}
+
+// server is one of the N independent Redis servers.
+type server struct {
+	idx    int
+	client redis.UniversalClient
+	name   string // for errors: its address, never its password
+	jobs   chan job
+}
+
+const (
+	// queueLen is how many jobs may wait for one server's worker; a round that
+	// finds the queue full counts that server as not answering.
+	queueLen = 4096
+	// maxBatch caps how many queued jobs a worker sends in one pipeline.
+	maxBatch = 256
+)
+
+var (
+	errTimeout   = errors.New("no answer within the per-server timeout")
+	errQueueFull = errors.New("too many requests queued for this server")
+)
+
+// work runs s's jobs until Close, then runs those still queued and returns.
+func (d *Driver) work(s *server) {
+	defer d.workers.Done()
+	batch := make([]job, 0, maxBatch)
+	for {
+		var j job
+		select {
+		case j = <-s.jobs:
+		case <-d.quit:
+			for {
+				select {
+				case j := <-s.jobs:
+					d.run(s, append(batch[:0], j))
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], j)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case j := <-s.jobs:
+				batch = append(batch, j)
+			default:
+				break fill
+			}
+		}
+		d.run(s, batch)
+		clear(batch) // let the jobs' slices go
+	}
+}
+
+// run sends a batch of jobs to s, in one pipeline when there are several, and
+// answers each. Jobs whose deadline passed while queued are not sent.
+func (d *Driver) run(s *server, batch []job) {
+	now := time.Now()
+	live := batch[:0]
+	var deadline time.Time
+	for _, j := range batch {
+		if !now.Before(j.deadline) {
+			j.reply <- reply{server: s.idx, call: j.call, err: errTimeout}
+			continue
+		}
+		if j.deadline.After(deadline) {
+			deadline = j.deadline
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The deadline, not a caller's context, bounds the request: a caller that
+	// gave up still gets its release through.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if len(live) == 1 {
+		j := live[0]
+		var v any
+		var err error
+		if j.op == opPing {
+			v, err = s.client.Ping(ctx).Result()
+		} else {
+			v, err = j.op.script().Run(ctx, s.client, j.keys, j.args...).Result()
+		}
+		j.reply <- reply{server: s.idx, call: j.call, val: v, err: timeoutErr(err)}
+		return
+	}
+	cmds := make([]redis.Cmder, len(live))
+	pipe := s.client.Pipeline()
+	for i, j := range live {
+		if j.op == opPing {
+			cmds[i] = pipe.Ping(ctx)
+		} else {
+			cmds[i] = j.op.script().EvalSha(ctx, pipe, j.keys, j.args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe = s.client.Pipeline()
+		for _, i := range again {
+			j := live[i]
+			cmds[i] = j.op.script().Eval(ctx, pipe, j.keys, j.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, j := range live {
+		var v any
+		err := cmds[i].Err()
+		switch c := cmds[i].(type) {
+		case *redis.Cmd:
+			v = c.Val()
+		case *redis.StatusCmd:
+			v = c.Val()
+		}
+		j.reply <- reply{server: s.idx, call: j.call, val: v, err: timeoutErr(err)}
+	}
+}
+
+// timeoutErr names a request that ran out of time the same way whichever layer
+// noticed (the context, or the connection's deadline).
+func timeoutErr(err error) error {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err)) {
+		return errTimeout
+	}
+	return err
+}
+
+// A round is one fan-out: jobs for every server (for each of calls calls), and
+// the replies as they come.
+type round struct {
+	replies chan reply
+	timer   *time.Timer
+	pending int // jobs not yet answered
+}
+
+// sendTo queues one job (keys, args) for each server that pick accepts, as
+// send does.
+func (d *Driver) sendTo(o op, deadline time.Time, pick func(server int) bool, keys []string, args []any) *round {
+	r := &round{replies: make(chan reply, len(d.servers))}
+	for _, s := range d.servers {
+		if pick(s.idx) {
+			r.pending++
+			d.enqueue(s, job{op: o, keys: keys, args: args, deadline: deadline, reply: r.replies})
+		}
+	}
+	r.timer = time.NewTimer(time.Until(deadline))
+	return r
+}
+
+// enqueue gives a job to a server's worker, or answers errQueueFull at once.
+func (d *Driver) enqueue(s *server, j job) {
+	select {
+	case s.jobs <- j:
+	default:
+		j.reply <- reply{server: s.idx, call: j.call, err: errQueueFull}
+	}
+}
+
+// send queues one job per server for each call (keysArgs gives the call's keys
+// and arguments) and returns the round to gather the replies from. A server
+// whose queue is full answers errQueueFull at once.
+func (d *Driver) send(o op, deadline time.Time, calls int, keysArgs func(call int) ([]string, []any)) *round {
+	n := len(d.servers) * calls
+	r := &round{replies: make(chan reply, n), pending: n}
+	for c := 0; c < calls; c++ {
+		k, a := keysArgs(c)
+		for _, s := range d.servers {
+			d.enqueue(s, job{op: o, keys: k, args: a, deadline: deadline, call: c, reply: r.replies})
+		}
+	}
+	r.timer = time.NewTimer(time.Until(deadline))
+	return r
+}
+
+// next returns the next reply, or false when the deadline passed or every job
+// was answered. A late reply is dropped with the round.
+func (r *round) next() (reply, bool) {
+	if r.pending == 0 {
+		r.timer.Stop()
+		return reply{}, false
+	}
+	select {
+	case rep := <-r.replies:
+		r.pending--
+		return rep, true
+	case <-r.timer.C:
+	}
+	// The deadline passed; take an answer that had already arrived (select
+	// picks at random among ready cases, and a process descheduled past the
+	// deadline finds both ready), then stop.
+	select {
+	case rep := <-r.replies:
+		r.pending--
+		r.timer.Reset(0)
+		return rep, true
+	default:
+		r.pending = 0
+		return reply{}, false
+	}
+}
+
+// stop ends the round early, when its outcome is decided.
+func (r *round) stop() { r.timer.Stop() }
+
+// serverError names the server an error came from. Server names are addresses,
+// never URLs, so no password can show.
+func (d *Driver) serverError(i int, err error) error {
+	return fmt.Errorf("server %d (%s): %w", i+1, d.servers[i].name, err)
+}

@@ -1,0 +1,187 @@
+package redlockdriver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The inbox is the driver's pub/sub channel, subscribed once on each server
+// (one connection per server), on which release.lua announces the release of a
+// lock the driver registered as waiting for. The subscriptions start with the
+// first Acquire that has to wait, and each is read by one goroutine until
+// Close. Each time a subscription is confirmed (first, or after a reconnect)
+// every waiting head looks again, since an announcement may have been missed.
+type subscription struct {
+	started bool
+	conns   []*redis.PubSub // by server; nil while dialling
+	up      []bool          // confirmed, by server
+	nup     int
+}
+
+const (
+	// inboxDialRounds bounds subscribing and its confirmation, in per-server
+	// timeouts: it takes a few round trips (connect, HELLO, SUBSCRIBE). A
+	// server that does not answer within it is tried again later. go-redis
+	// honours deadlines, not cancellation, while it connects, so this also
+	// bounds how long Close waits for a subscription under way.
+	inboxDialRounds = 10
+	// inboxIdle is how long a reader waits for a message before it pings the
+	// server, and then for the answer before it gives the connection up.
+	inboxIdle = 15 * time.Second
+	// inboxBackoffMax caps the pause between attempts while a server is away.
+	inboxBackoffMax = time.Second
+)
+
+// subscribe starts the subscriptions the first time, and reports whether a
+// majority of them is confirmed.
+func (d *Driver) subscribe() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.sub.started && !d.closed {
+		d.sub.started = true
+		d.wg.Add(len(d.servers))
+		for _, s := range d.servers {
+			go d.readInbox(s)
+		}
+	}
+	return d.sub.nup >= d.quorum
+}
+
+// readInbox keeps s's subscription and delivers its announcements until Close.
+func (d *Driver) readInbox(s *server) {
+	defer d.wg.Done()
+	backoff := 10 * time.Millisecond
+	for d.ctx.Err() == nil {
+		ps := d.dial(s)
+		if ps == nil {
+			if !d.pause(backoff) {
+				return
+			}
+			backoff = min(2*backoff, inboxBackoffMax)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		d.read(s, ps)
+		d.setUp(s.idx, false)
+		_ = ps.Close()
+	}
+}
+
+// dial subscribes on s and waits for the confirmation; nil if it failed. The
+// connection is recorded before it is confirmed, so Close can interrupt it.
+func (d *Driver) dial(s *server) *redis.PubSub {
+	timeout := inboxDialRounds * d.timeout
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, d.inbox)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		_ = ps.Close()
+		return nil
+	}
+	d.sub.conns[s.idx] = ps
+	d.mu.Unlock()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, timeout)
+		if err != nil {
+			_ = ps.Close()
+			return nil
+		}
+		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "subscribe" && m.Channel == d.inbox {
+			d.setUp(s.idx, true)
+			return ps
+		}
+	}
+}
+
+// read delivers messages until the connection fails (it returns) or Close.
+// go-redis reconnects a broken subscription by itself and subscribes again;
+// its confirmation makes every waiter look again. A connection that fails
+// silently (no answer to a ping) is given up.
+func (d *Driver) read(s *server, ps *redis.PubSub) {
+	pinged := false
+	backoff := time.Duration(0)
+	for {
+		msg, err := ps.ReceiveTimeout(d.ctx, inboxIdle)
+		if d.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !isNetTimeout(err) {
+				d.setUp(s.idx, false)
+				backoff = min(max(2*backoff, 10*time.Millisecond), inboxBackoffMax)
+				if !d.pause(backoff) {
+					return
+				}
+				continue
+			}
+			if pinged {
+				return
+			}
+			pinged = true
+			_ = ps.Ping(d.ctx)
+			continue
+		}
+		backoff, pinged = 0, false
+		switch m := msg.(type) {
+		case *redis.Message:
+			d.deliver(m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				d.setUp(s.idx, true)
+			}
+		}
+	}
+}
+
+// setUp records whether server i's subscription is confirmed; a confirmation
+// wakes every waiter to look again.
+func (d *Driver) setUp(i int, up bool) {
+	d.mu.Lock()
+	if d.sub.up[i] != up {
+		d.sub.up[i] = up
+		if up {
+			d.sub.nup++
+		} else {
+			d.sub.nup--
+		}
+	}
+	d.mu.Unlock()
+	if up {
+		d.wakeAll()
+	}
+}
+
+// pause sleeps for t and reports false if the driver was closed meanwhile.
+func (d *Driver) pause(t time.Duration) bool {
+	timer := time.NewTimer(t)
+	defer timer.Stop()
+	select {
+	case <-d.ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// closeInbox closes the subscriptions, interrupting their readers.
+func (d *Driver) closeInbox() {
+	d.mu.Lock()
+	conns := append([]*redis.PubSub(nil), d.sub.conns...)
+	d.mu.Unlock()
+	for _, ps := range conns {
+		if ps != nil {
+			_ = ps.Close()
+		}
+	}
+}
+
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

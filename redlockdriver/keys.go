@@ -1,0 +1,35 @@
+package redlockdriver
+
+import "strings"
+
+// The Redis keys of one lock, the same on every server. For the prefix P and
+// the user's key K, with esc() escaping '%', '{' and '}' as %25, %7B and %7D:
+//
+//	esc(P):{esc(K)}          the lock: a string holding the owner, with a TTL (PX)
+//	esc(P):{esc(K)}:waiters  hash: inbox channel -> registration deadline (ms,
+//	                         server clock) of a driver waiting for the lock
+//
+// This is redisdriver's layout (less its fence and queue keys), so a server
+// shows a lock the same way to an operator whichever driver took it. The braces
+// are a Redis Cluster hash tag, which keeps both keys of a lock in one slot when
+// a server given to New is a Cluster. esc() is injective, so distinct keys are
+// distinct locks.
+type keys struct {
+	lock, waiters string
+}
+
+func (d *Driver) keys(key string) keys {
+	lock := d.prefix + ":{" + escape(key) + "}"
+	return keys{lock: lock, waiters: lock + ":waiters"}
+}
+
+// escape replaces the bytes that could end or start a hash tag, and the escape
+// character itself, by %XX.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return escaper.Replace(s)
+}
+
+var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

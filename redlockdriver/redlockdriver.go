@@ -1,0 +1,383 @@
+// Package redlockdriver is the distlock driver for Redlock: one lock taken on a
+// majority of N independent Redis (or Valkey) servers, so that it survives the
+// loss of a minority of them. It is antirez's algorithm as documented on
+// redis.io, with waiters woken by the servers and a Lost signal.
+//
+//	import _ "github.com/distlock/lock/redlockdriver"
+//
+//	locker, err := lock.Open(ctx, "redlock://?server=redis://:pw1@10.0.0.1:6379/0"+
+//		"&server=rediss://:pw2@10.0.0.2:6380/0&server=redis://10.0.0.3:6379/0")
+//
+// # The algorithm
+//
+// Acquire sends the same one-round-trip script (SET key owner NX PX ttl) to all
+// N servers at once, each with a per-server timeout far below the TTL, and
+// holds the lock when a majority (N/2+1) said yes while the validity time,
+// TTL − elapsed − drift, is still positive (elapsed is measured on the
+// monotonic clock from just before the requests went out; drift is TTL × 1% +
+// 2ms, the allowance package lock subtracts for every backend). Otherwise it
+// gives back what it got on every server, including those that did not answer
+// (they may have taken it late). The lock's validity deadline, behind Lost, is
+// measured from the same start. Refresh extends the lock on every server that
+// still holds the owner, and succeeds when a majority did within the remaining
+// validity; when a majority no longer holds the owner the lock is reported lost
+// at once. Release is owner-checked on every server.
+//
+// # URL format
+//
+//	redlock://?server=URL&server=URL&server=URL[&server=URL...][&server_timeout=DURATION]
+//
+// Each server parameter is a full go-redis URL of one independent server, with
+// its own credentials, database, TLS and go-redis parameters, parsed by
+// go-redis's own parser (redis.ParseURL):
+//
+//	redis://[[user]:password@]host[:port][/db][?param=value&...]
+//	rediss://[[user]:password@]host[:port][/db][?...]        TLS (certificates verified)
+//
+// Examples:
+//
+//	redlock://?server=redis://10.0.0.1:6379&server=redis://10.0.0.2:6379&server=redis://10.0.0.3:6379
+//	redlock://?server=redis://:pw1@10.0.0.1:6379/0&server=rediss://app:pw2@10.0.0.2:6380/0&server=redis://10.0.0.3:6379/0&server_timeout=100ms
+//	redlock://?server=redis://:p%26w@10.0.0.1:6379&server=redis://10.0.0.2:6379?dial_timeout%3D1s&server=...
+//
+// The server URLs sit inside the redlock URL's query, so within them '&',
+// '=', '+', '#' and '%' are percent-encoded: the third example's first server
+// has the password "p&w", and its second the go-redis parameter dial_timeout.
+// (Write them so rather than percent-encoding each server URL whole: lock.Open
+// cannot yet find, to hide it, a password in a query value encoded whole.) At least three servers are required, all distinct (the same server
+// twice would count one vote twice); use an odd number, as an even one adds a
+// server without adding tolerance. server_timeout (default 100ms) bounds each
+// server's answer; it is lowered to a tenth of the TTL for short TTLs, so
+// validity is never spent waiting for one slow server. A round ends as soon
+// as its outcome is decided (a majority for us or for another owner, or none
+// possible), so the timeout is waited out only when the servers that did
+// answer leave the outcome open; it is not the common cost of a server being
+// down, and it is generous enough not to fail rounds when the client process
+// itself is descheduled or paused for GC for tens of milliseconds. Unknown parameters, at
+// either level, are errors that list the accepted ones; the portable
+// parameters ttl, auto_refresh and prefix (the namespace of every key,
+// "distlock" by default) are described in package lock. Open connects to every
+// server, waiting at most ten per-server timeouts: a wrong password, a TLS
+// failure or a malformed server URL on any one of them fails Open, and so does
+// reaching fewer than a majority; servers merely unreachable (refused, or not
+// answering in time) are tolerated, as Redlock tolerates them later. No error
+// shows a password: servers are named by position and address.
+//
+// Programs that already have clients use New with one client per server.
+//
+// # Key layout
+//
+// On every server, for the prefix P and the key K, with '%', '{' and '}' in P
+// and K escaped as %25, %7B and %7D:
+//
+//	P:{K}           the lock: a string holding the owner, with the lock's TTL
+//	P:{K}:waiters   hash: inbox channel -> deadline (ms, server clock) of a
+//	                waiting driver's registration; it lives while drivers wait
+//	                and expires two leases (a lease is the TTL, at least 1s)
+//	                after the last registration; a driver whose waiters all
+//	                gave up removes its entry at once
+//	P:inbox:ID      the pub/sub channel of the driver with that random ID
+//
+// The lock key is what any Redlock client writes (SET key value NX PX), so
+// other Redlock implementations using the same key names exclude and are
+// excluded by this driver.
+//
+// # Waiting
+//
+// A waiting Acquire registers its driver's inbox on the servers where it found
+// the lock held, in the same script that tried to take it. A release that
+// deletes the lock publishes its key on every registered inbox, so the waiter
+// tries again as soon as the lock is free, without polling. Within one Driver
+// only one Acquire per key contends on the servers at a time; the others wait
+// behind it in process, so a release wakes one contender per driver rather
+// than every goroutine. When a round ends in a split vote (no owner got a
+// majority, for instance each of three contenders got one server), every
+// contender gives its votes back and tries again after a random back-off, as
+// the algorithm prescribes; a round that finds another owner holding a
+// majority waits for the release (or for that owner's TTL to run out). Each
+// Driver subscribes once per server, on one connection per server. Waiters
+// are not served in arrival order (FIFO is not declared): each server orders
+// contenders by arrival and the orders need not agree.
+//
+// # Capabilities
+//
+//   - Fencing: no. Two majorities need not agree on a counter (Kleppmann, "How
+//     to do distributed locking"), so no token minted by Redlock strictly
+//     increases across holders; Token returns ErrUnsupported. Use the etcd,
+//     ZooKeeper or PostgreSQL drivers where the protected resource must reject
+//     a stale holder.
+//   - Expiring: yes; the lock is a key with a TTL on each server.
+//   - Notify: yes; releases publish to the waiting drivers' inboxes.
+//   - FIFO: no; see Waiting.
+//   - Shared: no.
+//   - MinTTL: 100ms, so that the per-server timeout (at most a tenth of the
+//     TTL) is at least 10ms.
+//
+// # Limits
+//
+// Redlock's safety rests on assumptions no client can check; they are the
+// operator's to keep:
+//
+//   - Clocks: a server whose clock jumps forward expires its keys early. If a
+//     majority minus one servers keep the lock and one jumps, a second client
+//     can win a majority while the first still holds. Run servers with a
+//     slewing (not stepping) time service.
+//   - Restarts: a server restarted without persistence forgets its locks, and
+//     if it was part of a holder's majority, another client can win a majority
+//     that overlaps the holder's. Either delay a restarted server's return by
+//     at least the longest TTL in use (antirez's "delayed restart"), or run
+//     with appendonly yes and appendfsync always.
+//   - Process pauses: a holder paused (GC, swap, VM migration, SIGSTOP) beyond
+//     its validity may still act after its lock expired and was taken by
+//     another; Lost closes when the deadline passes, but a paused process
+//     cannot read it in time. Without fencing nothing on the resource side
+//     catches that; this is why fencing is declared unsupported above.
+//   - Network delays beyond the drift allowance break the same assumption as
+//     pauses do.
+//
+// A server that does not answer costs at most the per-server timeout per
+// round. With fewer than a majority reachable, Acquire and TryAcquire fail with
+// an error matching ErrNoQuorum that names the servers and why each failed.
+// Locks must not be evicted: run the servers with a noeviction maxmemory
+// policy. A *redis.Ring is refused by New (its shards are not independent
+// voters). Clients given to New should set ContextTimeoutEnabled, so the
+// per-server timeout interrupts a server that stopped answering rather than
+// the client's read timeout, and DialerRetries 1 and MaxRetries -1 (as URLs
+// do), so that a round learns why a server failed rather than a timeout.
+package redlockdriver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// DefaultPrefix is the namespace of every key when no prefix is given.
+const DefaultPrefix = "distlock"
+
+// DefaultServerTimeout bounds each server's answer when no other is given. It
+// is lowered to a tenth of the lock's TTL for short TTLs.
+const DefaultServerTimeout = 100 * time.Millisecond
+
+// MinServers is the fewest servers a Driver accepts: with fewer, a majority
+// tolerates no failure and Redlock gains nothing over one server.
+const MinServers = 3
+
+// minTTL is Capabilities.MinTTL: a tenth of it is the shortest per-server
+// timeout.
+const minTTL = 100 * time.Millisecond
+
+var (
+	// ErrNoQuorum is returned (wrapped, with each failing server's error) when
+	// fewer than a majority of the servers answered.
+	ErrNoQuorum = errors.New("redlockdriver: fewer than a majority of the servers answered")
+
+	// ErrWrongType is returned (wrapped) when the lock's key holds a value that
+	// is not a string on a server, so it is not a lock. It is left untouched.
+	ErrWrongType = errors.New("redlockdriver: the lock's key holds a value that is not a string (not a lock); it was left untouched")
+)
+
+// Option configures a Driver made with New.
+type Option func(*Driver)
+
+// WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
+// when empty).
+func WithPrefix(prefix string) Option {
+	return func(d *Driver) {
+		if prefix != "" {
+			d.prefix = escape(prefix)
+		}
+	}
+}
+
+// WithServerTimeout sets how long a round waits for each server's answer
+// (DefaultServerTimeout when zero or negative). It is lowered to a tenth of
+// the lock's TTL for short TTLs.
+func WithServerTimeout(t time.Duration) Option {
+	return func(d *Driver) {
+		if t > 0 {
+			d.timeout = t
+		}
+	}
+}
+
+// withOwnedClients makes Close close the clients (for drivers made from a URL).
+func withOwnedClients() Option { return func(d *Driver) { d.owned = true } }
+
+// Driver locks keys on a majority of independent Redis servers. Use it through
+// lock.New or lock.Open; its methods implement driver.Driver, driver.Acquirer
+// and driver.BatchRefresher.
+type Driver struct {
+	servers []*server
+	quorum  int
+	prefix  string // escaped
+	inbox   string // this driver's pub/sub channel, the same on every server
+	timeout time.Duration
+	owned   bool // Close closes the clients
+
+	ctx     context.Context    // cancelled by Close: ends waiting and the inbox
+	cancel  context.CancelFunc //
+	quit    chan struct{}      // closed by Close once no call is left: workers stop
+	calls   sync.WaitGroup     // calls in flight
+	workers sync.WaitGroup     // one per server
+	wg      sync.WaitGroup     // inbox readers
+
+	mu     sync.Mutex
+	closed bool
+	groups map[string]*group // Acquire calls waiting, by lock key
+	sub    subscription
+	// undecided keeps what a Release that ended without an outcome learned,
+	// for the retry of that Release.
+	undecided map[*request]*releaseTally
+}
+
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Acquirer       = (*Driver)(nil)
+	_ driver.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a Driver that locks on the servers behind clients, one client
+// per independent server (at least MinServers, none of them the same server).
+// The caller keeps the clients and closes them after the Driver. A client
+// should honour context deadlines (redis.Options.ContextTimeoutEnabled).
+func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
+	if len(clients) < MinServers {
+		return nil, fmt.Errorf("redlockdriver: %d servers given, Redlock needs at least %d (use redisdriver for one server)", len(clients), MinServers)
+	}
+	seen := map[string]int{}
+	servers := make([]*server, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("redlockdriver: client %d is nil", i+1)
+		}
+		if _, ok := c.(*redis.Ring); ok {
+			return nil, fmt.Errorf("%w: redlockdriver: client %d is a *redis.Ring, whose shards are not independent voters", driver.ErrUnsupported, i+1)
+		}
+		name := clientName(c, i)
+		if j, dup := seen[name]; dup && name != "" {
+			return nil, fmt.Errorf("redlockdriver: clients %d and %d are the same server %s; Redlock needs independent servers", j+1, i+1, name)
+		}
+		seen[name] = i
+		servers[i] = &server{idx: i, client: c, name: name, jobs: make(chan job, queueLen)}
+	}
+	var id [12]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("redlockdriver: %w", err)
+	}
+	d := &Driver{
+		servers: servers,
+		quorum:  len(servers)/2 + 1,
+		prefix:  DefaultPrefix,
+		timeout: DefaultServerTimeout,
+		quit:    make(chan struct{}),
+		groups:  map[string]*group{},
+
+		undecided: map[*request]*releaseTally{},
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
+	d.sub.conns = make([]*redis.PubSub, len(servers))
+	d.sub.up = make([]bool, len(servers))
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.workers.Add(len(servers))
+	for _, s := range servers {
+		go d.work(s)
+	}
+	return d, nil
+}
+
+// clientName is a client's address and database, for errors and for spotting
+// a server given twice; never a password.
+func clientName(c redis.UniversalClient, i int) string {
+	if rc, ok := c.(*redis.Client); ok {
+		o := rc.Options()
+		return fmt.Sprintf("%s/%d", o.Addr, o.DB)
+	}
+	return fmt.Sprintf("client %d", i+1)
+}
+
+// Capabilities reports the driver's guarantees; see the package documentation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Expiring: true, Notify: true, MinTTL: minTTL}
+}
+
+// begin registers a call, or returns ErrClosed after Close, or ctx's error.
+// Close waits for registered calls before it stops the workers.
+func (d *Driver) begin(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.calls.Add(1)
+	return nil
+}
+
+// Close ends waiting Acquire calls (they give back what they took and return
+// driver.ErrClosed), stops the workers and the inbox, and, for a driver opened
+// from a URL, closes its clients. Locks still held stay until their TTL ends.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()     // interrupts waiting Acquire calls and the inbox readers
+	d.calls.Wait() // they clean up through the workers
+	close(d.quit)
+	d.workers.Wait()
+	d.closeInbox()
+	d.wg.Wait()
+	if !d.owned {
+		return nil
+	}
+	var errs []error
+	for _, s := range d.servers {
+		errs = append(errs, s.client.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// timeoutFor is the per-server timeout of a round for a lock with this TTL.
+func (d *Driver) timeoutFor(ttl time.Duration) time.Duration {
+	return min(d.timeout, max(ttl/10, time.Millisecond))
+}
+
+// deadline is when a round started at start stops waiting for servers.
+func (d *Driver) deadline(ctx context.Context, start time.Time, ttl time.Duration) time.Time {
+	dl := start.Add(d.timeoutFor(ttl))
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	return dl
+}
+
+// drift is the clock-drift allowance of a lock with this TTL: TTL × 1% + 2ms,
+// at most half the TTL. It must equal package lock's (held.go), which measures
+// the validity deadline with it.
+func drift(ttl time.Duration) time.Duration {
+	return min(ttl/100+2*time.Millisecond, ttl/2)
+}
+
+// millis is d in whole milliseconds, rounded up, at least 1.
+func millis(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}

@@ -1,0 +1,97 @@
+package redlockdriver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Refresh extends the lock to req.TTL on every server where req.Owner holds it.
+// It succeeds when a majority did; it returns driver.ErrNotHeld when so many
+// servers no longer hold the owner that no majority can (the lock is lost, and
+// what is left of it is given back), and otherwise an error matching
+// ErrNoQuorum: the outcome is unknown, and package lock tries again until the
+// lock's validity deadline.
+func (d *Driver) Refresh(ctx context.Context, req *request) error {
+	return d.RefreshBatch(ctx, []*request{req})[0]
+}
+
+// RefreshBatch refreshes every request in one fan-out (each server's worker
+// pipelines the batch: one round trip per server) and returns one error per
+// request, as Refresh would.
+func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
+	errs := make([]error, len(reqs))
+	if err := d.begin(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer d.calls.Done()
+	type tally struct {
+		ok, not  int
+		firstErr error
+	}
+	t := make([]tally, len(reqs))
+	keys := make([][]string, len(reqs))
+	timeout := time.Duration(0)
+	for i, r := range reqs {
+		keys[i] = []string{d.keys(r.Key).lock}
+		timeout = max(timeout, d.timeoutFor(r.TTL))
+	}
+	start := time.Now()
+	dl := start.Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	r := d.send(opRefresh, dl, len(reqs), func(c int) ([]string, []any) {
+		return keys[c], []any{reqs[c].Owner, millis(reqs[c].TTL)}
+	})
+	decided := 0
+	for decided < len(reqs) {
+		rep, ok := r.next()
+		if !ok {
+			break
+		}
+		x := &t[rep.call]
+		before := x.ok >= d.quorum || x.not > len(d.servers)-d.quorum
+		switch n, _ := rep.val.(int64); {
+		case rep.err != nil:
+			if x.firstErr == nil {
+				x.firstErr = d.serverError(rep.server, rep.err)
+			}
+		case n == 1:
+			x.ok++
+		default:
+			x.not++
+		}
+		if !before && (x.ok >= d.quorum || x.not > len(d.servers)-d.quorum) {
+			decided++
+		}
+	}
+	r.stop()
+	var lost []*request
+	for i, x := range t {
+		switch {
+		case x.ok >= d.quorum:
+		case x.not > len(d.servers)-d.quorum:
+			errs[i] = driver.ErrNotHeld
+			lost = append(lost, reqs[i])
+		default:
+			if x.firstErr == nil {
+				x.firstErr = errTimeout
+			}
+			errs[i] = fmt.Errorf("%w: refreshed on %d, not held on %d of %d servers, the others did not answer (%w)",
+				ErrNoQuorum, x.ok, x.not, len(d.servers), x.firstErr)
+		}
+	}
+	// A lost lock may still hold a minority of servers: give them back, so it
+	// does not weigh on the next holder's majority.
+	for _, req := range lost {
+		d.forgetUndecided(req)
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
+	}
+	return errs
+}

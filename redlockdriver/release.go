@@ -1,0 +1,166 @@
+package redlockdriver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Release deletes the lock on every server where req.Owner holds it, telling
+// the waiting drivers, and returns driver.ErrNotHeld when a majority did not
+// hold it (it had expired or was taken over). It never deletes another owner's
+// lock. For an owner still waiting in Acquire it also leaves nothing behind.
+func (d *Driver) Release(ctx context.Context, req *request) error {
+	if err := d.begin(ctx); err != nil {
+		return err
+	}
+	defer d.calls.Done()
+	k := d.keys(req.Key)
+	inbox := ""
+	d.mu.Lock()
+	if d.groups[k.lock] == nil && d.sub.started {
+		inbox = d.inbox // nobody here waits for the key any more
+	}
+	d.mu.Unlock()
+	// A round that reaches too few servers leaves the outcome unknown: the
+	// next round asks the servers that did not answer again. Their "not held"
+	// is then ambiguous (the first round's delete may have landed after its
+	// deadline) and counts as released: a lock we held must not be reported
+	// lost because our own release reached a server late.
+	// The same holds for a Release retried after one that ended undecided:
+	// it starts from what that one learned.
+	d.mu.Lock()
+	t, retry := d.undecided[req]
+	delete(d.undecided, req)
+	d.mu.Unlock()
+	if !retry {
+		t = d.newTally()
+	}
+	for round := 0; ; round++ {
+		d.release(k, req, true, inbox, t, retry || round > 0, false)
+		if t.decided(d) || round == releaseRounds-1 || ctx.Err() != nil {
+			break
+		}
+	}
+	if t.decided(d) {
+		return t.result(d)
+	}
+	d.mu.Lock()
+	d.undecided[req] = t
+	d.mu.Unlock()
+	return t.result(d)
+}
+
+// forgetUndecided drops what an undecided Release learned about a lock that
+// has ended otherwise (its refresh found it lost).
+func (d *Driver) forgetUndecided(req *request) {
+	d.mu.Lock()
+	delete(d.undecided, req)
+	d.mu.Unlock()
+}
+
+// releaseRounds is how many rounds Release makes before it reports that too
+// few servers answered.
+const releaseRounds = 3
+
+// Per-server outcomes of a release.
+const (
+	relUnknown int8 = iota
+	relDeleted
+	relNotHeld
+)
+
+// A releaseTally is what the rounds of one release learned.
+type releaseTally struct {
+	state    []int8
+	firstErr error
+}
+
+func (d *Driver) newTally() *releaseTally {
+	return &releaseTally{state: make([]int8, len(d.servers))}
+}
+
+func (t *releaseTally) count(s int8) int {
+	n := 0
+	for _, x := range t.state {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *releaseTally) decided(d *Driver) bool {
+	return t.count(relDeleted) >= d.quorum || t.count(relNotHeld) > len(d.servers)-d.quorum
+}
+
+func (t *releaseTally) result(d *Driver) error {
+	deleted, not := t.count(relDeleted), t.count(relNotHeld)
+	switch {
+	case deleted >= d.quorum:
+		return nil
+	case not > len(d.servers)-d.quorum:
+		return driver.ErrNotHeld
+	}
+	err := t.firstErr
+	if err == nil {
+		err = errTimeout
+	}
+	return fmt.Errorf("%w: released on %d, not held on %d of %d servers, the others did not answer (%w)",
+		ErrNoQuorum, deleted, not, len(d.servers), err)
+}
+
+// release runs release.lua on the servers whose outcome t does not know yet,
+// until the outcome is decided, or every server answered or timed out. With
+// inbox set it also removes that inbox's registration as a waiter. With
+// retry, "not held" counts as released (see Release). With all, it waits for
+// every server (until the deadline) even once the outcome is decided: a
+// cleanup is done when it returns.
+func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all bool) {
+	n := "0"
+	if notify {
+		n = "1"
+	}
+	keys := []string{k.lock, k.waiters}
+	args := []any{req.Owner, n, inbox}
+	// A release is sent even when the caller's context has ended: what it
+	// deletes is ours.
+	dl := time.Now().Add(d.timeoutFor(req.TTL))
+	r := d.sendTo(opRelease, dl, func(s int) bool { return t.state[s] == relUnknown }, keys, args)
+	for all || !t.decided(d) {
+		rep, ok := r.next()
+		if !ok {
+			break
+		}
+		switch n, _ := rep.val.(int64); {
+		case rep.err != nil:
+			if t.firstErr == nil {
+				t.firstErr = d.serverError(rep.server, rep.err)
+			}
+		case n == 1 || retry:
+			t.state[rep.server] = relDeleted
+		default:
+			t.state[rep.server] = relNotHeld
+		}
+	}
+	r.stop()
+}
+
+// giveBack releases what a failed round may have taken, on every server,
+// including those that did not answer (they may have taken it late), and waits
+// for the answers. notify tells waiters the lock is free: true only when the
+// round had won a majority.
+func (d *Driver) giveBack(k keys, req *request, v vote, notify bool) {
+	unanswered := false
+	for _, err := range v.errs {
+		if err != nil {
+			unanswered = true
+		}
+	}
+	if v.yes == 0 && !unanswered {
+		return
+	}
+	d.release(k, req, notify, "", d.newTally(), false, true)
+}

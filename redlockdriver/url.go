@@ -1,0 +1,286 @@
+package redlockdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Scheme is the URL scheme this package registers; see URL format in the
+// package documentation.
+const Scheme = "redlock"
+
+func init() { driver.Register(Scheme, open) }
+
+// The parameters of a redlock URL, and of each server URL in it (go-redis
+// v9.22's ParseURL parameters, less context_timeout_enabled: the driver always
+// honours deadlines).
+var (
+	redlockParams = []string{"server", "server_timeout"}
+	serverParams  = []string{
+		"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
+		"db", "dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials",
+		"max_conn_age", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol",
+		"read_timeout", "write_timeout",
+	}
+	serverParamsTLS = append(slices.Clone(serverParams), "skip_verify")
+)
+
+// portableParams are handled by package lock before a URL reaches the driver;
+// they are listed in errors so a user sees every parameter a URL may carry.
+const portableParams = "ttl, auto_refresh, prefix"
+
+// openRounds bounds Open's connection check, in per-server timeouts: enough
+// for a connection, a TLS handshake and a PING, while a server that accepts
+// connections but never answers cannot hold Open (or, through its worker,
+// Close) for long.
+const openRounds = 10
+
+// config is what a redlock URL describes.
+type config struct {
+	servers []*redis.Options
+	names   []string // redacted server URLs, for errors
+	timeout time.Duration
+}
+
+// open is the driver.Opener of the redlock scheme.
+func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
+	c, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]redis.UniversalClient, len(c.servers))
+	for i, o := range c.servers {
+		clients[i] = redis.NewClient(o)
+	}
+	d, err := New(clients, WithPrefix(cfg.Prefix), WithServerTimeout(c.timeout), withOwnedClients())
+	if err != nil {
+		for _, cl := range clients {
+			_ = cl.Close()
+		}
+		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidURL, err)
+	}
+	if err := d.check(ctx, c.names); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// check connects to every server at once. A server that refuses (a wrong
+// password, a TLS failure, an ACL) fails Open: that is configuration, not an
+// outage. Servers that cannot be reached are tolerated, as long as a majority
+// answers.
+func (d *Driver) check(ctx context.Context, names []string) error {
+	start := time.Now()
+	dl := start.Add(openRounds * d.timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	r := d.send(opPing, dl, 1, func(int) ([]string, []any) { return nil, nil })
+	errs := make([]error, len(d.servers))
+	for i := range errs {
+		errs[i] = errTimeout
+	}
+	answered := 0
+	for {
+		rep, ok := r.next()
+		if !ok {
+			break
+		}
+		errs[rep.server] = rep.err
+		if rep.err == nil {
+			answered++
+		}
+	}
+	var why []string
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		e := fmt.Errorf("server %d (%s): %w", i+1, names[i], err)
+		if !unreachable(err) {
+			return fmt.Errorf("redlockdriver: connect: %w", e)
+		}
+		why = append(why, e.Error())
+	}
+	if answered < d.quorum {
+		return fmt.Errorf("%w: connect: %d of %d servers answered, %d needed: %s", ErrNoQuorum, answered, len(d.servers), d.quorum, strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// unreachable reports whether err says the server could not be reached (an
+// outage Redlock tolerates), rather than that it refused us.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, errTimeout) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// parseURL reads a redlock URL: its server parameters with go-redis's own
+// parser, after checking every parameter at both levels.
+func parseURL(u *url.URL) (config, error) {
+	var c config
+	if u == nil {
+		return c, fmt.Errorf("%w: redlockdriver: nil URL", driver.ErrInvalidURL)
+	}
+	if s := strings.ToLower(u.Scheme); s != Scheme {
+		return c, fmt.Errorf("%w: redlockdriver: scheme %q is not %s", driver.ErrInvalidURL, s, Scheme)
+	}
+	if u.Opaque != "" || u.Host != "" || u.User != nil || strings.Trim(u.Path, "/") != "" {
+		return c, fmt.Errorf("%w: redlockdriver: the servers go in server parameters: want redlock://?server=redis://host1:6379&server=redis://host2:6379&server=redis://host3:6379", driver.ErrInvalidURL)
+	}
+	q := u.Query()
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(redlockParams, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return c, fmt.Errorf("%w: redlockdriver: unknown parameter %s; redlock:// accepts %s, and the portable %s",
+			driver.ErrInvalidURL, strings.Join(unknown, ", "), strings.Join(redlockParams, ", "), portableParams)
+	}
+	c.timeout = DefaultServerTimeout
+	if v, ok := q["server_timeout"]; ok {
+		t, err := time.ParseDuration(v[0])
+		if err != nil || t <= 0 || len(v) > 1 {
+			return c, fmt.Errorf("%w: redlockdriver: server_timeout=%q is not one positive duration such as 50ms", driver.ErrInvalidURL, v[0])
+		}
+		c.timeout = t
+	}
+	raw := q["server"]
+	if len(raw) < MinServers {
+		return c, fmt.Errorf("%w: redlockdriver: %d servers given, Redlock needs at least %d: redlock://?server=redis://host1:6379&server=redis://host2:6379&server=redis://host3:6379",
+			driver.ErrInvalidURL, len(raw), MinServers)
+	}
+	seen := map[string]int{}
+	for i, s := range raw {
+		o, name, err := parseServer(s)
+		if err != nil {
+			return c, fmt.Errorf("%w: redlockdriver: server %d (%s): %w", driver.ErrInvalidURL, i+1, name, err)
+		}
+		key := fmt.Sprintf("%s/%d", o.Addr, o.DB)
+		if j, dup := seen[key]; dup {
+			return c, fmt.Errorf("%w: redlockdriver: servers %d and %d are the same server %s; Redlock needs independent servers", driver.ErrInvalidURL, j+1, i+1, key)
+		}
+		seen[key] = i
+		o.ContextTimeoutEnabled = true
+		// A round is the unit of retry: a retry inside the per-server timeout
+		// (of a command, or of a dial, which go-redis retries five times 100ms
+		// apart) would only hide why a server did not answer.
+		if _, set := serverQuery(s)["max_retries"]; !set {
+			o.MaxRetries = -1
+		}
+		o.DialerRetries = 1
+		c.servers = append(c.servers, o)
+		c.names = append(c.names, name)
+	}
+	return c, nil
+}
+
+// parseServer parses one server URL with go-redis's parser. name is the URL
+// with its password replaced (or "unparsable URL"), for messages; errors never
+// contain the password.
+func parseServer(raw string) (*redis.Options, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the URL, password and all; say only what is wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, "unparsable URL", redactErr(err, raw)
+	}
+	name := u.Redacted()
+	params := serverParams
+	switch strings.ToLower(u.Scheme) {
+	case "redis":
+	case "rediss":
+		params = serverParamsTLS
+	default:
+		return nil, name, fmt.Errorf("scheme %q is not redis or rediss", u.Scheme)
+	}
+	var unknown []string
+	for p := range u.Query() {
+		if !slices.Contains(params, p) {
+			unknown = append(unknown, p)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, name, fmt.Errorf("unknown parameter %s; a %s:// server URL accepts %s", strings.Join(unknown, ", "), u.Scheme, strings.Join(params, ", "))
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, name, redactErr(err, raw)
+	}
+	return o, name, nil
+}
+
+// serverQuery is a server URL's query, or nothing if it does not parse.
+func serverQuery(raw string) url.Values {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	return u.Query()
+}
+
+// redactErr removes a server URL's password from an error's message, keeping
+// the error for errors.Is and errors.As.
+func redactErr(err error, raw string) error {
+	var secrets []string
+	if u, perr := url.Parse(raw); perr == nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
+		}
+	}
+	// An unparsable URL: take everything between "//" and the last "@" as
+	// possibly secret.
+	if i := strings.Index(raw, "//"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i+2 {
+			secrets = append(secrets, raw[i+2:at])
+		}
+	}
+	// One pass, longest first, so a replacement is never searched again.
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	var pairs []string
+	for _, s := range secrets {
+		if s != "" {
+			pairs = append(pairs, s, "xxxxx")
+		}
+	}
+	msg := strings.NewReplacer(pairs...).Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,226 @@
+package redlockdriver
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// A group is the Acquire calls of one Driver waiting for one key. Only its
+// first call (the head) contends on the servers; the others wait in process
+// for their turn, so a release wakes one contender per Driver, not every
+// goroutine, and fewer contenders mean fewer split votes.
+type group struct {
+	wake       chan struct{} // a release of the key was announced; buffered, kept across heads
+	queue      []*waiter     // queue[0] is the head
+	registered time.Time     // when a head last registered the driver on a majority (under Driver.mu)
+}
+
+type waiter struct {
+	turn chan bool // receives "try at once" when the waiter becomes head
+}
+
+const (
+	// minLease is the shortest time a driver stays registered as a waiter on a
+	// server without renewing the registration.
+	minLease = time.Second
+	// pollWithoutInbox is how often a waiter looks again while its driver is
+	// not subscribed on a majority of the servers; only the wake-up is slower.
+	pollWithoutInbox = 50 * time.Millisecond
+	// noQuorumRounds is how many rounds in a row that reach fewer than a
+	// majority of the servers Acquire makes before it reports the failure.
+	noQuorumRounds = 3
+	// backoffMin and backoffMax bound the random pause after a split vote; it
+	// doubles with each split in a row.
+	backoffMin = 2 * time.Millisecond
+	backoffMax = 64 * time.Millisecond
+)
+
+// Acquire blocks until req.Owner holds req.Key on a majority, ctx is done or
+// the driver is closed. It is woken by the servers when the lock is released
+// (see Waiting in the package documentation), backs off randomly only after a
+// split vote, and succeeds at once if req.Owner already holds the lock. When
+// it returns an error it has given back whatever it took and left no
+// registration behind. It returns an error matching ErrNoQuorum when a
+// majority of the servers cannot be reached.
+func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error) {
+	if err := d.begin(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	defer d.calls.Done()
+	// Close ends the wait.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)()
+
+	k := d.keys(req.Key)
+	g, w, now := d.join(k.lock)
+	acquired := false
+	defer func() { d.leave(k.lock, g, w, acquired) }()
+	if !now {
+		select {
+		case now = <-w.turn:
+		case <-ctx.Done():
+			return driver.Grant{}, d.ended(ctx)
+		}
+	}
+
+	lease := max(req.TTL, minLease)
+	step := backoffMin
+	failures := 0
+	var wait time.Duration
+	if !now {
+		// The lock passed to a waiter of this driver: if the servers have the
+		// driver registered as waiting, wait for the release, until the
+		// registration is due for renewal.
+		d.mu.Lock()
+		wait = time.Until(g.registered.Add(lease / 3))
+		d.mu.Unlock()
+		if wait > 0 && !d.subscribe() {
+			wait = min(wait, pollWithoutInbox)
+		}
+	}
+	for {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-g.wake:
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				d.abandon(k, req, g)
+				return driver.Grant{}, d.ended(ctx)
+			}
+			t.Stop()
+		}
+		select { // a wake-up from before this round is answered by it
+		case <-g.wake:
+		default:
+		}
+		v := d.attempt(ctx, k, req, true, lease)
+		o := d.judge(v, req)
+		if o == won {
+			acquired = true
+			return driver.Grant{Start: v.start}, nil
+		}
+		if o != held || v.yes > 0 {
+			// (A round lost to a majority holder without a vote of ours
+			// gives nothing back: a server that answered late may have given
+			// us the lock, but our next round finds it ours, and abandon
+			// covers a wait that ends.)
+			d.giveBack(k, req, v, o == late)
+		}
+		if v.wrong {
+			d.abandon(k, req, g)
+			return driver.Grant{}, d.failed(v, o)
+		}
+		subscribed := d.subscribe()
+		switch o {
+		case held:
+			d.mu.Lock()
+			g.registered = v.start
+			d.mu.Unlock()
+			// Look again when the holder's TTL runs out (it may have died), and
+			// renew the registration within its lease.
+			wait = min(v.longest+time.Millisecond, lease/3)
+			step, failures = backoffMin, 0
+		case noQuorum:
+			if failures++; failures >= noQuorumRounds {
+				d.abandon(k, req, g)
+				return driver.Grant{}, d.failed(v, o)
+			}
+			fallthrough
+		default: // split, late
+			wait = backoffMin/2 + rand.N(step)
+			step = min(2*step, backoffMax)
+		}
+		if !subscribed {
+			wait = min(wait, pollWithoutInbox)
+		}
+	}
+}
+
+// ended is the error of a wait ended by its context or by Close.
+func (d *Driver) ended(ctx context.Context) error {
+	if d.ctx.Err() != nil {
+		return driver.ErrClosed
+	}
+	return context.Cause(ctx)
+}
+
+// abandon gives back what a waiter may hold and, when no other call of this
+// driver waits for the key, removes the driver's registration.
+func (d *Driver) abandon(k keys, req *request, g *group) {
+	inbox := ""
+	d.mu.Lock()
+	if len(g.queue) <= 1 {
+		inbox = d.inbox
+	}
+	d.mu.Unlock()
+	d.release(k, req, false, inbox, d.newTally(), false, true)
+}
+
+// join adds a waiter to the key's group; now is true when it is the head.
+func (d *Driver) join(lockKey string) (*group, *waiter, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.groups[lockKey]
+	if g == nil {
+		g = &group{wake: make(chan struct{}, 1)}
+		d.groups[lockKey] = g
+	}
+	w := &waiter{turn: make(chan bool, 1)}
+	g.queue = append(g.queue, w)
+	return g, w, len(g.queue) == 1
+}
+
+// leave removes a waiter. When it was the head, the next waiter takes its
+// turn: at once if the lock may be free, or after a wake-up if won says the
+// lock passed to the head.
+func (d *Driver) leave(lockKey string, g *group, w *waiter, won bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	head := g.queue[0] == w
+	for i, x := range g.queue {
+		if x == w {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			break
+		}
+	}
+	if len(g.queue) == 0 {
+		delete(d.groups, lockKey)
+		return
+	}
+	if head {
+		g.queue[0].turn <- !won
+	}
+}
+
+// wakeAll makes every head look again: a server's subscription came back, and
+// releases may have been announced meanwhile.
+func (d *Driver) wakeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, g := range d.groups {
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliver passes a release announcement (the lock key) to its group.
+func (d *Driver) deliver(lockKey string) {
+	d.mu.Lock()
+	g := d.groups[lockKey]
+	d.mu.Unlock()
+	if g == nil {
+		return
+	}
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
