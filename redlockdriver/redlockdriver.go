@@ -43,9 +43,9 @@
 // The server URLs sit inside the redlock URL's query, so within them '&',
 // '=', '+', '#' and '%' are percent-encoded: the third example's first server
 // has the password "p&w", and its second the go-redis parameter dial_timeout.
-// (Write them so rather than percent-encoding each server URL whole: lock.Open
-// cannot yet find, to hide it, a password in a query value encoded whole.) At least three servers are required, all distinct (the same server
-// twice would count one vote twice); use an odd number, as an even one adds a
+// Percent-encoding each server URL whole works too; either way no password is
+// shown in an error or by Locker.String. At least three servers are required,
+// all distinct (the same server twice would count one vote twice); use an odd number, as an even one adds a
 // server without adding tolerance. server_timeout (default 100ms) bounds each
 // server's answer; it is lowered to a tenth of the TTL for short TTLs, so
 // validity is never spent waiting for one slow server. A round ends as soon

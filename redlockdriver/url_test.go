@@ -60,11 +60,9 @@ func TestOpenWithWrongPasswordOnOneServerShowsNoPassword(t *testing.T) {
 }
 
 // The portable layer prints the URL it was given in Open's errors and in
-// Locker.String; it redacts passwords in the userinfo and in secret
-// parameters, but not inside a query value that is a URL itself.
+// Locker.String, with the passwords of the server URLs in its query redacted
+// also when each server URL is percent-encoded whole.
 func TestOpenWithEncodedServerURLsShowsNoPassword(t *testing.T) {
-	t.Skip("lock.Open (url.go) does not redact passwords of URLs nested in query values: " +
-		"with server URLs percent-encoded whole, Open's error and Locker.String show them; see the redlock branch report for the change")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	servers := testserver.RedisServers(t, 2)

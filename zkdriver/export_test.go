@@ -3,6 +3,8 @@ package zkdriver
 import (
 	"net"
 	"time"
+
+	"github.com/distlock/lock/driver"
 )
 
 // Internals for the external tests.
@@ -39,4 +41,16 @@ func SessionTap() (dial func(network, address string, timeout time.Duration) (ne
 		defer d.mu.Unlock()
 		return d.session.id, d.session.passwd, d.session.timeout
 	}
+}
+
+// RequestsForTest counts the requests the driver has written on its own
+// connections, pings aside.
+func (d *Driver) RequestsForTest() int64 { return d.wire.requests.Load() }
+
+// WatchedForTest reports whether req's lock is held with a watch on its node.
+func (d *Driver) WatchedForTest(req *driver.Request) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.holds[holdKey{req.Key, req.Owner}]
+	return h != nil && h.state == stateGranted && h.watched
 }

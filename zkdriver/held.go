@@ -48,12 +48,20 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		if arm {
 			h.arming = true
 		}
+		watched := d.ownConn && h.watched
 		d.mu.Unlock()
 		var st *zk.Stat
 		var err error
-		if arm {
+		switch {
+		case watched:
+			// The watch reports a deletion; confirm.go says why a shared read
+			// is enough.
+			if err = d.confirm(ctx); err == nil {
+				return d.confirmedByWatch(h, session)
+			}
+		case arm:
 			st, err = d.watchNode(ctx, h)
-		} else {
+		default:
 			st, err = call(d, ctx, func() (*zk.Stat, error) {
 				ok, st, err := d.conn.Exists(path)
 				if err == nil && !ok {
@@ -63,7 +71,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 			}, nil)
 		}
 		switch {
-		case errors.Is(err, zk.ErrNoNode) || err == nil && st.EphemeralOwner != session:
+		case errors.Is(err, zk.ErrNoNode) || err == nil && st != nil && st.EphemeralOwner != session:
 			return d.lose(h, errNodeDeleted)
 		case errors.Is(err, zk.ErrSessionExpired):
 			return d.lose(h, errSessionEnded)
@@ -77,6 +85,22 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		}
 		return nil
 	}
+}
+
+// confirmedByWatch answers a Refresh of a watched lock after a shared read
+// succeeded: held, unless the session changed or the watch reported the
+// node's deletion before the read's answer.
+func (d *Driver) confirmedByWatch(h *holding, session int64) error {
+	if d.conn.SessionID() != session {
+		return d.lose(h, errSessionEnded)
+	}
+	d.mu.Lock()
+	state := h.state
+	d.mu.Unlock()
+	if state == stateDone {
+		return d.lose(h, errNodeDeleted)
+	}
+	return nil
 }
 
 // lose ends h with cause after Refresh found it gone, and returns cause. A
@@ -100,19 +124,45 @@ func (d *Driver) lose(h *holding, cause error) error {
 // go-zookeeper pipelines them on the one connection.
 const batchParallel = 16
 
-// RefreshBatch refreshes several locks, pipelined: one round trip's latency for
-// up to batchParallel of them.
+// RefreshBatch refreshes several locks: those whose nodes carry a watch with
+// one shared read (confirm.go), the others pipelined, up to batchParallel in
+// flight.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
+	type watchedLock struct {
+		i       int
+		h       *holding
+		session int64
+	}
+	var watched []watchedLock
+	var rest []int
+	for i, r := range reqs {
+		if h, session, ok := d.watchedHold(r); ok {
+			watched = append(watched, watchedLock{i, h, session})
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(watched) > 0 {
+		if err := d.confirm(ctx); err == nil {
+			for _, w := range watched {
+				errs[w.i] = d.confirmedByWatch(w.h, w.session)
+			}
+		} else {
+			for _, w := range watched {
+				rest = append(rest, w.i) // each finds its own way: wait, retry or lose
+			}
+		}
+	}
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
-	for i, r := range reqs {
+	for _, i := range rest {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = d.Refresh(ctx, r)
+			errs[i] = d.Refresh(ctx, reqs[i])
 		}()
 	}
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -97,8 +98,9 @@ func (c *tapConn) observe(p []byte) {
 // int32 length, int32 xid, int32 type, then for path operations the path as an
 // int32 length and bytes) the tap wakes whoever waits for that type and path.
 type wire struct {
-	mu      sync.Mutex
-	waiting map[frameKey][]chan struct{}
+	requests atomic.Int64 // requests written, pings aside
+	mu       sync.Mutex
+	waiting  map[frameKey][]chan struct{}
 }
 
 type frameKey struct {
@@ -111,6 +113,7 @@ const (
 	opCreate          = 1
 	opGetData         = 4
 	opCreateContainer = 19
+	opPing            = 11
 )
 
 // expect returns a channel closed once a request of type typ on path has been
@@ -149,6 +152,9 @@ func (w *wire) forget(typ int32, path string, ch chan struct{}) {
 func (w *wire) written(p []byte) {
 	if len(p) < 16 {
 		return
+	}
+	if int32(binary.BigEndian.Uint32(p[8:12])) != opPing {
+		w.requests.Add(1) // go-zookeeper writes each request with one call
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	_ "github.com/distlock/lock/etcddriver"
 	_ "github.com/distlock/lock/pgadvisory"
 	_ "github.com/distlock/lock/redisdriver"
+	_ "github.com/distlock/lock/redlockdriver"
 	_ "github.com/distlock/lock/zkdriver"
 
 	"github.com/distlock/lock/bench/harness"

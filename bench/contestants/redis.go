@@ -23,15 +23,11 @@ func redisContestants(url string, srv *harness.Server) []*harness.Contestant {
 	}
 }
 
-// redlockContestants run Redlock over three independent servers. Our
-// redlockdriver joins once it is merged: a blank import of
-// github.com/distlock/lock/redlockdriver in ours.go, and first in this list
-//
-//	oursContestant(Redlock, redlockURL(urls), srv, true),
-//
-// (issue 8's targets are already in Targets).
+// redlockContestants run Redlock over three independent servers: ours, then
+// redsync at its default and tuned settings.
 func redlockContestants(urls []string, srv *harness.Server) []*harness.Contestant {
 	return []*harness.Contestant{
+		oursContestant(Redlock, redlockURL(urls), srv, true),
 		redsyncContestant(Redlock, urls, srv, false),
 		redsyncContestant(Redlock, urls, srv, true),
 	}

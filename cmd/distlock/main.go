@@ -47,6 +47,7 @@ import (
 	_ "github.com/distlock/lock/memdriver"
 	_ "github.com/distlock/lock/pgadvisory"
 	_ "github.com/distlock/lock/redisdriver"
+	_ "github.com/distlock/lock/redlockdriver"
 	_ "github.com/distlock/lock/zkdriver"
 )
 

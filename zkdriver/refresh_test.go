@@ -1,0 +1,84 @@
+package zkdriver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// Locks whose nodes carry a watch are refreshed, however many, by one read of
+// the session: the watch reports a deletion before the answer to any later
+// request. A node an operator deleted is still found gone, at once.
+func TestBatchRefreshOfWatchedLocksIsOneRequest(t *testing.T) {
+	url := testserver.ZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := openDriver(ctx, url+"?prefix="+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const n = 50
+	lost := make(chan string, n)
+	reqs := make([]*driver.Request, n)
+	for i := range reqs {
+		key := fmt.Sprintf("k%d", i)
+		reqs[i] = &driver.Request{Key: key, Owner: "o" + key, TTL: 10 * time.Second, Lost: func(error) { lost <- key }}
+		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "every held node watched", func() bool {
+		for _, r := range reqs {
+			if !d.WatchedForTest(r) {
+				return false
+			}
+		}
+		return true
+	})
+
+	before := d.RequestsForTest()
+	for i, err := range d.RefreshBatch(ctx, reqs) {
+		if err != nil {
+			t.Fatalf("refresh of %s: %v", reqs[i].Key, err)
+		}
+	}
+	if sent := d.RequestsForTest() - before; sent != 1 {
+		t.Fatalf("refreshing %d watched locks sent %d requests, want 1", n, sent)
+	}
+
+	operator := zkConn(t, url)
+	path := d.LockPath(reqs[7].Key)
+	nodes := children(t, operator, path)
+	if len(nodes) != 1 {
+		t.Fatalf("lock node of %s: %v", reqs[7].Key, nodes)
+	}
+	if err := operator.Delete(path+"/"+nodes[0], -1); err != nil {
+		t.Fatal(err)
+	}
+	errs := d.RefreshBatch(ctx, reqs)
+	for i, err := range errs {
+		switch {
+		case i == 7 && !errors.Is(err, driver.ErrNotHeld):
+			t.Errorf("refresh of the deleted lock = %v, want ErrNotHeld", err)
+		case i != 7 && err != nil:
+			t.Errorf("refresh of %s = %v", reqs[i].Key, err)
+		}
+	}
+	select {
+	case key := <-lost:
+		if key != reqs[7].Key {
+			t.Fatalf("lost %s, want %s", key, reqs[7].Key)
+		}
+	default:
+		t.Fatal("the deleted lock was not reported lost by the time its refresh answered")
+	}
+	for _, r := range reqs {
+		_ = d.Release(ctx, r)
+	}
+}
