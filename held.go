@@ -135,11 +135,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	err := l.lk.d.Release(ctx, l.req)
 	l.lk.mu.Lock()
 	l.releasing = false
+	closed := l.state == stateClosed
 	l.lk.mu.Unlock()
 	switch {
 	case err == nil:
 		l.end(stateReleased, nil)
 		return nil
+	case closed:
+		// Close ended the lock while this release was under way, and its own
+		// release may be what this one found gone.
+		return wrapErr("release", l.req.Key, ErrClosed)
 	case isNotHeld(err):
 		l.end(stateLost, err)
 		return wrapErr("release", l.req.Key, lostError(err))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	// Every message is redacted in one pass at the end, so a short secret cannot
 	// match inside a replacement.
 	fail := func(err error) (*Locker, error) {
-		return nil, &Error{Op: "open", Err: &redactedError{msg: redact(err.Error(), secrets), err: err}}
+		return nil, &Error{Op: "open", Err: driver.RedactError(err, secrets...)}
 	}
 	if err != nil {
 		var ue *url.Error
@@ -246,30 +245,6 @@ func secretForms(s string) []string {
 	return out
 }
 
-// redact replaces every secret in msg with "xxxxx" in one pass, longest first.
-func redact(msg string, secrets []string) string {
-	if len(secrets) == 0 {
-		return msg
-	}
-	sorted := append([]string(nil), secrets...)
-	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
-	pairs := make([]string, 0, 2*len(sorted))
-	for _, s := range sorted {
-		if s != "" {
-			pairs = append(pairs, s, "xxxxx")
-		}
-	}
-	return strings.NewReplacer(pairs...).Replace(msg)
-}
-
-// redactedError carries a driver's error for errors.As and errors.Is while its
-// message has the URL's secrets removed.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+func redact(msg string, secrets []string) string { return driver.Redact(msg, secrets...) }
 
 func driverName(d driver.Driver) string { return fmt.Sprintf("%T", d) }

@@ -249,22 +249,4 @@ func clean(secrets []string) []string {
 
 // redact returns err with every secret replaced in its message, still matching
 // what err matches.
-func redact(err error, secrets []string) error {
-	msg := err.Error()
-	redacted := msg
-	for _, s := range secrets {
-		redacted = strings.ReplaceAll(redacted, s, "xxxxx")
-	}
-	if redacted == msg {
-		return err
-	}
-	return &redactedError{msg: redacted, err: err}
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+func redact(err error, secrets []string) error { return driver.RedactError(err, secrets...) }

@@ -261,10 +261,10 @@ func schemes() []string {
 // errors.Is and errors.As. One pass replaces them all, so a replacement is
 // never searched again (a password "x" must not grow "xxxxx" without end).
 func redact(err error, u *url.URL) error {
-	var pairs []string
+	var secrets []string
 	add := func(p string) {
 		if p != "" {
-			pairs = append(pairs, p, "xxxxx", url.QueryEscape(p), "xxxxx", url.PathEscape(p), "xxxxx")
+			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
 		}
 	}
 	if p, ok := u.User.Password(); ok {
@@ -273,20 +273,5 @@ func redact(err error, u *url.URL) error {
 	for _, p := range u.Query()["password"] {
 		add(p)
 	}
-	if len(pairs) == 0 {
-		return err
-	}
-	msg := strings.NewReplacer(pairs...).Replace(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
+	return driver.RedactError(err, secrets...)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

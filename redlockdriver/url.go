@@ -262,25 +262,5 @@ func redactErr(err error, raw string) error {
 			secrets = append(secrets, raw[i+2:at])
 		}
 	}
-	// One pass, longest first, so a replacement is never searched again.
-	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
-	var pairs []string
-	for _, s := range secrets {
-		if s != "" {
-			pairs = append(pairs, s, "xxxxx")
-		}
-	}
-	msg := strings.NewReplacer(pairs...).Replace(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
+	return driver.RedactError(err, secrets...)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
