@@ -44,6 +44,11 @@ func (c *tapConn) Write(p []byte) (int, error) {
 		c.sent = time.Now() // go-zookeeper writes the ConnectRequest first, in one call
 	}
 	c.mu.Unlock()
+	if !first {
+		// Counted before the write: the answer may be read, and its caller
+		// return, before this Write does.
+		c.wrote.count(p)
+	}
 	n, err := c.Conn.Write(p)
 	if !first && n == len(p) {
 		c.wrote.written(p)
@@ -149,12 +154,17 @@ func (w *wire) forget(typ int32, path string, ch chan struct{}) {
 	}
 }
 
+// count counts a request about to be written, pings aside; go-zookeeper
+// writes each request with one call.
+func (w *wire) count(p []byte) {
+	if len(p) >= 16 && int32(binary.BigEndian.Uint32(p[8:12])) != opPing {
+		w.requests.Add(1)
+	}
+}
+
 func (w *wire) written(p []byte) {
 	if len(p) < 16 {
 		return
-	}
-	if int32(binary.BigEndian.Uint32(p[8:12])) != opPing {
-		w.requests.Add(1) // go-zookeeper writes each request with one call
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
