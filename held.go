@@ -48,11 +48,7 @@ const (
 )
 
 func newLock(lk *Locker, req *driver.Request, o options) *Lock {
-	drift := o.ttl/100 + 2*time.Millisecond
-	if drift > o.ttl/2 {
-		drift = o.ttl / 2
-	}
-	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: drift, auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
+	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl), auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
 	req.Lost = l.driverLost
 	return l
 }

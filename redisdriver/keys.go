@@ -1,6 +1,10 @@
 package redisdriver
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/distlock/lock/internal/redisproto"
+)
 
 // The Redis keys of one lock. For the prefix P and the user's key K, with
 // esc() escaping '%', '{' and '}' as %25, %7B and %7D:
@@ -22,7 +26,7 @@ type keys struct {
 
 func (d *Driver) keys(key string) keys {
 	// The four names are parts of one string: one allocation per call.
-	e := escape(key)
+	e := redisproto.Escape(key)
 	n := len(d.prefix) + 2 + len(e) + 1 // len("P:{K}")
 	var b strings.Builder
 	b.Grow(3*n + len(":fence:queue:waiters"))
@@ -43,14 +47,3 @@ func (d *Driver) keys(key string) keys {
 }
 
 func (k keys) list() []string { return []string{k.lock, k.fence, k.queue, k.waiters} }
-
-// escape replaces the bytes that could end or start a hash tag, and the escape
-// character itself, by %XX.
-func escape(s string) string {
-	if !strings.ContainsAny(s, "%{}") {
-		return s
-	}
-	return escaper.Replace(s)
-}
-
-var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

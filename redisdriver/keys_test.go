@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/redisproto"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -61,8 +62,8 @@ func TestBracesInKeysCannotMoveALockToAnotherSlot(t *testing.T) {
 	for _, prefix := range []string{"distlock", "{x}", "a}b{c"} {
 		for _, key := range oddKeys {
 			for _, name := range keysWithPrefix(prefix, key).list() {
-				if tag := hashTag(name); tag != escape(key) {
-					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, escape(key))
+				if tag := hashTag(name); tag != redisproto.Escape(key) {
+					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redisproto.Escape(key))
 				}
 			}
 		}
@@ -74,15 +75,15 @@ func FuzzEscape(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		e := escape(key)
+		e := redisproto.Escape(key)
 		if strings.ContainsAny(e, "{}") {
-			t.Fatalf("escape(%q) = %q keeps a brace", key, e)
+			t.Fatalf("redisproto.Escape(%q) = %q keeps a brace", key, e)
 		}
 		if unescape(e) != key {
-			t.Fatalf("escape(%q) = %q does not unescape back", key, e)
+			t.Fatalf("redisproto.Escape(%q) = %q does not unescape back", key, e)
 		}
 		if utf8.ValidString(key) && !utf8.ValidString(e) {
-			t.Fatalf("escape(%q) = %q is not valid UTF-8", key, e)
+			t.Fatalf("redisproto.Escape(%q) = %q is not valid UTF-8", key, e)
 		}
 	})
 }
@@ -110,7 +111,7 @@ func TestOddKeysAreStoredAsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire(%q): %v", key, err)
 		}
-		name := prefix + ":{" + escape(key) + "}"
+		name := prefix + ":{" + redisproto.Escape(key) + "}"
 		v, err := admin.Get(ctx, name).Result()
 		if err != nil || len(v) != 32 {
 			t.Errorf("GET %q = %q, %v; want the 32-digit owner", name, v, err)

@@ -159,6 +159,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // DefaultPrefix is the namespace of every key when no prefix is given.
@@ -202,7 +203,7 @@ type Option func(*Driver)
 func WithPrefix(prefix string) Option {
 	return func(d *Driver) {
 		if prefix != "" {
-			d.prefix = escape(prefix)
+			d.prefix = redisproto.Escape(prefix)
 		}
 	}
 }
@@ -329,12 +330,4 @@ func (d *Driver) forget(req *driver.Request) {
 	d.mu.Unlock()
 }
 
-// millis is d in whole milliseconds, rounded up (a lock never lives shorter on
-// the server than the caller asked), at least 1.
-func millis(d time.Duration) int64 {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
-	}
-	return ms
-}
+var millis = redisproto.Millis

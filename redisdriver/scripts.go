@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/distlock/lock/internal/redisproto"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,9 +48,7 @@ const (
 	acqForeign   = -3 // {-3, n}: KEYS[n] has the wrong type
 )
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
+var isNoScript = redisproto.IsNoScript
 
 // evalPipelined runs script once per (keys, args) call in one pipeline, and
 // again with EVAL, in a second pipeline, for the calls the server answered

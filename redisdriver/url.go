@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // The URL schemes this package registers; see URL format in the package
@@ -63,14 +64,8 @@ func (f form) refused(name string) string {
 // those that make no sense for locks. TestAcceptedParamsParse checks them
 // against the parsers.
 var (
-	standaloneParams = []string{
-		"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
-		"db", "dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials",
-		"max_conn_age", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
-		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol",
-		"read_timeout", "write_timeout",
-	}
-	sentinelParams = []string{
+	standaloneParams = redisproto.URLParams
+	sentinelParams   = []string{
 		"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
 		"db", "dial_timeout", "dialer_retries", "dialer_retry_timeout", "disableIdentity",
 		"identitySuffix", "master_name", "max_active_conns", "max_concurrent_dials",

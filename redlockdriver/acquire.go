@@ -135,7 +135,7 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 // judge decides a round's outcome.
 func (d *Driver) judge(v vote, req *request) outcome {
 	if v.yes >= d.quorum {
-		if time.Since(v.start) >= req.TTL-drift(req.TTL) {
+		if time.Since(v.start) >= req.TTL-driver.Drift(req.TTL) {
 			return late
 		}
 		return won

@@ -1,6 +1,6 @@
 package redlockdriver
 
-import "strings"
+import "github.com/distlock/lock/internal/redisproto"
 
 // The Redis keys of one lock, the same on every server. For the prefix P and
 // the user's key K, with esc() escaping '%', '{' and '}' as %25, %7B and %7D:
@@ -19,17 +19,6 @@ type keys struct {
 }
 
 func (d *Driver) keys(key string) keys {
-	lock := d.prefix + ":{" + escape(key) + "}"
+	lock := d.prefix + ":{" + redisproto.Escape(key) + "}"
 	return keys{lock: lock, waiters: lock + ":waiters"}
 }
-
-// escape replaces the bytes that could end or start a hash tag, and the escape
-// character itself, by %XX.
-func escape(s string) string {
-	if !strings.ContainsAny(s, "%{}") {
-		return s
-	}
-	return escaper.Replace(s)
-}
-
-var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

@@ -158,6 +158,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // DefaultPrefix is the namespace of every key when no prefix is given.
@@ -193,7 +194,7 @@ type Option func(*Driver)
 func WithPrefix(prefix string) Option {
 	return func(d *Driver) {
 		if prefix != "" {
-			d.prefix = escape(prefix)
+			d.prefix = redisproto.Escape(prefix)
 		}
 	}
 }
@@ -370,14 +371,4 @@ func (d *Driver) deadline(ctx context.Context, start time.Time, ttl time.Duratio
 	return dl
 }
 
-// drift is the clock-drift allowance of a lock with this TTL: TTL × 1% + 2ms,
-// at most half the TTL. It must equal package lock's (held.go), which measures
-// the validity deadline with it.
-func drift(ttl time.Duration) time.Duration {
-	return min(ttl/100+2*time.Millisecond, ttl/2)
-}
-
-// millis is d in whole milliseconds, rounded up, at least 1.
-func millis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
-}
+var millis = redisproto.Millis

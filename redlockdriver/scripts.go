@@ -2,8 +2,8 @@ package redlockdriver
 
 import (
 	_ "embed"
-	"strings"
 
+	"github.com/distlock/lock/internal/redisproto"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,6 +32,4 @@ const (
 	acqForeign   = -3 // {-3}: the waiters key is not a hash
 )
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
+var isNoScript = redisproto.IsNoScript

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // Scheme is the URL scheme this package registers; see URL format in the
@@ -27,14 +28,8 @@ func init() { driver.Register(Scheme, open) }
 // v9.22's ParseURL parameters, less context_timeout_enabled: the driver always
 // honours deadlines).
 var (
-	redlockParams = []string{"server", "server_timeout"}
-	serverParams  = []string{
-		"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
-		"db", "dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials",
-		"max_conn_age", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
-		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol",
-		"read_timeout", "write_timeout",
-	}
+	redlockParams   = []string{"server", "server_timeout"}
+	serverParams    = redisproto.URLParams
 	serverParamsTLS = append(slices.Clone(serverParams), "skip_verify")
 )
 
