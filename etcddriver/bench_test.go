@@ -33,6 +33,25 @@ var benchRun atomic.Int64
 
 func benchKey() string { return fmt.Sprintf("bench-%d", benchRun.Add(1)) }
 
+// turn is one acquisition and release by worker w, with a check that nobody
+// else holds the lock meanwhile; it reports false after an error.
+func turn(ctx context.Context, b *testing.B, acquire func(ctx context.Context, w int) (func() error, error), w int, inside *atomic.Int32) bool {
+	release, err := acquire(ctx, w)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	if n := inside.Add(1); n != 1 {
+		b.Errorf("%d holders at once", n)
+	}
+	inside.Add(-1)
+	if err := release(); err != nil {
+		b.Error(err)
+		return false
+	}
+	return true
+}
+
 // contend runs b.N acquire-release rounds spread over workers goroutines and
 // reports the handoff rate; a second holder fails the benchmark.
 func contend(b *testing.B, workers int, acquire func(ctx context.Context, w int) (release func() error, err error)) {
@@ -50,17 +69,7 @@ func contend(b *testing.B, workers int, acquire func(ctx context.Context, w int)
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
-				release, err := acquire(ctx, w)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					b.Errorf("%d holders at once", n)
-				}
-				inside.Add(-1)
-				if err := release(); err != nil {
-					b.Error(err)
+				if !turn(ctx, b, acquire, w, &inside) {
 					return
 				}
 			}
@@ -199,17 +208,7 @@ func phase(b *testing.B, d time.Duration, workers int, acquire func(ctx context.
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
-				release, err := acquire(ctx, w)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					b.Errorf("%d holders at once", n)
-				}
-				inside.Add(-1)
-				if err := release(); err != nil {
-					b.Error(err)
+				if !turn(ctx, b, acquire, w, &inside) {
 					return
 				}
 				count.Add(1)
