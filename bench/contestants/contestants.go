@@ -117,6 +117,16 @@ func serverPorts(addrs ...string) ([]int, error) {
 	return ports, nil
 }
 
+// hostAndPorts is the host:port of a single-server URL and its port.
+func hostAndPorts(raw string) (string, []int, error) {
+	h, err := hostOf(raw)
+	if err != nil {
+		return "", nil, err
+	}
+	ports, err := serverPorts(h)
+	return h, ports, err
+}
+
 // hostOf returns host:port of a URL.
 func hostOf(raw string) (string, error) {
 	u, err := url.Parse(raw)

@@ -31,11 +31,7 @@ func etcdContestants(url string, srv *harness.Server) []*harness.Contestant {
 // etcdServer describes an etcd server: its port and the gRPC messages it has
 // received (requests, and lease keep-alives on their streams), from /metrics.
 func etcdServer(url string) (*harness.Server, error) {
-	h, err := hostOf(url)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := serverPorts(h)
+	h, ports, err := hostAndPorts(url)
 	if err != nil {
 		return nil, err
 	}

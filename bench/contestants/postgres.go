@@ -21,11 +21,7 @@ func postgresContestants(url string, srv *harness.Server) []*harness.Contestant 
 // it has committed or rolled back (each statement outside a transaction is
 // one), from pg_stat_database.
 func postgresServer(url string) (*harness.Server, error) {
-	h, err := hostOf(url)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := serverPorts(h)
+	_, ports, err := hostAndPorts(url)
 	if err != nil {
 		return nil, err
 	}

@@ -25,11 +25,7 @@ func zkContestants(url string, srv *harness.Server) []*harness.Contestant {
 // zkServer describes a ZooKeeper server: its port and the packets it has
 // received (requests and session pings), from the srvr four-letter word.
 func zkServer(url string) (*harness.Server, error) {
-	h, err := hostOf(url)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := serverPorts(h)
+	h, ports, err := hostAndPorts(url)
 	if err != nil {
 		return nil, err
 	}
