@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -49,7 +48,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // url.Error repeats the URL
 		}
-		return nil, redact(fmt.Errorf("%w: pgadvisory: %s", driver.ErrInvalidURL, err.Error()), rawSecrets(rawURL))
+		return nil, driver.RedactError(fmt.Errorf("%w: pgadvisory: %s", driver.ErrInvalidURL, err.Error()), rawSecrets(rawURL)...)
 	}
 	return openURL(ctx, u, opts)
 }
@@ -69,7 +68,7 @@ func acceptedParams() string {
 
 func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	secrets := urlSecrets(u)
-	fail := func(err error) (*Driver, error) { return nil, redact(err, secrets) }
+	fail := func(err error) (*Driver, error) { return nil, driver.RedactError(err, secrets...) }
 	if s := strings.ToLower(u.Scheme); s != Scheme && s != SchemeAlias {
 		return fail(fmt.Errorf("%w: pgadvisory: scheme %q, want %s:// or %s://", driver.ErrInvalidURL, u.Scheme, Scheme, SchemeAlias))
 	}
@@ -195,7 +194,7 @@ func urlSecrets(u *url.URL) []string {
 			}
 		}
 	}
-	return clean(out)
+	return out
 }
 
 // rawSecrets finds a password in a URL that does not parse: whatever stands
@@ -223,7 +222,7 @@ func rawSecrets(raw string) []string {
 			}
 		}
 	}
-	return clean(out)
+	return out
 }
 
 func isSecretParam(name string) bool {
@@ -233,20 +232,3 @@ func isSecretParam(name string) bool {
 	}
 	return false
 }
-
-// clean drops empty secrets and sorts the rest longest first, so a secret that
-// contains another is replaced whole.
-func clean(secrets []string) []string {
-	out := secrets[:0]
-	for _, s := range secrets {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-// redact returns err with every secret replaced in its message, still matching
-// what err matches.
-func redact(err error, secrets []string) error { return driver.RedactError(err, secrets...) }
