@@ -86,8 +86,13 @@
 //
 // A waiting Acquire registers its driver's inbox on the servers where it found
 // the lock held, in the same script that tried to take it. A release that
-// deletes the lock publishes its key on every registered inbox, so the waiter
-// tries again as soon as the lock is free, without polling. Within one Driver
+// deletes the lock publishes its key on every registered inbox but the
+// releasing driver's own (that one only when no other driver waits), so the
+// waiters try again as soon as the lock is free, without polling, and the lock
+// passes between drivers instead of the releasing one racing the others to
+// win it back. Should no other driver take it (a registered driver that died
+// leaves its registration until the registration's lease, the TTL or at least
+// a second, runs out), the releasing driver's waiter tries after 5ms. Within one Driver
 // only one Acquire per key contends on the servers at a time; the others wait
 // behind it in process, so a release wakes one contender per driver rather
 // than every goroutine. When a round ends in a split vote (no owner got a
@@ -222,7 +227,8 @@ type Driver struct {
 	prefix  string // escaped
 	inbox   string // this driver's pub/sub channel, the same on every server
 	timeout time.Duration
-	owned   bool // Close closes the clients
+	grace   time.Duration // otherDriverGrace; tests set their own
+	owned   bool          // Close closes the clients
 
 	ctx     context.Context    // cancelled by Close: ends waiting and the inbox
 	cancel  context.CancelFunc //
@@ -279,6 +285,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		quorum:  len(servers)/2 + 1,
 		prefix:  DefaultPrefix,
 		timeout: DefaultServerTimeout,
+		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
 

@@ -20,10 +20,17 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	k := d.keys(req.Key)
 	inbox := ""
 	d.mu.Lock()
-	if d.groups[k.lock] == nil && d.sub.started {
+	g := d.groups[k.lock]
+	if g == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
 	d.mu.Unlock()
+	if g != nil {
+		// The servers tell this driver's waiters only if no other driver
+		// waits (release.lua); should those others not take the lock (they
+		// died), the head here looks again after a grace.
+		defer g.releasedHere()
+	}
 	// A round that reaches too few servers leaves the outcome unknown: the
 	// next round asks the servers that did not answer again. Their "not held"
 	// is then ambiguous (the first round's delete may have landed after its
@@ -124,7 +131,7 @@ func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *rel
 		n = "1"
 	}
 	keys := []string{k.lock, k.waiters}
-	args := []any{req.Owner, n, inbox}
+	args := []any{req.Owner, n, inbox, d.inbox}
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.
 	dl := time.Now().Add(d.timeoutFor(req.TTL))

@@ -14,8 +14,17 @@ import (
 // goroutine, and fewer contenders mean fewer split votes.
 type group struct {
 	wake       chan struct{} // a release of the key was announced; buffered, kept across heads
+	released   chan struct{} // this driver released the key; buffered, kept across heads
 	queue      []*waiter     // queue[0] is the head
 	registered time.Time     // when a head last registered the driver on a majority (under Driver.mu)
+}
+
+// releasedHere tells the head that this driver released the key.
+func (g *group) releasedHere() {
+	select {
+	case g.released <- struct{}{}:
+	default:
+	}
 }
 
 type waiter struct {
@@ -36,6 +45,11 @@ const (
 	// doubles with each split in a row.
 	backoffMin = 2 * time.Millisecond
 	backoffMax = 64 * time.Millisecond
+	// otherDriverGrace is how long a head waits, after its own driver released
+	// the key, for another waiting driver to take it (release.lua announces the
+	// release to the other drivers only) before it looks again itself: it bounds
+	// the stall a waiter registered by a driver that died can cause.
+	otherDriverGrace = 5 * time.Millisecond
 )
 
 // Acquire blocks until req.Owner holds req.Key on a majority, ctx is done or
@@ -85,13 +99,24 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 	for {
 		if wait > 0 {
 			t := time.NewTimer(wait)
-			select {
-			case <-g.wake:
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				d.abandon(k, req, g)
-				return driver.Grant{}, d.ended(ctx)
+			deadline := time.Now().Add(wait)
+		sleep:
+			for {
+				select {
+				case <-g.wake:
+					break sleep
+				case <-t.C:
+					break sleep
+				case <-g.released:
+					if time.Until(deadline) > d.grace {
+						deadline = time.Now().Add(d.grace)
+						t.Reset(d.grace)
+					}
+				case <-ctx.Done():
+					t.Stop()
+					d.abandon(k, req, g)
+					return driver.Grant{}, d.ended(ctx)
+				}
 			}
 			t.Stop()
 		}
@@ -168,7 +193,7 @@ func (d *Driver) join(lockKey string) (*group, *waiter, bool) {
 	defer d.mu.Unlock()
 	g := d.groups[lockKey]
 	if g == nil {
-		g = &group{wake: make(chan struct{}, 1)}
+		g = &group{wake: make(chan struct{}, 1), released: make(chan struct{}, 1)}
 		d.groups[lockKey] = g
 	}
 	w := &waiter{turn: make(chan bool, 1)}
@@ -194,6 +219,13 @@ func (d *Driver) leave(lockKey string, g *group, w *waiter, won bool) {
 		return
 	}
 	if head {
+		if won {
+			// Announcements not yet taken are of releases before this win.
+			select {
+			case <-g.wake:
+			default:
+			}
+		}
 		g.queue[0].turn <- !won
 	}
 }
