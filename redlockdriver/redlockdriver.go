@@ -89,20 +89,20 @@
 // deletes the lock publishes its key on every registered inbox but the
 // releasing driver's own (that one only when no other driver waits), so the
 // waiters try again as soon as the lock is free, without polling, and the lock
-// passes between drivers instead of the releasing one racing the others to
-// win it back. Should no other driver take it (a registered driver that died
-// leaves its registration until the registration's lease, the TTL or at least
-// a second, runs out), the releasing driver's waiter tries after 5ms. Within one Driver
-// only one Acquire per key contends on the servers at a time; the others wait
-// behind it in process, so a release wakes one contender per driver rather
+// passes between drivers instead of the releasing one racing the others to win
+// it back. Should no other driver take it (a registered driver that died leaves
+// its registration until the registration's lease, the TTL or at least a
+// second, runs out), the releasing driver's waiter tries after 5ms. Within one
+// Driver only one Acquire per key contends on the servers at a time; the others
+// wait behind it in process, so a release wakes one contender per driver rather
 // than every goroutine. When a round ends in a split vote (no owner got a
 // majority, for instance each of three contenders got one server), every
 // contender gives its votes back and tries again after a random back-off, as
-// the algorithm prescribes; a round that finds another owner holding a
-// majority waits for the release (or for that owner's TTL to run out). Each
-// Driver subscribes once per server, on one connection per server. Waiters
-// are not served in arrival order (FIFO is not declared): each server orders
-// contenders by arrival and the orders need not agree.
+// the algorithm prescribes; a round that finds another owner holding a majority
+// waits for the release (or for that owner's TTL to run out). Each Driver
+// subscribes once per server, on one connection per server. Waiters are not
+// served in arrival order (FIFO is not declared): each server orders contenders
+// by arrival and the orders need not agree.
 //
 // # Capabilities
 //
