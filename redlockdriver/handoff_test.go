@@ -22,16 +22,21 @@ func handoffDriver(t *testing.T, ctx context.Context, servers []*testserver.Serv
 	// Subscribed on every server before anyone waits: a waiter whose driver
 	// is not yet subscribed polls, and could look again at any moment.
 	d.subscribe()
-	for {
+	waitUntil(ctx, t, "the driver's inbox subscribed on every server", func() bool {
 		d.mu.Lock()
-		up := d.sub.nup
-		d.mu.Unlock()
-		if up == len(d.servers) {
-			return d
-		}
+		defer d.mu.Unlock()
+		return d.sub.nup == len(d.servers)
+	})
+	return d
+}
+
+// waitUntil polls ok every millisecond until it holds, failing t when ctx ends.
+func waitUntil(ctx context.Context, t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for !ok() {
 		select {
 		case <-ctx.Done():
-			t.Fatal("the driver's inbox was not subscribed on every server")
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -56,20 +61,12 @@ func acquireAsync(ctx context.Context, d *Driver, req *request) <-chan error {
 func waitWaiting(ctx context.Context, t *testing.T, d *Driver, since time.Time) {
 	t.Helper()
 	lockKey := d.keys("k").lock
-	for {
+	waitUntil(ctx, t, "a waiter of the driver registered", func() bool {
 		d.mu.Lock()
+		defer d.mu.Unlock()
 		g := d.groups[lockKey]
-		ok := g != nil && g.registered.After(since)
-		d.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no waiter of the driver registered")
-		case <-time.After(time.Millisecond):
-		}
-	}
+		return g != nil && g.registered.After(since)
+	})
 }
 
 // When another driver waits, a release passes the lock to that driver's waiter,
