@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/distlock/lock/driver"
 )
 
@@ -67,19 +65,18 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 	d.mu.Unlock()
 
 	start := time.Now()
-	var tok token
-	err = c.queryRow(ctx, st.tryFor(req.Shared), d.lockArgs(id, c.pid), &tok)
+	tok, err := c.exec(ctx, st.tryFor(req.Shared), id)
 	switch {
 	case err != nil:
 		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
-	case !tok.Valid:
+	case tok.null:
 		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return driver.Grant{}, false, cause
-	case tok.Int64 == 0:
+	case tok.v == 0:
 		return driver.Grant{}, false, driver.ErrLocked
 	}
-	g, err = d.register(c, req, id, uint64(tok.Int64), start)
+	g, err = d.register(c, req, id, uint64(tok.v), start)
 	return g, false, err
 }
 
@@ -96,11 +93,10 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // not sent
 	}
-	var ok pgtype.Bool
 	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
-	uerr := c.queryRow(uctx, unlockFor(shared), []any{id, c.pid}, &ok)
+	ok, uerr := c.exec(uctx, unlockFor(shared), id)
 	cancel()
-	if uerr != nil || !ok.Valid {
+	if uerr != nil || ok.null {
 		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
 	}
 	if fenceGone(err) {
@@ -108,18 +104,6 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	}
 	return fmt.Errorf("pgadvisory: lock statement: %w", err)
 }
-
-// lockArgs are the arguments of a lock statement.
-func (d *Driver) lockArgs(id int64, pid int32) []any {
-	if d.o.fencing {
-		return []any{id, pid, d.fence}
-	}
-	return []any{id, pid}
-}
-
-// token is a lock statement's result: the fencing token, 0 for "held
-// elsewhere", or NULL for "wrong session". A pgtype scans without reflection.
-type token = pgtype.Int8
 
 // Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
 // queue (pg_advisory_lock) on a connection of its own, so it is granted the lock
@@ -238,20 +222,22 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
 	start := time.Now()
-	// Close ends the wait as ctx would.
-	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), d.lockArgs(id, w.pid))
+	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), id)
+	if err == errNotSent {
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
-	if err == nil && tok.Valid && !ended {
+	if err == nil && !tok.null && !ended {
 		// The server granted the lock at most about one round trip before the
 		// answer arrived; the validity of the lock counts from then.
 		granted := received.Add(-w.rtt)
 		if granted.Before(start) {
 			granted = start
 		}
-		return d.register(w, req, id, uint64(tok.Int64), granted)
+		return d.register(w, req, id, uint64(tok.v), granted)
 	}
-	if err == nil && !tok.Valid {
+	if err == nil && tok.null {
 		cause := d.pooled(w, 0)
 		d.kill(w, cause)
 		return driver.Grant{}, cause
@@ -285,52 +271,72 @@ func (d *Driver) waitEnded(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// waitRow runs a blocking lock statement on c (c.mu held) and returns its token
-// (nil for the wrong session). When ctx or closing ends it sends the server a
-// cancel request, again if the statement does not end soon after (a cancel
-// that overtook the statement is ignored by the server), and at last cuts the
-// socket.
-func (c *lockConn) waitRow(ctx, closing context.Context, sql string, args []any) (token, error) {
-	returned := make(chan struct{})
-	cancelled := make(chan struct{})
-	var once sync.Once
-	abort := func() {
-		once.Do(func() {
-			defer close(cancelled)
-			for i := 0; i < cancelAttempts; i++ {
-				cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
-				err := c.conn.PgConn().CancelRequest(cctx)
-				cancel()
-				if err != nil {
-					break
-				}
-				t := time.NewTimer(cancelWait)
-				select {
-				case <-returned:
-					t.Stop()
-					return
-				case <-t.C:
-				}
-			}
-			_ = c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
-		})
+// errNotSent is waitRow's error when Close came first.
+var errNotSent = errors.New("pgadvisory: wait not sent: the driver is closing")
+
+// waitRow runs a blocking lock statement on c (c.mu held) and returns its value
+// (NULL for the wrong session). When ctx ends, or Close begins, it ends the
+// statement early (see waitAbort).
+func (c *lockConn) waitRow(ctx, closing context.Context, s *stmt, id int64) (result, error) {
+	a := &waitAbort{c: c, returned: make(chan struct{})}
+	// Close aborts the waits it finds here after it marked closing, and
+	// closing is checked after a is stored: either Close finds a or a sees
+	// that Close began.
+	c.abort.Store(a)
+	defer c.abort.Store(nil)
+	if closing.Err() != nil {
+		return result{}, errNotSent
 	}
-	// Two registrations, none creating a context: the caller's context is
-	// new for each call and would make its children map for a derived one.
-	stopCtx := context.AfterFunc(ctx, abort)
-	stopClosing := context.AfterFunc(closing, abort)
-	var tok token
-	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(&tok)
-	close(returned)
-	if stopped1, stopped2 := stopCtx(), stopClosing(); !stopped1 || !stopped2 {
-		abort() // waits for the one under way, if any
-		<-cancelled
-	}
-	if err == nil && !c.conn.IsClosed() {
+	// One registration, creating no context: the caller's context is new for
+	// each call and would make its children map for a derived one.
+	stop := context.AfterFunc(ctx, a.abort)
+	r, err := c.run(s, id)
+	close(a.returned)
+	stop()
+	a.abort() // returns at once, or once an abort under way has finished
+	if a.cut && err == nil && !c.conn.IsClosed() {
 		// A cut that came just after the answer: the session is fine.
 		_ = c.net.SetDeadline(time.Time{})
 	}
-	return tok, err
+	return r, err
+}
+
+// waitAbort ends a blocking lock statement early: it sends the server a cancel
+// request, again if the statement does not end soon after (a cancel that
+// overtook the statement is ignored by the server), and at last cuts the
+// socket. Its first call does that; later ones wait for the first to finish.
+type waitAbort struct {
+	c        *lockConn
+	once     sync.Once
+	returned chan struct{} // closed when the statement returned
+	cut      bool          // the socket was cut
+}
+
+func (a *waitAbort) abort() { a.once.Do(a.cancel) }
+
+func (a *waitAbort) cancel() {
+	for i := 0; i < cancelAttempts; i++ {
+		select {
+		case <-a.returned:
+			return
+		default:
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		err := a.c.conn.PgConn().CancelRequest(cctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		t := time.NewTimer(cancelWait)
+		select {
+		case <-a.returned:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	a.cut = true
+	_ = a.c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
 }
 
 // clear releases every advisory lock of a waiting session (c.mu held), retrying
@@ -339,7 +345,7 @@ func (c *lockConn) clear() error {
 	var err error
 	for i := 0; i < cancelAttempts; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
-		err = c.queryRow(ctx, unlockAllSQL, nil, new(bool))
+		_, err = c.exec(ctx, unlockAllStmt, 0)
 		cancel()
 		if err == nil || c.broken(err) {
 			return err

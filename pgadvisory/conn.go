@@ -2,6 +2,7 @@ package pgadvisory
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // lockConn is one dedicated session, taken out of the pool for good. It either
@@ -23,6 +26,16 @@ type lockConn struct {
 	pid  int32      // pg_backend_pid() at setup; every lock statement checks it
 	rtt  time.Duration
 	dead atomic.Bool // the session is gone or untrusted; set with d.mu held
+
+	abort atomic.Pointer[waitAbort] // ends the blocking statement in flight, if any
+
+	// Guarded by mu.
+	prepare  bool      // statements are prepared on the session (see exec)
+	prepared uint16    // the stmt bits of those prepared so far
+	params   [3][]byte // the binary arguments: lock id, pid, fencing sequence
+	idArg    [8]byte
+	pidArg   [4]byte
+	fenceArg [4]byte
 
 	// Guarded by d.mu.
 	locks     map[int64]*holding
@@ -88,9 +101,18 @@ func (c *lockConn) setup(ctx context.Context) error {
 		n        int64
 		sync     *string
 	)
+	// The query modes that do not cache statements are for proxies that cannot
+	// keep prepared ones; the driver leaves those to pgx. In the others it
+	// prepares its own statements (see run), and this one, run once, is not
+	// worth keeping on the session.
+	mode := c.conn.Config().DefaultQueryExecMode
+	c.prepare = mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe
+	if c.prepare {
+		mode = pgx.QueryExecModeExec
+	}
 	begin := time.Now()
 	done := c.watch(ctx)
-	err := c.conn.QueryRow(context.Background(), setupSQL, c.d.tag, c.d.settings[0], c.d.settings[1]).
+	err := c.conn.QueryRow(context.Background(), setupSQL, mode, c.d.tag, c.d.settings[0], c.d.settings[1]).
 		Scan(&pid, &start, &recovery, &app, &n, &sync)
 	done(err == nil)
 	if err != nil {
@@ -100,6 +122,8 @@ func (c *lockConn) setup(ctx context.Context) error {
 		return errors.New("pgadvisory: the server is a standby (in recovery): advisory locks there are not shared with the primary; connect to the primary (target_session_attrs=read-write)")
 	}
 	c.pid, c.start, c.rtt = pid, start, time.Since(begin)
+	binary.BigEndian.PutUint32(c.pidArg[:], uint32(pid))
+	c.params = [3][]byte{c.idArg[:], c.pidArg[:], c.fenceArg[:]}
 	return nil
 }
 
@@ -186,19 +210,122 @@ func (w *stmtWatch) finish(ok bool) {
 	}
 }
 
-// queryRow runs one short statement on c and scans its row; c.mu is held. It
+// exec runs one short statement on c and returns its value; c.mu is held. It
 // sends nothing if ctx has already ended.
-func (c *lockConn) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+func (c *lockConn) exec(ctx context.Context, s *stmt, id int64) (result, error) {
 	if err := c.usable(); err != nil {
-		return err
+		return result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return result{}, err
 	}
 	done := c.watch(ctx)
-	err := c.conn.QueryRow(context.Background(), sql, args...).Scan(dest...)
+	r, err := c.run(s, id)
 	done(err == nil)
-	return err
+	return r, err
+}
+
+// result is a statement's value: a token (bigint or integer), a boolean (1 or
+// 0), or NULL.
+type result struct {
+	v    int64
+	null bool
+}
+
+// binaryFormat asks for parameters and results in binary.
+var binaryFormat = []int16{1, 1, 1}
+
+// run sends s with the lock id id (unused by statements without parameters)
+// and reads its value; c.mu is held. The statement is prepared on the session
+// the first time, then costs a Bind and an Execute with its arguments in
+// binary, without pgx's type mapping. A session that already has the
+// statement before it was prepared, or no longer has it after, is not the one
+// the connection was set up on (a transaction pooler is in between): that
+// reads as NULL, nothing done.
+func (c *lockConn) run(s *stmt, id int64) (result, error) {
+	if !c.prepare {
+		return c.runUnprepared(s, id)
+	}
+	pg := c.conn.PgConn()
+	if c.prepared&s.bit == 0 {
+		if _, err := pg.Prepare(context.Background(), s.name, s.sql, s.oids); err != nil {
+			if pgCode(err) == "42P05" { // duplicate_prepared_statement
+				return result{null: true}, nil
+			}
+			return result{}, err
+		}
+		c.prepared |= s.bit
+	}
+	n := len(s.oids)
+	binary.BigEndian.PutUint64(c.idArg[:], uint64(id))
+	if n == 3 {
+		binary.BigEndian.PutUint32(c.fenceArg[:], c.d.fence)
+	}
+	rr := pg.ExecPrepared(context.Background(), s.name, c.params[:n], binaryFormat[:n], binaryFormat[:1])
+	var r result
+	rows := 0
+	var err error
+	for rr.NextRow() {
+		rows++
+		r, err = decode(rr.FieldDescriptions()[0].DataTypeOID, rr.Values()[0])
+	}
+	if _, cerr := rr.Close(); cerr != nil {
+		if pgCode(cerr) == "26000" { // invalid_sql_statement_name
+			return result{null: true}, nil
+		}
+		return result{}, cerr
+	}
+	if err == nil && rows != 1 {
+		err = fmt.Errorf("pgadvisory: %s returned %d rows", s.name, rows)
+	}
+	return r, err
+}
+
+// pgCode is the SQLSTATE of a server error, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// decode reads a binary value of type oid.
+func decode(oid uint32, b []byte) (result, error) {
+	switch {
+	case b == nil:
+		return result{null: true}, nil
+	case oid == pgtype.Int8OID && len(b) == 8:
+		return result{v: int64(binary.BigEndian.Uint64(b))}, nil
+	case oid == pgtype.Int4OID && len(b) == 4:
+		return result{v: int64(int32(binary.BigEndian.Uint32(b)))}, nil
+	case oid == pgtype.BoolOID && len(b) == 1:
+		return result{v: int64(b[0])}, nil
+	}
+	return result{}, fmt.Errorf("pgadvisory: unexpected value of type %d (%d bytes)", oid, len(b))
+}
+
+// runUnprepared is run in the query mode the connection string chose.
+func (c *lockConn) runUnprepared(s *stmt, id int64) (result, error) {
+	args := []any{id, c.pid, c.d.fence}[:len(s.oids)]
+	var v any
+	if err := c.conn.QueryRow(context.Background(), s.sql, args...).Scan(&v); err != nil {
+		return result{}, err
+	}
+	switch v := v.(type) {
+	case nil:
+		return result{null: true}, nil
+	case int64:
+		return result{v: v}, nil
+	case int32:
+		return result{v: int64(v)}, nil
+	case bool:
+		if v {
+			return result{v: 1}, nil
+		}
+		return result{}, nil
+	}
+	return result{}, fmt.Errorf("pgadvisory: unexpected value %T from %s", v, s.name)
 }
 
 // broken reports whether err from a statement on c means the session is gone
@@ -242,8 +369,8 @@ func (c *lockConn) pingLocked(ctx context.Context) error {
 	if c.dead.Load() {
 		return errSessionLost(errors.New("connection given up"))
 	}
-	var pid int32
-	err := c.queryRow(ctx, pingSQL, nil, &pid)
+	r, err := c.exec(ctx, pingStmt, 0)
+	pid := int32(r.v)
 	switch {
 	case c.broken(err):
 		cause := errSessionLost(err)
@@ -251,7 +378,7 @@ func (c *lockConn) pingLocked(ctx context.Context) error {
 		return cause
 	case err != nil:
 		return err
-	case pid != c.pid:
+	case r.null || pid != c.pid:
 		cause := c.d.pooled(c, pid)
 		c.d.kill(c, cause)
 		return cause

@@ -175,6 +175,12 @@
 // is not detected until it moves it. Use a direct connection, or session
 // pooling (which works).
 //
+// Lock sessions prepare the driver's statements (named distlock_*) the first
+// time they need each, and then send only its arguments, in binary. A
+// connection string with default_query_exec_mode=exec, describe_exec or
+// simple_protocol, chosen for a proxy that cannot keep prepared statements,
+// makes the driver send its statements as pgx does in that mode instead.
+//
 // Advisory locks are not replicated: a failover to a standby loses every lock.
 // The driver reports such locks lost when their connection breaks, or when a
 // new lock connection reaches a server with another start time; a connection
@@ -509,6 +515,11 @@ func (d *Driver) Close() error {
 	d.freedLocked()
 	d.mu.Unlock()
 
+	for _, c := range conns {
+		if a := c.abort.Load(); a != nil {
+			go a.abort()
+		}
+	}
 	for _, c := range conns {
 		c.dead.Store(true)
 		c.mu.Lock() // a waiter lets go once its cancelled wait has returned

@@ -29,12 +29,19 @@ import (
 func TestTransactionPoolerIsRefusedByName(t *testing.T) {
 	ctx := context.Background()
 	direct := testserver.Postgres(t)
-	bouncer := startPgBouncer(t, direct, "transaction")
-	// pgx's default named prepared statements cannot cross sessions either
-	// (PgBouncer 1.21 and later can); unnamed ones can, so the statements get
-	// through and the driver's own check has to catch the pooler.
-	viaBouncer := withParam(t, bouncer, "default_query_exec_mode", "exec")
-	for _, op := range []string{"TryAcquire", "Acquire"} {
+	// Named prepared statements (the driver's own, and pgx's by default) are
+	// lost when the session changes (PgBouncer 1.21 and later can carry
+	// them); unnamed ones (the exec mode) get through, so the driver's pid
+	// check has to catch the pooler. Either way the lock is refused.
+	for _, tc := range []struct{ op, mode string }{
+		{"TryAcquire", "exec"}, {"Acquire", "exec"},
+		{"TryAcquire", "cache_statement"}, {"Acquire", "cache_statement"},
+	} {
+		op := tc.op
+		// A pooler of its own, so that no earlier client's prepared
+		// statements are on its sessions.
+		bouncer := startPgBouncer(t, direct, "transaction")
+		viaBouncer := withParam(t, bouncer, "default_query_exec_mode", tc.mode)
 		d, err := pgadvisory.Open(ctx, viaBouncer)
 		if err != nil {
 			t.Fatalf("Open through PgBouncer: %v", err)
@@ -49,7 +56,7 @@ func TestTransactionPoolerIsRefusedByName(t *testing.T) {
 		if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, d.ApplicationName()).Scan(&setupPID); err != nil {
 			t.Fatalf("finding the driver's server session: %v", err)
 		}
-		other := connect(t, viaBouncer)
+		other := connect(t, withParam(t, bouncer, "default_query_exec_mode", "exec"))
 		tx, err := other.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -62,14 +69,14 @@ func TestTransactionPoolerIsRefusedByName(t *testing.T) {
 			t.Fatalf("the other client got server session %d, not the driver's %d: PgBouncer did not reuse the idle session", pinned, setupPID)
 		}
 
-		key := t.Name() + "/" + op
+		key := t.Name() + "/" + op + "/" + tc.mode
 		if op == "TryAcquire" {
 			_, err = locker.TryAcquire(ctx, key)
 		} else {
 			_, err = locker.Acquire(ctx, key)
 		}
 		if !errors.Is(err, pgadvisory.ErrTransactionPooler) {
-			t.Fatalf("%s through a transaction pooler = %v, want ErrTransactionPooler", op, err)
+			t.Fatalf("%s through a transaction pooler (%s) = %v, want ErrTransactionPooler", op, tc.mode, err)
 		}
 		if !strings.Contains(err.Error(), "PgBouncer") || !strings.Contains(err.Error(), "pool_mode=transaction") {
 			t.Errorf("the error does not name the cause: %v", err)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/distlock/lock/driver"
 )
 
@@ -37,8 +35,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	if !d.holds(h) {
 		return fmt.Errorf("%w: its session was lost", driver.ErrNotHeld)
 	}
-	var ok pgtype.Bool
-	err := c.queryRow(ctx, unlockFor(h.shared), []any{h.id, c.pid}, &ok)
+	ok, err := c.exec(ctx, unlockFor(h.shared), h.id)
 	switch {
 	case c.broken(err):
 		cause := errSessionLost(err)
@@ -46,7 +43,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
 	case err != nil:
 		return fmt.Errorf("pgadvisory: unlock: %w", err) // the lock stays held
-	case !ok.Valid:
+	case ok.null:
 		cause := d.pooled(c, 0)
 		d.kill(c, cause)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
@@ -55,7 +52,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	d.forgetLocked(h)
 	d.broadcastLocked()
 	d.mu.Unlock()
-	if !ok.Bool {
+	if ok.v == 0 {
 		return fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
 	}
 	return nil

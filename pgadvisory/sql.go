@@ -1,6 +1,10 @@
 package pgadvisory
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
 
 // The SQL the driver runs on its dedicated lock connections. $1 is always the lock
 // id (bigint) and $2 the backend pid the connection had when it was set up.
@@ -8,6 +12,9 @@ import "strings"
 // Statements that draw a fencing token take the sequence's OID as $3: a
 // sequence dropped and re-created under a running driver (its values restarting
 // at 1) is then an error, not a silent step back.
+//
+// Their results are single values: a bigint or integer token, a boolean, or
+// NULL.
 //
 // Every statement that takes or gives up a lock first compares pg_backend_pid()
 // with $2, inside the same statement: behind a transaction-pooling proxy two
@@ -53,50 +60,73 @@ const (
 	CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', false) END`
 )
 
+// stmt is one of the statements lock sessions run. Each session prepares it
+// under its own name the first time it needs it, so a statement costs a Bind
+// and an Execute, with arguments sent in binary (see lockConn.exec).
+type stmt struct {
+	bit  uint16 // the statement's bit in lockConn.prepared
+	name string // the prepared statement's name
+	sql  string
+	oids []uint32 // parameter types: a prefix of lockParamOIDs
+}
+
+// lockParamOIDs are the types of a statement's parameters $1, $2, $3: the lock
+// id (bigint), the backend pid (integer) and the fencing sequence (oid).
+var lockParamOIDs = []uint32{pgtype.Int8OID, pgtype.Int4OID, pgtype.OIDOID}
+
+// The statements that draw no token, the same for every Driver.
+var (
+	unlockStmt       = &stmt{bit: 1 << 0, name: "distlock_unlock", sql: unlockSQL, oids: lockParamOIDs[:2]}
+	unlockSharedStmt = &stmt{bit: 1 << 1, name: "distlock_unlock_shared", sql: unlockSharedSQL, oids: lockParamOIDs[:2]}
+	unlockAllStmt    = &stmt{bit: 1 << 2, name: "distlock_unlock_all", sql: unlockAllSQL}
+	pingStmt         = &stmt{bit: 1 << 3, name: "distlock_ping", sql: pingSQL}
+)
+
 // lockStatements are the statements that draw a token, built for one fencing
 // sequence (or none).
 type lockStatements struct {
-	try, tryShared   string
-	wait, waitShared string
+	try, tryShared   *stmt
+	wait, waitShared *stmt
 }
 
 // newLockStatements builds the lock statements, with or without fencing.
 func newLockStatements(fencing bool) *lockStatements {
-	token := "1"
+	token, params := "1", lockParamOIDs[:2]
 	if fencing {
-		token = "nextval($3::oid::regclass)"
+		token, params = "nextval($3::oid::regclass)", lockParamOIDs
 	}
-	build := func(sql string, shared bool) string {
+	build := func(bit uint16, name, sql string, shared bool) *stmt {
 		if shared {
 			sql = strings.Replace(sql, "advisory_lock($1)", "advisory_lock_shared($1)", 1)
+			name += "_shared"
 		}
-		return strings.Replace(sql, "{token}", token, 1)
+		return &stmt{bit: bit, name: name, sql: strings.Replace(sql, "{token}", token, 1), oids: params}
 	}
 	return &lockStatements{
-		try:        build(tryLockSQL, false),
-		tryShared:  build(tryLockSQL, true),
-		wait:       build(waitLockSQL, false),
-		waitShared: build(waitLockSQL, true),
+		try:        build(1<<4, "distlock_try", tryLockSQL, false),
+		tryShared:  build(1<<5, "distlock_try", tryLockSQL, true),
+		wait:       build(1<<6, "distlock_wait", waitLockSQL, false),
+		waitShared: build(1<<7, "distlock_wait", waitLockSQL, true),
 	}
 }
 
-func (s *lockStatements) tryFor(shared bool) string {
+func (s *lockStatements) tryFor(shared bool) *stmt {
 	if shared {
 		return s.tryShared
 	}
 	return s.try
 }
 
-func (s *lockStatements) waitFor(shared bool) string {
+func (s *lockStatements) waitFor(shared bool) *stmt {
 	if shared {
 		return s.waitShared
 	}
 	return s.wait
 }
 
-func unlockFor(shared bool) string {
+func unlockFor(shared bool) *stmt {
 	if shared {
-		return unlockSharedSQL
+		return unlockSharedStmt
 	}
-	return unlockSQL
+	return unlockStmt
 }
