@@ -30,7 +30,7 @@ type lockConn struct {
 	abort atomic.Pointer[waitAbort] // ends the blocking statement in flight, if any
 
 	// Guarded by mu.
-	prepare  bool      // statements are prepared on the session (see exec)
+	prepare  bool      // statements are prepared on the session (see run)
 	prepared uint16    // the stmt bits of those prepared so far
 	params   [3][]byte // the binary arguments: lock id, pid, fencing sequence
 	idArg    [8]byte
