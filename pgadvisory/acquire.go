@@ -218,10 +218,11 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	if err := w.usable(); err != nil {
 		return driver.Grant{}, err
 	}
-	if ctx.Err() != nil || d.closing.Err() != nil {
+	if ctx.Err() != nil {
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
 	start := time.Now()
+	// waitRow itself sends nothing once Close has begun.
 	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), id)
 	if err == errNotSent {
 		return driver.Grant{}, d.waitEnded(ctx)
