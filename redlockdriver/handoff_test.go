@@ -76,6 +76,30 @@ func waitWaiting(ctx context.Context, t *testing.T, d *Driver, since time.Time) 
 func TestReleasePassesTheLockToAnotherDriver(t *testing.T) {
 	ctx := testContext(t)
 	servers := testserver.RedisServers(t, 3)
+	passTurns(ctx, t, servers, func(*Driver) {})
+}
+
+// A waiter's registration reaches the last servers after its round was
+// decided, so a release can find the other driver registered on a majority
+// only. The server without it tells the releasing driver, whose own waiter
+// must still leave the lock to the other driver, which the majority told.
+func TestReleaseFindingTheOtherDriverOnAMajorityOnlyStillPassesTheLock(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	admin := admins(t, servers)
+	passTurns(ctx, t, servers, func(other *Driver) {
+		k := other.keys("k")
+		if err := admin[0].HDel(ctx, k.waiters, other.inbox).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// passTurns has two drivers take turns on one key for 4 rounds, each round with
+// a waiter in both drivers, and fails t if a release's own driver takes the
+// lock back. beforeRelease runs before each release, given the other driver.
+func passTurns(ctx context.Context, t *testing.T, servers []*testserver.Server, beforeRelease func(other *Driver)) {
+	t.Helper()
 	drivers := []*Driver{handoffDriver(t, ctx, servers, time.Hour), handoffDriver(t, ctx, servers, time.Hour)}
 
 	holder := handoffRequest("holder-0")
@@ -95,6 +119,7 @@ func TestReleasePassesTheLockToAnotherDriver(t *testing.T) {
 		ownDone := acquireAsync(ctx, holderDriver, own)
 		waitWaiting(ctx, t, holderDriver, start)
 
+		beforeRelease(drivers[other])
 		if err := holderDriver.Release(ctx, holder); err != nil {
 			t.Fatal(err)
 		}

@@ -130,7 +130,7 @@ func (d *Driver) read(s *server, ps *redis.PubSub) {
 		backoff, pinged = 0, false
 		switch m := msg.(type) {
 		case *redis.Message:
-			d.deliver(m.Payload)
+			d.deliver(s.idx, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				d.setUp(s.idx, true)

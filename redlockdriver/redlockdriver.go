@@ -90,9 +90,12 @@
 // releasing driver's own (that one only when no other driver waits), so the
 // waiters try again as soon as the lock is free, without polling, and the lock
 // passes between drivers instead of the releasing one racing the others to win
-// it back. Should no other driver take it (a registered driver that died leaves
-// its registration until the registration's lease, the TTL or at least a
-// second, runs out), the releasing driver's waiter tries after 5ms. Within one
+// it back. A waiter's registration reaches its last servers after its round
+// was decided, so a server may tell the releasing driver itself; that
+// driver's waiter acts on its own release only when a majority of the servers
+// told it. Should no other driver take the lock (a registered driver that died
+// leaves its registration until the registration's lease, the TTL or at least
+// a second, runs out), the releasing driver's waiter tries after 5ms. Within one
 // Driver only one Acquire per key contends on the servers at a time; the others
 // wait behind it in process, so a release wakes one contender per driver rather
 // than every goroutine. When a round ends in a split vote (no owner got a

@@ -24,6 +24,9 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if g == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
+	if g != nil {
+		g.ownRelease = true
+	}
 	d.mu.Unlock()
 	if g != nil {
 		// The servers tell this driver's waiters only if no other driver

@@ -17,6 +17,37 @@ type group struct {
 	released   chan struct{} // this driver released the key; buffered, kept across heads
 	queue      []*waiter     // queue[0] is the head
 	registered time.Time     // when a head last registered the driver on a majority (under Driver.mu)
+
+	// Since the head last looked (under Driver.mu):
+	heard      []bool // by server, whether it announced a release
+	ownRelease bool   // this driver began to release the key
+	force      bool   // a subscription came back: look whatever was heard
+}
+
+// ownAnnouncementOnly reports whether the announcements since the head last
+// looked may all come from this driver's own release, announced to it by a
+// minority of the servers: those where no other driver was registered yet
+// (a waiter's registration reaches its last servers after its round was
+// decided). The head then leaves the lock to the other drivers, which the
+// majority told, and looks again after the grace (or when a majority told
+// it: no other driver waits). d.mu is held.
+func (g *group) ownAnnouncementOnly(quorum int) bool {
+	if !g.ownRelease || g.force {
+		return false
+	}
+	n := 0
+	for _, h := range g.heard {
+		if h {
+			n++
+		}
+	}
+	return n < quorum
+}
+
+// looked starts a new round of hearing, as the head looks; d.mu is held.
+func (g *group) looked() {
+	clear(g.heard)
+	g.ownRelease, g.force = false, false
 }
 
 // releasedHere tells the head that this driver released the key.
@@ -104,6 +135,12 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 			for {
 				select {
 				case <-g.wake:
+					d.mu.Lock()
+					ignore := g.ownAnnouncementOnly(d.quorum)
+					d.mu.Unlock()
+					if ignore {
+						continue
+					}
 					break sleep
 				case <-t.C:
 					break sleep
@@ -124,6 +161,9 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		case <-g.wake:
 		default:
 		}
+		d.mu.Lock()
+		g.looked()
+		d.mu.Unlock()
 		v := d.attempt(ctx, k, req, true, lease)
 		o := d.judge(v, req)
 		if o == won {
@@ -193,7 +233,7 @@ func (d *Driver) join(lockKey string) (*group, *waiter, bool) {
 	defer d.mu.Unlock()
 	g := d.groups[lockKey]
 	if g == nil {
-		g = &group{wake: make(chan struct{}, 1), released: make(chan struct{}, 1)}
+		g = &group{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), heard: make([]bool, len(d.servers))}
 		d.groups[lockKey] = g
 	}
 	w := &waiter{turn: make(chan bool, 1)}
@@ -236,6 +276,7 @@ func (d *Driver) wakeAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, g := range d.groups {
+		g.force = true
 		select {
 		case g.wake <- struct{}{}:
 		default:
@@ -243,10 +284,14 @@ func (d *Driver) wakeAll() {
 	}
 }
 
-// deliver passes a release announcement (the lock key) to its group.
-func (d *Driver) deliver(lockKey string) {
+// deliver passes a release announcement (the lock key) from server i to its
+// group.
+func (d *Driver) deliver(i int, lockKey string) {
 	d.mu.Lock()
 	g := d.groups[lockKey]
+	if g != nil {
+		g.heard[i] = true
+	}
 	d.mu.Unlock()
 	if g == nil {
 		return
