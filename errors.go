@@ -49,6 +49,19 @@ var (
 	// ErrUnknownScheme is returned by Open when no driver registered the URL's
 	// scheme (usually a forgotten blank import of the driver package).
 	ErrUnknownScheme = errors.New("unknown URL scheme")
+
+	// ErrUnavailable is a transient backend failure: the backend could not be
+	// reached or could not serve the request now (connection refused or reset, a
+	// timeout, a failover, no quorum). Acquire retries these with backoff until
+	// its context ends and then returns the last one together with the
+	// context's error; Refresh, Release and TryAcquire return it at once.
+	ErrUnavailable = driver.ErrUnavailable
+
+	// ErrBackend is a permanent backend failure: the backend refused the request
+	// for a reason that retrying will not fix (authentication, permission, a key
+	// of the wrong type, a server configuration the driver cannot work with).
+	// errors.As reaches the backend's own error.
+	ErrBackend = errors.New("backend error")
 )
 
 // Error is the one wrapper around every error the package returns. It names the

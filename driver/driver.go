@@ -37,6 +37,17 @@ var (
 	// ErrInvalidURL is what an Opener wraps for a URL it cannot use: an unknown
 	// parameter, a bad value, a missing host or path.
 	ErrInvalidURL = errors.New("invalid URL")
+
+	// ErrUnavailable marks a transient failure: the backend could not be reached
+	// or could not serve the request now (connection refused or reset, a timeout,
+	// a failover or election under way, a server still loading, no quorum). The
+	// outcome of the request is unknown and a later attempt may succeed, so the
+	// portable layer retries it with backoff for as long as the caller's context
+	// allows. A driver wraps what its client reports this way; plain network
+	// errors (net.Error, ECONNREFUSED, ECONNRESET, EOF) are recognised without it.
+	// Every other error from a driver is taken as permanent (authentication,
+	// permission, a wrong key type, bad configuration) and fails the call at once.
+	ErrUnavailable = errors.New("backend unavailable")
 )
 
 // Driver is a connection to one backend, as one process would hold it.
@@ -163,7 +174,34 @@ type Capabilities struct {
 	Shared bool
 
 	// MinTTL is the shortest TTL the backend honours (for example etcd's minimum
-	// lease TTL); zero means no minimum. The portable layer rejects shorter TTLs on
-	// expiring drivers with a clear error rather than letting the server raise them.
+	// lease TTL); zero means no minimum. The portable layer rejects shorter TTLs
+	// with a clear error rather than letting the server raise them.
 	MinTTL time.Duration
+
+	// MaxTTL is the longest TTL the driver can carry without overflow or loss of
+	// meaning (a lease in whole seconds, milliseconds in a 64-bit argument); zero
+	// means DefaultMaxTTL. The portable layer rejects longer TTLs, so a driver
+	// never sees a TTL above min(MaxTTL, DefaultMaxTTL) and its duration arithmetic
+	// cannot overflow.
+	MaxTTL time.Duration
+}
+
+// DefaultMaxTTL is the longest TTL the portable layer accepts on any driver: far
+// beyond any sensible lease, and far enough from the limits of time.Duration that
+// adding it to a time, rounding it up or converting it to a backend's unit never
+// overflows.
+const DefaultMaxTTL = 366 * 24 * time.Hour
+
+// TTLRange is the range of TTLs the portable layer accepts for a driver with
+// these capabilities: [MinTTL, min(MaxTTL, DefaultMaxTTL)], with a minimum of
+// at least one nanosecond.
+func (c Capabilities) TTLRange() (min, max time.Duration) {
+	min, max = c.MinTTL, c.MaxTTL
+	if min <= 0 {
+		min = time.Nanosecond
+	}
+	if max <= 0 || max > DefaultMaxTTL {
+		max = DefaultMaxTTL
+	}
+	return min, max
 }
