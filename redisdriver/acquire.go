@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // acquireResult is a decoded reply of acquire.lua.
@@ -60,9 +61,9 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	case r.status == acqTaken && len(ints) >= 2:
 		r.token = uint64(ints[1])
 	case r.status == acqHeld && len(ints) >= 3:
-		r.token, r.pttl = uint64(ints[1]), time.Duration(ints[2])*time.Millisecond
+		r.token, r.pttl = uint64(ints[1]), redisproto.FromMillis(ints[2])
 	case r.status == acqBusy && len(ints) >= 2:
-		r.wait = time.Duration(ints[1]) * time.Millisecond
+		r.wait = redisproto.FromMillis(ints[1])
 	case r.status == acqWrongType:
 		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
 	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= 4:

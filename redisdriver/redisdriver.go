@@ -109,6 +109,14 @@
 //     again yet).
 //   - Shared: no (the key layout keeps room for it).
 //   - MinTTL: 1ms, the resolution of PX.
+//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
+//     the server in whole milliseconds rounded up, which cannot overflow, and
+//     at most 9.2e12 ms plus the server clock fits Redis's 64-bit expiry time
+//     with room to spare; the largest numbers the scripts compute (the fence
+//     record's expiry, TTL plus a day; a waiter's deadline, the server clock
+//     plus its lease) stay below 2^53, where Lua's numbers are exact integers.
+//     A PTTL read back is capped at 146 years before conversion. Package lock
+//     caps every TTL at driver.DefaultMaxTTL (366 days) anyway.
 //
 // # Lost locks
 //
@@ -153,6 +161,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -169,6 +178,10 @@ const DefaultPrefix = "distlock"
 // depend on it (see Fencing in the package documentation); it bounds the memory
 // of keys no longer used.
 const fenceKeep = 24 * time.Hour
+
+// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
+// its way to the server (see Capabilities in the package documentation).
+const maxTTL = time.Duration(math.MaxInt64)
 
 // minLease is the shortest time a waiter keeps its place in a queue without
 // renewing it.
@@ -277,7 +290,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, MinTTL: time.Millisecond}
+	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, MinTTL: time.Millisecond, MaxTTL: maxTTL}
 }
 
 // usable returns ErrClosed after Close, or ctx's error.

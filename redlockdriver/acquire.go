@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // A vote is what one acquire round learned from the servers.
@@ -106,14 +107,14 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 		// which was after start.
 		v.yes++
 		if pttl, ok := vals[1].(int64); ok && pttl >= 0 {
-			if s := start.Add(time.Duration(pttl)*time.Millisecond - req.TTL); s.Before(v.start) {
+			if s := start.Add(redisproto.FromMillis(pttl) - req.TTL); s.Before(v.start) {
 				v.start = s
 			}
 		}
 	case status == acqBusy && len(vals) == 3:
 		owner, _ := vals[1].(string)
 		pttl, _ := vals[2].(int64)
-		v.longest = max(v.longest, time.Duration(pttl)*time.Millisecond)
+		v.longest = max(v.longest, redisproto.FromMillis(pttl))
 		for i := range v.holders {
 			if v.holders[i].owner == owner {
 				v.holders[i].count++

@@ -120,6 +120,14 @@
 //   - Shared: no.
 //   - MinTTL: 100ms, so that the per-server timeout (at most a tenth of the
 //     TTL) is at least 10ms.
+//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
+//     the servers in whole milliseconds rounded up, which cannot overflow, and
+//     at most 9.2e12 ms plus a server's clock fits Redis's 64-bit expiry time;
+//     the largest number the scripts compute (a registration's deadline, the
+//     server clock plus twice the lease) stays below 2^53, where Lua's numbers
+//     are exact integers. A PTTL read back is capped at 146 years before
+//     conversion. Package lock caps every TTL at driver.DefaultMaxTTL (366
+//     days) anyway.
 //
 // # Limits
 //
@@ -160,6 +168,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -183,6 +192,10 @@ const MinServers = 3
 // minTTL is Capabilities.MinTTL: a tenth of it is the shortest per-server
 // timeout.
 const minTTL = 100 * time.Millisecond
+
+// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
+// its way to the servers (see Capabilities in the package documentation).
+const maxTTL = time.Duration(math.MaxInt64)
 
 var (
 	// ErrNoQuorum is returned (wrapped, with each failing server's error) when
@@ -322,7 +335,7 @@ func clientName(c redis.UniversalClient, i int) string {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Expiring: true, Notify: true, MinTTL: minTTL}
+	return driver.Capabilities{Expiring: true, Notify: true, MinTTL: minTTL, MaxTTL: maxTTL}
 }
 
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.

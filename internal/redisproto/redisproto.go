@@ -24,9 +24,31 @@ func Escape(s string) string {
 var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // Millis is d in whole milliseconds, rounded up (a lock never lives shorter on
-// the server than the caller asked), at least 1.
+// the server than the caller asked), at least 1. It cannot overflow: the
+// rounding is added to the quotient, not to d, so every time.Duration up to
+// math.MaxInt64 (about 292 years, 9.2e12 ms) maps to the milliseconds that
+// cover it.
 func Millis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return max(ms, 1)
+}
+
+// MaxFromMillis is where FromMillis saturates: 2^62 ns in whole milliseconds,
+// about 146 years, far beyond any TTL, and far enough below the largest
+// time.Duration that adding a margin to a converted value cannot overflow.
+const MaxFromMillis = time.Duration(1<<62) / time.Millisecond * time.Millisecond
+
+// FromMillis is ms milliseconds (a PTTL, a wait hint from a script) as a
+// time.Duration, saturating at MaxFromMillis: a key set by another client can
+// carry any 64-bit expiry, and ms*time.Millisecond would overflow above 9.2e12.
+// A negative ms (Redis's -1 and -2) stays negative, saturating at
+// -MaxFromMillis.
+func FromMillis(ms int64) time.Duration {
+	const limit = int64(MaxFromMillis / time.Millisecond)
+	return time.Duration(min(max(ms, -limit), limit)) * time.Millisecond
 }
 
 // IsNoScript reports whether err is the server's answer to EVALSHA of a script
