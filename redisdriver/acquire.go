@@ -94,12 +94,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	k := d.keys(req.Key)
 	n, err := d.node(ctx, k.lock)
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, classify(err)
 	}
 	start := time.Now()
 	r, err := d.runAcquire(ctx, k, req, tryMode, 0)
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, classify(err)
 	}
 	if r.status == acqBusy {
 		return driver.Grant{}, driver.ErrLocked

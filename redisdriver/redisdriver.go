@@ -344,3 +344,7 @@ func (d *Driver) forget(req *driver.Request) {
 }
 
 var millis = redisproto.Millis
+
+// classify marks a transient failure with driver.ErrUnavailable (see Errors
+// in the package documentation).
+var classify = redisproto.Classify

@@ -22,7 +22,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
-	return d.refresh(ctx, []*driver.Request{req}, true)[0]
+	return classify(d.refresh(ctx, []*driver.Request{req}, true)[0])
 }
 
 // RefreshBatch refreshes every request in one pipeline (one round trip per
@@ -35,7 +35,11 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 		}
 		return errs
 	}
-	return d.refresh(ctx, reqs, true)
+	errs := d.refresh(ctx, reqs, true)
+	for i, err := range errs {
+		errs[i] = classify(err)
+	}
+	return errs
 }
 
 // refresh runs refresh.lua for every request (extending each lock, or only

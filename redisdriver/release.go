@@ -15,7 +15,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	}
 	n, err := d.release(ctx, req)
 	if err != nil {
-		return err
+		return classify(err)
 	}
 	if n == 0 {
 		return driver.ErrNotHeld

@@ -25,8 +25,10 @@ const pollWithoutInbox = 50 * time.Millisecond
 // closed. It joins the key's queue, so waiters are served in arrival order, and
 // is woken by the release that hands it the lock (see Waiting in the package
 // documentation). It succeeds at once if the key already holds req.Owner. When
-// it returns an error it has left the queue (and released a lock handed to it
-// meanwhile).
+// its context ends or the driver is closed it leaves the queue (and releases a
+// lock handed to it meanwhile). A backend error (matching driver.ErrUnavailable
+// when transient) keeps its place for a retry with the same owner; Release
+// gives the place up.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := d.usable(ctx); err != nil {
 		return driver.Grant{}, err
@@ -40,7 +42,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		if perr := ctx.Err(); perr != nil {
 			return perr
 		}
-		return err
+		return classify(err)
 	}
 	k := d.keys(req.Key)
 	n, err := d.node(ctx, k.lock)
@@ -86,7 +88,9 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			if wctx.Err() != nil {
 				return driver.Grant{}, stopped()
 			}
-			return driver.Grant{}, err
+			// The place in the queue is kept for package lock's retry with
+			// the same owner (its cleanup releases it if it gives up).
+			return driver.Grant{}, classify(err)
 		}
 		if r.status != acqBusy {
 			d.record(req, n)

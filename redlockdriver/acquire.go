@@ -162,19 +162,41 @@ func (d *Driver) failed(v vote, o outcome) error {
 	case held, split:
 		return driver.ErrLocked
 	case late:
-		return errors.New("redlockdriver: a majority was reached only after the lock's validity (TTL − elapsed − drift) had run out; given back")
+		return errLate
 	}
 	var why []string
 	var errs []error
+	transient := 0
 	for i, err := range v.errs {
 		if err != nil {
 			e := d.serverError(i, err)
 			why = append(why, e.Error())
 			errs = append(errs, e)
+			if isTransient(err) {
+				transient++
+			}
 		}
 	}
-	return fmt.Errorf("%w: %d of %d answered, %d needed: %s%w", ErrNoQuorum, v.answered, len(d.servers), d.quorum,
+	err := fmt.Errorf("%w: %d of %d answered, %d needed: %s%w", ErrNoQuorum, v.answered, len(d.servers), d.quorum,
 		strings.Join(why, "; "), wrapOnly(errs))
+	// Unavailable when the servers that failed for a reason that may pass
+	// (unreachable, too slow, loading, failing over) could still make a
+	// majority; permanent when servers that refused us (an ACL, a wrong
+	// password) stand in the way of any majority.
+	if v.answered+transient >= d.quorum {
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	}
+	return err
+}
+
+// errLate is a round that won a majority only after the lock's validity had
+// run out: the servers were slow, and a later round may be faster.
+var errLate = fmt.Errorf("%w: redlockdriver: a majority was reached only after the lock's validity (TTL − elapsed − drift) had run out; given back", driver.ErrUnavailable)
+
+// isTransient reports whether a server's failure may pass: no answer in
+// time, a queue full of requests, or what redisproto.IsTransient says.
+func isTransient(err error) bool {
+	return errors.Is(err, errTimeout) || errors.Is(err, errQueueFull) || redisproto.IsTransient(err)
 }
 
 // wrapOnly keeps errs reachable for errors.Is and errors.As without adding to
@@ -193,7 +215,10 @@ func (s silent) Unwrap() error { return s.err }
 
 // TryAcquire makes one round. It returns driver.ErrLocked when another owner
 // holds a majority or the vote was split, an error matching ErrNoQuorum when
-// fewer than a majority of the servers answered, and the same grant again when
+// fewer than a majority of the servers answered (and driver.ErrUnavailable too
+// when the servers that failed were unreachable or busy rather than refusing
+// us), an error matching driver.ErrUnavailable when the majority came too late
+// for the lock's validity, and the same grant again when
 // req.Owner already holds the lock. It never registers as a waiter, and gives
 // back whatever a failed round took before it returns.
 func (d *Driver) TryAcquire(ctx context.Context, req *request) (driver.Grant, error) {

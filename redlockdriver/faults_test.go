@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -67,38 +70,94 @@ func TestLockingWorksWithTwoOfFiveServersStopped(t *testing.T) {
 	}
 }
 
-// With three of five servers down no majority can be had: Acquire fails before
-// its context ends, with an error that says so, and what it took on the
-// survivors is given back.
-func TestAcquireWithThreeOfFiveServersStoppedFailsAndLeavesNothing(t *testing.T) {
+// With three of five servers down no majority can be had: Acquire makes one
+// round and reports it (package lock owns the retries) with an error that
+// matches ErrNoQuorum and driver.ErrUnavailable and names each stopped server
+// and why; what it took on the survivors is given back. The survivors'
+// command logs show a single acquire attempt (the driver used to make three
+// rounds of its own, which package lock's retries multiplied).
+func TestAcquireWithThreeOfFiveServersStoppedMakesOneAttemptAndLeavesNothing(t *testing.T) {
 	ctx := testContext(t)
 	servers := testserver.RedisServers(t, 5)
 	admin := admins(t, servers)
-	lk := newLocker(t, ctx, servers)
+	d, err := openURL(ctx, redlockURL(servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// Connect, and load the scripts, while every server is up.
+	warm := &driver.Request{Key: "warm", Owner: "owner-0", TTL: 2 * time.Second, Lost: func(error) {}}
+	if _, err := d.TryAcquire(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range servers[2:] {
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := lk.Acquire(actx, "k")
+	// Log every command the survivors run, with its arguments.
+	for _, a := range admin[:2] {
+		if err := a.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.ConfigSet(ctx, "slowlog-max-len", "1000").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SlowLogReset(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: 2 * time.Second, Lost: func(error) {}}
+	_, err = d.Acquire(ctx, req)
 	if err == nil {
 		t.Fatal("Acquire with 2 of 5 servers up succeeded")
 	}
-	if actx.Err() != nil {
-		t.Fatalf("Acquire with 2 of 5 servers up ran until its context ended: %v", err)
-	}
-	if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "server 5 (") || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("Acquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum that names each stopped server and why", err)
+	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, driver.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "server 5 (") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Acquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum and ErrUnavailable that names each stopped server and why", err)
 	}
 	t.Logf("Acquire with 2 of 5 servers up: %v", err)
-	if _, err := lk.TryAcquire(ctx, "k"); !errors.Is(err, ErrNoQuorum) {
-		t.Fatalf("TryAcquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum", err)
+	for i, a := range admin[:2] {
+		if n := acquireAttempts(ctx, t, a); n != 1 {
+			t.Errorf("server %d ran the acquire script %d times for one Acquire, want 1", i+1, n)
+		}
+	}
+	if _, err := d.TryAcquire(ctx, req); !errors.Is(err, ErrNoQuorum) || !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("TryAcquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum and ErrUnavailable", err)
 	}
 	if keys := residue(ctx, t, admin[:2], DefaultPrefix); len(keys) > 0 {
 		t.Fatalf("keys left on the surviving servers: %v", keys)
 	}
+}
+
+// acquireAttempts counts the acquire scripts in a server's slow log (which
+// logs every command when slowlog-log-slower-than is 0).
+func acquireAttempts(ctx context.Context, t *testing.T, admin *redis.Client) int {
+	t.Helper()
+	entries, err := admin.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if len(e.Args) < 2 {
+			continue
+		}
+		switch strings.ToUpper(e.Args[0]) {
+		case "EVALSHA":
+			if e.Args[1] == acquireScript.Hash() {
+				n++
+			}
+		case "EVAL": // the slow log keeps the first 128 bytes of an argument
+			if strings.HasPrefix(e.Args[1], acquireLua[:64]) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // A server that stops answering (SIGSTOP) costs a round at most the

@@ -12,8 +12,9 @@ import (
 // It succeeds when a majority did; it returns driver.ErrNotHeld when so many
 // servers no longer hold the owner that no majority can (the lock is lost, and
 // what is left of it is given back), and otherwise an error matching
-// ErrNoQuorum: the outcome is unknown, and package lock tries again until the
-// lock's validity deadline.
+// ErrNoQuorum (and driver.ErrUnavailable unless a server refused for good):
+// the outcome is unknown, and package lock tries again until the lock's
+// validity deadline.
 func (d *Driver) Refresh(ctx context.Context, req *request) error {
 	return d.RefreshBatch(ctx, []*request{req})[0]
 }
@@ -31,8 +32,9 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	}
 	defer d.calls.Done()
 	type tally struct {
-		ok, not  int
-		firstErr error
+		ok, not   int
+		firstErr  error
+		permanent bool // a server refused for a reason that will not pass
 	}
 	t := make([]tally, len(reqs))
 	keys := make([][]string, len(reqs))
@@ -59,9 +61,10 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		before := x.ok >= d.quorum || x.not > len(d.servers)-d.quorum
 		switch n, _ := rep.val.(int64); {
 		case rep.err != nil:
-			if x.firstErr == nil {
+			if x.firstErr == nil || (!x.permanent && !isTransient(rep.err)) {
 				x.firstErr = d.serverError(rep.server, rep.err)
 			}
+			x.permanent = x.permanent || !isTransient(rep.err)
 		case n == 1:
 			x.ok++
 		default:
@@ -85,6 +88,9 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 			}
 			errs[i] = fmt.Errorf("%w: refreshed on %d, not held on %d of %d servers, the others did not answer (%w)",
 				ErrNoQuorum, x.ok, x.not, len(d.servers), x.firstErr)
+			if !x.permanent {
+				errs[i] = fmt.Errorf("%w: %w", driver.ErrUnavailable, errs[i])
+			}
 		}
 	}
 	// A lost lock may still hold a minority of servers: give them back, so it

@@ -10,7 +10,10 @@ import (
 
 // Release deletes the lock on every server where req.Owner holds it, telling
 // the waiting drivers, and returns driver.ErrNotHeld when a majority did not
-// hold it (it had expired or was taken over). It never deletes another owner's
+// hold it (it had expired or was taken over). When too few servers answered to
+// tell, it returns an error matching ErrNoQuorum (and driver.ErrUnavailable
+// unless a server refused the request for good); a retry of that Release
+// continues from what this one learned. It never deletes another owner's
 // lock. For an owner still waiting in Acquire it also leaves nothing behind.
 func (d *Driver) Release(ctx context.Context, req *request) error {
 	if err := d.begin(ctx); err != nil {
@@ -34,13 +37,12 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 		// died), the head here looks again after a grace.
 		defer g.releasedHere()
 	}
-	// A round that reaches too few servers leaves the outcome unknown: the
-	// next round asks the servers that did not answer again. Their "not held"
-	// is then ambiguous (the first round's delete may have landed after its
-	// deadline) and counts as released: a lock we held must not be reported
-	// lost because our own release reached a server late.
-	// The same holds for a Release retried after one that ended undecided:
-	// it starts from what that one learned.
+	// One round. A round that reaches too few servers leaves the outcome
+	// unknown, and package lock retries the Release: the retry asks only the
+	// servers that did not answer, and their "not held" is then ambiguous
+	// (this round's delete may have landed after its deadline) and counts as
+	// released: a lock we held must not be reported lost because our own
+	// release reached a server late.
 	d.mu.Lock()
 	t, retry := d.undecided[req]
 	delete(d.undecided, req)
@@ -48,12 +50,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if !retry {
 		t = d.newTally()
 	}
-	for round := 0; ; round++ {
-		d.release(k, req, true, inbox, t, retry || round > 0, false)
-		if t.decided(d) || round == releaseRounds-1 || ctx.Err() != nil {
-			break
-		}
-	}
+	d.release(k, req, true, inbox, t, retry, false)
 	if t.decided(d) {
 		return t.result(d)
 	}
@@ -71,10 +68,6 @@ func (d *Driver) forgetUndecided(req *request) {
 	d.mu.Unlock()
 }
 
-// releaseRounds is how many rounds Release makes before it reports that too
-// few servers answered.
-const releaseRounds = 3
-
 // Per-server outcomes of a release.
 const (
 	relUnknown int8 = iota
@@ -84,8 +77,9 @@ const (
 
 // A releaseTally is what the rounds of one release learned.
 type releaseTally struct {
-	state    []int8
-	firstErr error
+	state     []int8
+	firstErr  error
+	permanent bool // a server refused the request for a reason that will not pass
 }
 
 func (d *Driver) newTally() *releaseTally {
@@ -118,8 +112,12 @@ func (t *releaseTally) result(d *Driver) error {
 	if err == nil {
 		err = errTimeout
 	}
-	return fmt.Errorf("%w: released on %d, not held on %d of %d servers, the others did not answer (%w)",
+	err = fmt.Errorf("%w: released on %d, not held on %d of %d servers, the others did not answer (%w)",
 		ErrNoQuorum, deleted, not, len(d.servers), err)
+	if t.permanent {
+		return err
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 }
 
 // release runs release.lua on the servers whose outcome t does not know yet,
@@ -146,9 +144,10 @@ func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *rel
 		}
 		switch n, _ := rep.val.(int64); {
 		case rep.err != nil:
-			if t.firstErr == nil {
+			if t.firstErr == nil || (!t.permanent && !isTransient(rep.err)) {
 				t.firstErr = d.serverError(rep.server, rep.err)
 			}
+			t.permanent = t.permanent || !isTransient(rep.err)
 		case n == 1 || retry:
 			t.state[rep.server] = relDeleted
 		default:

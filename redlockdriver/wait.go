@@ -69,9 +69,6 @@ const (
 	// pollWithoutInbox is how often a waiter looks again while its driver is
 	// not subscribed on a majority of the servers; only the wake-up is slower.
 	pollWithoutInbox = 50 * time.Millisecond
-	// noQuorumRounds is how many rounds in a row that reach fewer than a
-	// majority of the servers Acquire makes before it reports the failure.
-	noQuorumRounds = 3
 	// backoffMin and backoffMax bound the random pause after a split vote; it
 	// doubles with each split in a row.
 	backoffMin = 2 * time.Millisecond
@@ -88,8 +85,10 @@ const (
 // (see Waiting in the package documentation), backs off randomly only after a
 // split vote, and succeeds at once if req.Owner already holds the lock. When
 // it returns an error it has given back whatever it took and left no
-// registration behind. It returns an error matching ErrNoQuorum when a
-// majority of the servers cannot be reached.
+// registration behind. A round that reaches fewer than a majority of the
+// servers, or wins one too late, ends the call with the error TryAcquire
+// would return (matching driver.ErrUnavailable when it may pass): package lock
+// retries it with its backoff, so the driver makes no retry rounds of its own.
 func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error) {
 	if err := d.begin(ctx); err != nil {
 		return driver.Grant{}, err
@@ -114,7 +113,6 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 
 	lease := max(req.TTL, minLease)
 	step := backoffMin
-	failures := 0
 	var wait time.Duration
 	if !now {
 		// The lock passed to a waiter of this driver: if the servers have the
@@ -177,7 +175,9 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 			// covers a wait that ends.)
 			d.giveBack(k, req, v, o == late)
 		}
-		if v.wrong {
+		if v.wrong || o == noQuorum || o == late {
+			// One attempt: too few servers answering, or answering too late,
+			// is reported for package lock to retry with its backoff.
 			d.abandon(k, req, g)
 			return driver.Grant{}, d.failed(v, o)
 		}
@@ -190,14 +190,8 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 			// Look again when the holder's TTL runs out (it may have died), and
 			// renew the registration within its lease.
 			wait = min(v.longest+time.Millisecond, lease/3)
-			step, failures = backoffMin, 0
-		case noQuorum:
-			if failures++; failures >= noQuorumRounds {
-				d.abandon(k, req, g)
-				return driver.Grant{}, d.failed(v, o)
-			}
-			fallthrough
-		default: // split, late
+			step = backoffMin
+		default: // split
 			wait = backoffMin/2 + rand.N(step)
 			step = min(2*step, backoffMax)
 		}

@@ -1,14 +1,26 @@
 package redisproto
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/distlock/lock/internal/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the tests stop a server on purpose
+	goleak.VerifyTestMain(testserver.Main(m))
+}
+
+// quiet drops go-redis's log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestEscapeLeavesNoBraceAndIsInjective(t *testing.T) {
 	for in, want := range map[string]string{"a": "a", "{a}": "%7Ba%7D", "%7B": "%257B", "é": "é"} {
