@@ -92,10 +92,6 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 		return driver.Grant{}, err
 	}
 	k := d.keys(req.Key)
-	n, err := d.node(ctx, k.lock)
-	if err != nil {
-		return driver.Grant{}, classify(err)
-	}
 	start := time.Now()
 	r, err := d.runAcquire(ctx, k, req, tryMode, 0)
 	if err != nil {
@@ -104,6 +100,21 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if r.status == acqBusy {
 		return driver.Grant{}, driver.ErrLocked
 	}
-	d.record(req, n)
+	if err := d.recordGrant(ctx, k, req); err != nil {
+		return driver.Grant{}, err
+	}
 	return grant(r, req, start), nil
+}
+
+// recordGrant remembers a lock just granted, with the server that granted it.
+// When that server cannot be told (it went away right after the grant), the
+// grant is reported as a transient failure: package lock's retry with the
+// same owner finds the lock ours, or its cleanup releases it.
+func (d *Driver) recordGrant(ctx context.Context, k keys, req *driver.Request) error {
+	n, err := d.grantedBy(ctx, k.lock)
+	if err != nil {
+		return classify(fmt.Errorf("redisdriver: identifying the server that granted the lock: %w", err))
+	}
+	d.record(req, n)
+	return nil
 }

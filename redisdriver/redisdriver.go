@@ -163,6 +163,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -239,11 +240,14 @@ type Driver struct {
 	calls  sync.WaitGroup     // Acquire calls in flight
 	wg     sync.WaitGroup     // the inbox reader and its checks
 
+	dials          atomic.Uint64 // connections the client dialled (see grantedBy)
+	countedClients sync.Map      // *redis.Client whose dials are counted -> true
+
 	mu      sync.Mutex
 	closed  bool
 	held    map[*driver.Request]node // granted locks and where
 	waiters map[string]*waiter       // waiting Acquire calls by owner
-	runIDs  map[string]string        // last run_id seen, by node address ("" outside a cluster)
+	runIDs  map[string]seenID        // last run_id seen, by node address ("" outside a cluster)
 	sub     subscription
 }
 
@@ -274,9 +278,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		prefix:  DefaultPrefix,
 		held:    map[*driver.Request]node{},
 		waiters: map[string]*waiter{},
-		runIDs:  map[string]string{},
+		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
+	d.countDials(client)
 	for _, o := range opts {
 		if o != nil {
 			o(d)

@@ -64,12 +64,13 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	if d.cluster == nil {
 		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
 	}
+	dials := d.dials.Load() // before the INFO is sent: see grantedBy
 	cmds := evalPipelined(ctx, d.client, refreshScript, keys, args, extra)
 
-	seen := map[string]string{} // run_id by node address, read in this call
+	seen := map[string]seenID{} // run_id by node address, read in this call
 	if info != nil && info.Err() == nil {
 		if id, err := parseRunID(info.Val()); err == nil {
-			seen[""] = id
+			seen[""] = seenID{id: id, dials: dials}
 		}
 	}
 	var changed []*driver.Request
@@ -100,7 +101,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		}
 	}
 	for addr, id := range seen {
-		d.sawRunID(addr, id)
+		d.sawRunID(addr, id.id, id.dials)
 	}
 	if len(changed) > 0 {
 		d.releaseLost(changed)
@@ -110,19 +111,20 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 
 // currentNode returns the node that holds lockKey now, asking each node for its
 // run_id at most once per refresh (seen).
-func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[string]string) (node, error) {
-	addr, c, err := d.nodeClient(ctx, lockKey)
+func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[string]seenID) (node, error) {
+	addr, c, _, err := d.nodeClient(ctx, lockKey)
 	if err != nil {
 		return node{}, err
 	}
 	id, ok := seen[addr]
 	if !ok {
-		if id, err = runID(ctx, c); err != nil {
+		id.dials = d.dials.Load()
+		if id.id, err = runID(ctx, c); err != nil {
 			return node{}, err
 		}
 		seen[addr] = id
 	}
-	return node{addr: addr, runID: id}, nil
+	return node{addr: addr, runID: id.id}, nil
 }
 
 // releaseLost deletes locks that were declared lost because their server

@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -175,5 +176,63 @@ func TestCloseInterruptsAnAcquireOnAHungServer(t *testing.T) {
 		}
 	case <-time.After(abandonTimeout + 5*time.Second):
 		t.Fatal("Acquire still blocked after Close")
+	}
+}
+
+// A lock taken after a restart is the new server's: its refreshes succeed,
+// although the driver had cached the old server's run_id (it used to report
+// such a lock lost, "server changed", at its first refresh). A lock taken
+// before the restart is still reported: lost when its key went with the
+// data, server changed when the key survived.
+func TestLockTakenAfterARestartIsNotReportedLost(t *testing.T) {
+	for _, keepData := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keepData=%v", keepData), func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			d, err := openURL(ctx, srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			before := &driver.Request{Key: "before", Owner: "owner-1", TTL: time.Minute, Lost: func(error) {}}
+			if _, err := d.TryAcquire(ctx, before); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Refresh(ctx, before); err != nil {
+				t.Fatalf("Refresh before the restart: %v", err)
+			}
+			if err := srv.Restart(keepData); err != nil {
+				t.Fatal(err)
+			}
+			after := &driver.Request{Key: "after", Owner: "owner-2", TTL: time.Minute, Lost: func(error) {}}
+			if _, err := d.TryAcquire(ctx, after); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if err := d.Refresh(ctx, after); err != nil {
+					t.Fatalf("Refresh %d of a lock taken after the restart: %v", i+1, err)
+				}
+			}
+			err = d.Refresh(ctx, before)
+			switch {
+			case !errors.Is(err, driver.ErrNotHeld):
+				t.Fatalf("Refresh of a lock taken before the restart = %v, want ErrNotHeld", err)
+			case keepData && !errors.Is(err, ErrServerChanged):
+				t.Fatalf("Refresh of a lock taken before a restart that kept it = %v, want ErrServerChanged", err)
+			}
+			// The same through Acquire, whose grant comes by a handoff or a
+			// first try.
+			if err := srv.Restart(keepData); err != nil {
+				t.Fatal(err)
+			}
+			waited := &driver.Request{Key: "waited", Owner: "owner-3", TTL: time.Minute, Lost: func(error) {}}
+			if _, err := d.Acquire(ctx, waited); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Refresh(ctx, waited); err != nil {
+				t.Fatalf("Refresh of a lock acquired after the second restart: %v", err)
+			}
+		})
 	}
 }

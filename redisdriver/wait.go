@@ -45,10 +45,6 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return classify(err)
 	}
 	k := d.keys(req.Key)
-	n, err := d.node(ctx, k.lock)
-	if err != nil {
-		return driver.Grant{}, ended(err)
-	}
 	// A first try that respects the queue without joining it, so that an
 	// uncontended Acquire costs what TryAcquire does.
 	start := time.Now()
@@ -57,7 +53,9 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, ended(err)
 	}
 	if r.status != acqBusy {
-		d.record(req, n)
+		if err := d.recordGrant(ctx, k, req); err != nil {
+			return driver.Grant{}, ended(err)
+		}
 		return grant(r, req, start), nil
 	}
 
@@ -93,7 +91,12 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			return driver.Grant{}, classify(err)
 		}
 		if r.status != acqBusy {
-			d.record(req, n)
+			if err := d.recordGrant(wctx, k, req); err != nil {
+				if wctx.Err() != nil {
+					return driver.Grant{}, stopped()
+				}
+				return driver.Grant{}, err
+			}
 			return grant(r, req, start), nil
 		}
 		asked = start
@@ -108,7 +111,12 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		select {
 		case token := <-w.granted:
 			t.Stop()
-			d.record(req, n)
+			if err := d.recordGrant(wctx, k, req); err != nil {
+				if wctx.Err() != nil {
+					return driver.Grant{}, stopped()
+				}
+				return driver.Grant{}, err
+			}
 			// The lock was handed to us after the server answered the request
 			// sent at asked, and with our TTL.
 			return driver.Grant{Token: token, Start: asked}, nil
