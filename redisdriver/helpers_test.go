@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,4 +95,16 @@ func killClients(ctx context.Context, admin *redis.Client, name string) error {
 		}
 	}
 	return nil
+}
+
+// waitFor polls ok until it holds, failing the test when ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
+	t.Helper()
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

@@ -9,12 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // The inbox is the driver's one pub/sub subscription, to its own channel, on
 // which release.lua announces the locks it hands to this driver's waiters. It
-// is opened by the first Acquire that has to wait and read by one goroutine
-// until Close. Because the channel belongs to the driver rather than to a key,
+// is opened by the first Acquire that has to wait, or when the driver first
+// holds a lock (it is also how a crash of the server is seen), and read by one
+// goroutine until Close. Because the channel belongs to the driver rather than to a key,
 // waiting on another key needs no SUBSCRIBE, and no release can slip in before
 // a subscription for its key is confirmed.
 type subscription struct {
@@ -24,6 +26,7 @@ type subscription struct {
 	ps       *redis.PubSub
 	resub    chan struct{} // closed and replaced each time the subscription comes back
 	checking bool          // a checkHeld is running
+	watched  bool          // watch has started (a lock was held)
 }
 
 type subState int
@@ -35,13 +38,18 @@ const (
 )
 
 const (
-	// inboxDialTimeout bounds subscribing and its confirmation.
-	inboxDialTimeout = 5 * time.Second
+	// inboxDialTimeout bounds subscribing and its confirmation (a connection,
+	// a handshake, SUBSCRIBE), and a ping of the subscription. It also bounds
+	// how long Close waits for a subscription under way on a server that
+	// stopped answering, when the driver does not own its client.
+	inboxDialTimeout = time.Second
 	// inboxIdle is how long the reader waits for a message before it pings the
 	// server, and then for the answer before it gives the connection up.
 	inboxIdle = 15 * time.Second
-	// inboxBackoffMax caps the pause between attempts while the server is away.
-	inboxBackoffMax = time.Second
+	// inboxBackoffMax caps the pause between attempts to subscribe again while
+	// the server is away; with locks held, it is most of the delay between a
+	// server's return and the check that reports the locks it lost.
+	inboxBackoffMax = 100 * time.Millisecond
 )
 
 // subscribe makes sure the inbox is subscribed, starting it the first time.
@@ -74,6 +82,7 @@ func (d *Driver) subscribe(ctx context.Context) error {
 			d.sub.state = subStarting
 			ready := make(chan struct{})
 			d.sub.ready = ready
+			d.wg.Add(1) // the dial, then the reader
 			d.mu.Unlock()
 			ps, err := d.dialInbox(ctx)
 			d.mu.Lock()
@@ -85,15 +94,34 @@ func (d *Driver) subscribe(ctx context.Context) error {
 				d.sub.state, d.sub.err = subNone, err
 				close(ready)
 				d.mu.Unlock()
+				d.wg.Done()
 				return err
 			}
 			d.sub.state, d.sub.ps = subRunning, ps
 			close(ready)
-			d.wg.Add(1)
 			go d.readInbox(ps)
 			d.mu.Unlock()
 			return nil
 		}
+	}
+}
+
+// watch starts the inbox for a driver that holds a lock (record starts it
+// once, in the background, with d.wg counting it), so that the driver has a
+// connection that sees the server go away: when the subscription comes back,
+// the held locks are checked at once (see comeBack), rather than at their next
+// refresh. A transient failure is tried again until the driver is closed; a
+// permanent one (an ACL without SUBSCRIBE) leaves loss detection to the
+// refreshes.
+func (d *Driver) watch() {
+	defer d.wg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		err := d.subscribe(d.ctx)
+		if err == nil || !redisproto.IsTransient(err) || !d.pause(backoff) {
+			return
+		}
+		backoff = min(2*backoff, inboxBackoffMax)
 	}
 }
 
@@ -123,32 +151,30 @@ func (d *Driver) resubscribed() <-chan struct{} {
 	return d.sub.resub
 }
 
-// readInbox delivers handoff messages until Close. go-redis reconnects a
-// broken subscription by itself and subscribes again; the confirmation tells
-// the reader that messages may have been lost meanwhile (and that the server
-// may have restarted), so waiters look again and held locks are checked. A
-// connection that fails silently (no answer to a ping) is replaced.
+// readInbox delivers handoff messages until Close. When the connection fails
+// (the server went away or restarted), or fails silently (no answer to a
+// ping), the reader subscribes again on a new connection, within bounded
+// deadlines (go-redis's own reconnection would wait without one); the
+// confirmation tells it that messages may have been lost meanwhile and that
+// the server may have restarted, so waiters look again and held locks are
+// checked.
 func (d *Driver) readInbox(ps *redis.PubSub) {
 	defer d.wg.Done()
 	pinged := false
-	var backoff time.Duration
 	for {
 		msg, err := ps.ReceiveTimeout(d.ctx, inboxIdle)
 		if d.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if !isTimeout(err) {
-				backoff = min(max(2*backoff, 10*time.Millisecond), inboxBackoffMax)
-				if !d.pause(backoff) {
-					return
-				}
-				continue
-			}
-			if !pinged {
+			if isTimeout(err) && !pinged {
 				pinged = true
-				_ = ps.Ping(d.ctx)
-				continue
+				ctx, cancel := context.WithTimeout(d.ctx, inboxDialTimeout)
+				err = ps.Ping(ctx)
+				cancel()
+				if err == nil {
+					continue
+				}
 			}
 			if ps = d.redial(ps); ps == nil {
 				return
@@ -157,7 +183,7 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 			d.comeBack()
 			continue
 		}
-		backoff, pinged = 0, false
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
 			d.deliver(m.Payload)

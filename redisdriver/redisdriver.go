@@ -188,8 +188,10 @@ const maxTTL = time.Duration(math.MaxInt64)
 // renewing it.
 const minLease = time.Second
 
-// abandonTimeout bounds the cleanup of a waiter that gives up.
-const abandonTimeout = 5 * time.Second
+// abandonTimeout bounds the cleanup of a waiter that gives up (and so how
+// long a cancelled Acquire, or Close, waits for a server that stopped
+// answering), and the release of a lock found on a changed server.
+const abandonTimeout = time.Second
 
 var (
 	// ErrWrongType is returned (wrapped) by TryAcquire and Acquire when the lock's
@@ -311,7 +313,11 @@ func (d *Driver) usable(ctx context.Context) error {
 
 // Close stops the driver's pub/sub reader and, for a driver opened from a URL,
 // closes its client. Waiting Acquire calls give up their place and return
-// driver.ErrClosed. Locks still held stay until their TTL ends.
+// driver.ErrClosed. Locks still held stay until their TTL ends. A driver
+// opened from a URL closes within about abandonTimeout (a second) even when
+// the server stopped answering; with a client given to New, which Close does
+// not close, a round trip in flight ends at its deadline (the client's read
+// timeout, or the driver's own bounds of a second for its background work).
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -320,8 +326,27 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.cancel()     // interrupts waiting Acquire calls and background checks
-	d.calls.Wait() // waiters leave their queues while the client is open
+	d.cancel() // interrupts waiting Acquire calls and background checks
+	var err error
+	if d.owned {
+		// Waiters leave their queues while the client is open; those that
+		// cannot within abandonTimeout (the server stopped answering) are cut
+		// off: closing the client closes its connections, which ends every
+		// round trip in flight at once, the background work's too.
+		waited := make(chan struct{})
+		go func() {
+			d.calls.Wait()
+			close(waited)
+		}()
+		t := time.NewTimer(abandonTimeout)
+		select {
+		case <-waited:
+		case <-t.C:
+		}
+		t.Stop()
+		err = d.client.Close()
+	}
+	d.calls.Wait()
 	d.mu.Lock()
 	ps := d.sub.ps
 	d.mu.Unlock()
@@ -329,17 +354,23 @@ func (d *Driver) Close() error {
 		_ = ps.Close()
 	}
 	d.wg.Wait()
-	if d.owned {
-		return d.client.Close()
-	}
-	return nil
+	return err
 }
 
 // record remembers a granted lock and the server that holds it.
+// The first lock held starts the inbox (see watch).
 func (d *Driver) record(req *driver.Request, n node) {
 	d.mu.Lock()
 	d.held[req] = n
+	start := !d.sub.watched && !d.closed
+	if start {
+		d.sub.watched = true
+		d.wg.Add(1)
+	}
 	d.mu.Unlock()
+	if start {
+		go d.watch()
+	}
 }
 
 func (d *Driver) forget(req *driver.Request) {

@@ -168,5 +168,6 @@ func (d *Driver) checkHeld() {
 }
 
 // checkTimeout bounds checkHeld; a lock it cannot confirm is left to its
-// refresh.
-const checkTimeout = 10 * time.Second
+// refresh. It also bounds how long Close waits for a check under way on a
+// server that stopped answering, when the driver does not own its client.
+const checkTimeout = time.Second

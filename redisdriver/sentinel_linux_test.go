@@ -89,17 +89,6 @@ func startSentinel(t *testing.T) (string, *redis.SentinelClient) {
 	return "redis+sentinel://" + saddr + "?master_name=mymaster", sentinel
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
-	t.Helper()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // Through Sentinel the driver locks on the primary; a failover to the replica
 // makes the held lock lost (the primary's run_id changed), although the
 // replica had received the lock's key, and tokens keep increasing.
