@@ -124,11 +124,20 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		_ = client.Close()
 		return nil, err
 	}
-	// Connect now, so that a wrong password, a TLS failure or a server that
-	// cannot be reached fails Open rather than the first lock.
-	if err := client.Ping(ctx).Err(); err != nil {
+	// Connect now, so that a wrong password, a missing ACL permission, a TLS
+	// failure or a server that cannot be reached fails Open rather than the
+	// first lock. go-redis honours ctx's deadline while it dials, shakes hands
+	// and waits for the answer, but not its cancellation once connected:
+	// closing the client when ctx is cancelled ends the wait.
+	stop := context.AfterFunc(ctx, func() { _ = client.Close() })
+	err = client.Ping(ctx).Err()
+	if !stop() {
 		_ = d.Close()
-		return nil, redact(fmt.Errorf("redisdriver: connect: %w", err), cfg.URL)
+		return nil, fmt.Errorf("redisdriver: connect: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		_ = d.Close()
+		return nil, redact(fmt.Errorf("redisdriver: connect: %w", classify(err)), cfg.URL)
 	}
 	return d, nil
 }
