@@ -136,4 +136,3 @@ func TestCloseIsBoundedOnAFrozenServer(t *testing.T) {
 		}
 	}
 }
-
