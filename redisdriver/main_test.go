@@ -1,21 +1,13 @@
 package redisdriver
 
 import (
-	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{}) // the fault tests break connections on purpose
 	goleak.VerifyTestMain(testserver.Main(m))
 }
-
-// quiet drops go-redis's log lines.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

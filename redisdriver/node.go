@@ -3,9 +3,7 @@ package redisdriver
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -51,10 +49,10 @@ func (d *Driver) grantedBy(ctx context.Context, lockKey string) (node, error) {
 	d.mu.Lock()
 	seen, ok := d.runIDs[addr]
 	d.mu.Unlock()
-	if ok && counted && seen.dials == d.dials.Load() {
+	if ok && counted && seen.dials == d.dialWatch.Dials() {
 		return node{addr: addr, runID: seen.id}, nil
 	}
-	dials := d.dials.Load()
+	dials := d.dialWatch.Dials()
 	id, err := runID(ctx, c)
 	if err != nil {
 		return node{}, err
@@ -84,21 +82,20 @@ func (d *Driver) sawRunID(addr, id string, dials uint64) {
 	d.mu.Unlock()
 }
 
-// countDials installs the dial counter on client: on a *redis.Client (also a
+// countDials installs the dial watch on client: on a *redis.Client (also a
 // failover client) directly, on a *redis.ClusterClient on each node client it
 // creates from now on. A node client created before (a ClusterClient given
 // to New that had already served requests) is not counted, and a grant on it
 // costs an INFO.
 func (d *Driver) countDials(client redis.UniversalClient) {
-	h := dialCounter{&d.dials}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		c.OnNewNode(func(n *redis.Client) {
-			n.AddHook(h)
+			n.AddHook(d.dialWatch)
 			d.countedClients.Store(n, true)
 		})
 	case *redis.Client:
-		c.AddHook(h)
+		c.AddHook(d.dialWatch)
 		d.countedClients.Store(c, true)
 	}
 }
@@ -106,26 +103,6 @@ func (d *Driver) countDials(client redis.UniversalClient) {
 func (d *Driver) counted(c redis.Cmdable) bool {
 	_, ok := d.countedClients.Load(c)
 	return ok
-}
-
-// dialCounter is a go-redis hook that counts the connections a client dials
-// (for commands and for pub/sub alike).
-type dialCounter struct{ n *atomic.Uint64 }
-
-func (h dialCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err == nil {
-			h.n.Add(1)
-		}
-		return conn, err
-	}
-}
-
-func (dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // runID asks a server for its run_id.

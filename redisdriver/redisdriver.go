@@ -163,7 +163,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -242,8 +241,8 @@ type Driver struct {
 	calls  sync.WaitGroup     // Acquire calls in flight
 	wg     sync.WaitGroup     // the inbox reader and its checks
 
-	dials          atomic.Uint64 // connections the client dialled (see grantedBy)
-	countedClients sync.Map      // *redis.Client whose dials are counted -> true
+	dialWatch      *redisproto.DialWatch // counts dials (see grantedBy); ends them at Close
+	countedClients sync.Map              // *redis.Client whose dials are counted -> true
 
 	mu      sync.Mutex
 	closed  bool
@@ -283,12 +282,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
-	d.countDials(client)
 	for _, o := range opts {
 		if o != nil {
 			o(d)
 		}
 	}
+	d.dialWatch = redisproto.NewDialWatch(d.owned)
+	d.countDials(client)
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.resub = make(chan struct{})
 	d.ctx, d.cancel = context.WithCancel(context.Background())
@@ -354,6 +354,7 @@ func (d *Driver) Close() error {
 		_ = ps.Close()
 	}
 	d.wg.Wait()
+	d.dialWatch.Close() // go-redis's own dial goroutines, for an owned client
 	return err
 }
 

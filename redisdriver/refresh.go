@@ -64,7 +64,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	if d.cluster == nil {
 		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
 	}
-	dials := d.dials.Load() // before the INFO is sent: see grantedBy
+	dials := d.dialWatch.Dials() // before the INFO is sent: see grantedBy
 	cmds := evalPipelined(ctx, d.client, refreshScript, keys, args, extra)
 
 	seen := map[string]seenID{} // run_id by node address, read in this call
@@ -118,7 +118,7 @@ func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[strin
 	}
 	id, ok := seen[addr]
 	if !ok {
-		id.dials = d.dials.Load()
+		id.dials = d.dialWatch.Dials()
 		if id.id, err = runID(ctx, c); err != nil {
 			return node{}, err
 		}

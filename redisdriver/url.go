@@ -28,6 +28,7 @@ const (
 )
 
 func init() {
+	redisproto.SilenceGoRedis() // see Logging in the package documentation
 	for scheme := range forms {
 		driver.Register(scheme, open)
 	}
@@ -203,6 +204,9 @@ func parseURL(u *url.URL) (clientOptions, error) {
 			return none, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, scheme)
 		}
 		o.ContextTimeoutEnabled = true
+		if !u.Query().Has("dialer_retries") {
+			o.DialerRetries = 1
+		}
 		return clientOptions{sentinel: o}, nil
 	case cluster:
 		if p := strings.Trim(u.Path, "/"); p != "" {
@@ -213,6 +217,9 @@ func parseURL(u *url.URL) (clientOptions, error) {
 			return none, invalid(err)
 		}
 		o.ContextTimeoutEnabled = true
+		if !u.Query().Has("dialer_retries") {
+			o.DialerRetries = 1
+		}
 		return clientOptions{cluster: o}, nil
 	default:
 		if scheme == SchemeUnix && u.Host != "" {
@@ -223,6 +230,7 @@ func parseURL(u *url.URL) (clientOptions, error) {
 			return none, invalid(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = 1 // one attempt: the caller's retry policy decides
 		return clientOptions{standalone: o}, nil
 	}
 }

@@ -240,8 +240,12 @@ func TestPausedServerDoesNotStallAcquisition(t *testing.T) {
 		got <- err
 	}()
 	admin := admins(t, servers)
-	for admin[1].Exists(ctx, DefaultPrefix+":{k2}:waiters").Val() == 0 {
-		time.Sleep(time.Millisecond) // until the waiter waits
+	for admin[1].Exists(ctx, DefaultPrefix+":{k2}:waiters").Val() == 0 { // until the waiter waits
+		select {
+		case <-ctx.Done():
+			t.Fatal("the waiter never registered")
+		case <-time.After(time.Millisecond):
+		}
 	}
 	start := time.Now()
 	if err := waiter.Close(); err != nil {

@@ -243,8 +243,9 @@ type Driver struct {
 	prefix  string // escaped
 	inbox   string // this driver's pub/sub channel, the same on every server
 	timeout time.Duration
-	grace   time.Duration // otherDriverGrace; tests set their own
-	owned   bool          // Close closes the clients
+	grace   time.Duration         // otherDriverGrace; tests set their own
+	owned   bool                  // Close closes the clients
+	dials   *redisproto.DialWatch // for owned clients: Close ends their dials
 
 	ctx     context.Context    // cancelled by Close: ends waiting and the inbox
 	cancel  context.CancelFunc //
@@ -312,6 +313,13 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 			o(d)
 		}
 	}
+	if d.owned {
+		// Close ends go-redis's dials in flight (see redisproto.DialWatch).
+		d.dials = redisproto.NewDialWatch(true)
+		for _, s := range servers {
+			s.client.AddHook(d.dials)
+		}
+	}
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.conns = make([]*redis.PubSub, len(servers))
 	d.sub.up = make([]bool, len(servers))
@@ -377,6 +385,7 @@ func (d *Driver) Close() error {
 	for _, s := range d.servers {
 		errs = append(errs, s.client.Close())
 	}
+	d.dials.Close()
 	return errors.Join(errs...)
 }
 

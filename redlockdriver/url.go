@@ -22,7 +22,10 @@ import (
 // package documentation.
 const Scheme = "redlock"
 
-func init() { driver.Register(Scheme, open) }
+func init() {
+	redisproto.SilenceGoRedis() // see Logging in the package documentation
+	driver.Register(Scheme, open)
+}
 
 // The parameters of a redlock URL, and of each server URL in it (go-redis
 // v9.22's ParseURL parameters, less context_timeout_enabled: the driver always
@@ -190,8 +193,8 @@ func parseURL(u *url.URL) (config, error) {
 }
 
 // parseServer parses one server URL with go-redis's parser. name is the URL
-// with its password replaced (or "unparsable URL"), for messages; errors never
-// contain the password.
+// with its password (and only its password) replaced, for messages; errors
+// never contain the password.
 func parseServer(raw string) (*redis.Options, string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -200,7 +203,7 @@ func parseServer(raw string) (*redis.Options, string, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, "unparsable URL", redactErr(err, raw)
+		return nil, driver.Redact(raw, passwords(raw)...), redactErr(err, raw)
 	}
 	name := u.Redacted()
 	params := serverParams
@@ -244,18 +247,34 @@ func serverQuery(raw string) url.Values {
 // redactErr removes a server URL's password from an error's message, keeping
 // the error for errors.Is and errors.As.
 func redactErr(err error, raw string) error {
+	return driver.RedactError(err, passwords(raw)...)
+}
+
+// passwords returns the forms in which a server URL's password may appear in
+// a message: as written in the URL and decoded. For a URL that does not
+// parse, the password is taken to run from the first ':' after "//" to the
+// last '@' (a password may contain '@'); the user and the host stay visible.
+func passwords(raw string) []string {
 	var secrets []string
-	if u, perr := url.Parse(raw); perr == nil {
-		if p, ok := u.User.Password(); ok && p != "" {
+	add := func(p string) {
+		if p != "" {
 			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
+			if d, err := url.PathUnescape(p); err == nil {
+				secrets = append(secrets, d)
+			}
 		}
 	}
-	// An unparsable URL: take everything between "//" and the last "@" as
-	// possibly secret.
+	if u, err := url.Parse(raw); err == nil {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+	}
 	if i := strings.Index(raw, "//"); i >= 0 {
 		if at := strings.LastIndex(raw, "@"); at > i+2 {
-			secrets = append(secrets, raw[i+2:at])
+			if _, p, ok := strings.Cut(raw[i+2:at], ":"); ok {
+				add(p)
+			}
 		}
 	}
-	return driver.RedactError(err, secrets...)
+	return secrets
 }

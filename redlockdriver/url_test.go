@@ -175,3 +175,34 @@ func TestOpenWithoutAMajorityFails(t *testing.T) {
 		t.Fatalf("Open with 1 of 3 servers up = %v, want ErrNoQuorum naming the servers", err)
 	}
 }
+
+// Messages hide the passwords of the server URLs and nothing else: the user,
+// host and port of the server at fault stay readable, whether the URL is
+// refused by the parser or by the server. (Unparsable server URLs used to be
+// shown as "unparsable URL", host and all gone.)
+func TestErrorsHideOnlyPasswords(t *testing.T) {
+	const secret = "s3cret-pa55"
+	servers := testserver.RedisServers(t, 3)
+	if err := admins(t, servers)[0].ConfigSet(context.Background(), "requirepass", "the-right-one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rest := "&server=" + url.QueryEscape(servers[1].URL()) + "&server=" + url.QueryEscape(servers[2].URL())
+	for first, want := range map[string]string{
+		"redis://app:" + secret + "@127.0.0.1:notaport/0":        "redis://app:xxxxx@127.0.0.1:notaport/0",
+		"redis://app:" + secret + "@10.0.0.1:6379/0?colour=blue": "redis://app:xxxxx@10.0.0.1:6379/0?colour=blue",
+		"redis://ap%zzp:" + secret + "@10.0.0.1:6379/0":          "redis://ap%zzp:xxxxx@10.0.0.1:6379/0",
+		"redis://:" + secret + "@" + servers[0].Addr() + "/0":    servers[0].Addr(),
+	} {
+		_, err := lock.Open(ctx, "redlock://?server="+url.QueryEscape(first)+rest)
+		switch {
+		case err == nil:
+			t.Errorf("Open with server %q succeeded", want)
+		case strings.Contains(err.Error(), secret):
+			t.Errorf("error shows the password: %v", err)
+		case !strings.Contains(err.Error(), want):
+			t.Errorf("error = %v, want it to name the server as %q", err, want)
+		}
+	}
+}

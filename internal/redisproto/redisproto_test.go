@@ -1,26 +1,19 @@
 package redisproto
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{}) // the tests stop a server on purpose
+	SilenceGoRedis() // as the drivers do in their init
 	goleak.VerifyTestMain(testserver.Main(m))
 }
-
-// quiet drops go-redis's log lines.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestEscapeLeavesNoBraceAndIsInjective(t *testing.T) {
 	for in, want := range map[string]string{"a": "a", "{a}": "%7Ba%7D", "%7B": "%257B", "é": "é"} {
