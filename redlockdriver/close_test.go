@@ -91,3 +91,31 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 		t.Errorf("goroutines outlive Close: %v", err)
 	}
 }
+
+// Open honours its context's cancellation against servers that accept
+// connections but answer nothing (SIGSTOP), although its own bound (ten
+// per-server timeouts, 10s here) is far away.
+func TestOpenHonoursCancellationOnFrozenServers(t *testing.T) {
+	servers := testserver.RedisServers(t, 3)
+	for _, s := range servers {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Resume() }()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const after = 200 * time.Millisecond
+	timer := time.AfterFunc(after, cancel)
+	defer timer.Stop()
+	start := time.Now()
+	_, err := openURL(ctx, redlockURL(servers, "server_timeout=1s"))
+	took := time.Since(start)
+	t.Logf("Open cancelled after %v returned after %v: %v", after, took, err)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Open cancelled = %v, want context.Canceled", err)
+	}
+	if took > after+time.Second {
+		t.Errorf("Open cancelled after %v took %v", after, took)
+	}
+}

@@ -238,7 +238,10 @@ func (d *Driver) send(o op, deadline time.Time, calls int, keysArgs func(call in
 
 // next returns the next reply, or false when the deadline passed or every job
 // was answered. A late reply is dropped with the round.
-func (r *round) next() (reply, bool) {
+func (r *round) next() (reply, bool) { return r.nextUntil(nil) }
+
+// nextUntil is next, which also gives up (false) when done is closed.
+func (r *round) nextUntil(done <-chan struct{}) (reply, bool) {
 	if r.pending == 0 {
 		r.timer.Stop()
 		return reply{}, false
@@ -247,6 +250,10 @@ func (r *round) next() (reply, bool) {
 	case rep := <-r.replies:
 		r.pending--
 		return rep, true
+	case <-done:
+		r.timer.Stop()
+		r.pending = 0
+		return reply{}, false
 	case <-r.timer.C:
 	}
 	// The deadline passed; take an answer that had already arrived (select

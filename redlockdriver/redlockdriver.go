@@ -364,7 +364,20 @@ func (d *Driver) begin(ctx context.Context) error {
 // Close ends waiting Acquire calls (they give back what they took and return
 // driver.ErrClosed), stops the workers and the inbox, and, for a driver opened
 // from a URL, closes its clients. Locks still held stay until their TTL ends.
-func (d *Driver) Close() error {
+// A driver opened from a URL closes within about a second even when servers
+// stopped answering: requests still in flight after closeGrace are cut off
+// by closing the clients. With clients given to New, which Close does not
+// close, a request in flight ends at its deadline (the per-server timeout,
+// or ten of them for Open's check).
+func (d *Driver) Close() error { return d.close(closeGrace) }
+
+// closeGrace is how long Close lets requests in flight finish before it cuts
+// them off, for a driver that owns its clients.
+const closeGrace = time.Second
+
+// close is Close, which waits at most grace for the requests in flight of
+// a driver that owns its clients.
+func (d *Driver) close(grace time.Duration) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -372,21 +385,39 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.cancel()     // interrupts waiting Acquire calls and the inbox readers
-	d.calls.Wait() // they clean up through the workers
-	close(d.quit)
-	d.workers.Wait()
-	d.closeInbox()
-	d.wg.Wait()
-	if !d.owned {
-		return nil
-	}
+	d.cancel() // interrupts waiting Acquire calls and the inbox readers
+	stopped := make(chan struct{})
+	go func() {
+		d.calls.Wait() // they clean up through the workers
+		close(d.quit)
+		d.workers.Wait()
+		d.closeInbox()
+		d.wg.Wait()
+		close(stopped)
+	}()
 	var errs []error
-	for _, s := range d.servers {
-		errs = append(errs, s.client.Close())
+	closeClients := func() {
+		for _, s := range d.servers {
+			errs = append(errs, s.client.Close())
+		}
 	}
-	d.dials.Close()
-	return errors.Join(errs...)
+	if d.owned {
+		t := time.NewTimer(grace)
+		select {
+		case <-stopped:
+			t.Stop()
+			closeClients()
+		case <-t.C:
+			// Closing the clients closes their connections: every request
+			// in flight ends at once.
+			closeClients()
+			<-stopped
+		}
+		d.dials.Close()
+		return errors.Join(errs...)
+	}
+	<-stopped
+	return nil
 }
 
 // timeoutFor is the per-server timeout of a round for a lock with this TTL.

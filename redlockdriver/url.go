@@ -71,7 +71,7 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidURL, err)
 	}
 	if err := d.check(ctx, c.names); err != nil {
-		_ = d.Close()
+		_ = d.close(0) // nothing is held yet: cut off the checks still in flight
 		return nil, err
 	}
 	return d, nil
@@ -94,7 +94,11 @@ func (d *Driver) check(ctx context.Context, names []string) error {
 	}
 	answered := 0
 	for {
-		rep, ok := r.next()
+		rep, ok := r.nextUntil(ctx.Done())
+		if err := ctx.Err(); err != nil {
+			r.stop()
+			return fmt.Errorf("redlockdriver: connect: %w", context.Cause(ctx))
+		}
 		if !ok {
 			break
 		}
