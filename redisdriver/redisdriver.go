@@ -41,16 +41,21 @@
 // sentinels and cluster nodes are given as addr parameters. An unknown parameter
 // is an error that lists the accepted ones; the portable parameters ttl,
 // auto_refresh and prefix (the namespace of every key, "distlock" by default) are
-// described in package lock. Open connects once (so a wrong password or an
-// unreachable server fails Open, and no error ever shows the password), and
-// always honours context deadlines (go-redis's ContextTimeoutEnabled).
+// described in package lock. Open connects once, so a wrong or missing
+// password, a missing ACL permission or a TLS failure fails Open (with the
+// server's answer, never the password, as a permanent error) and an
+// unreachable server fails it as driver.ErrUnavailable. Open honours its
+// context's deadline and cancellation in every step (dial, handshake, the
+// check); the driver always honours context deadlines (go-redis's
+// ContextTimeoutEnabled) and makes one dial attempt per connection.
 // Sentinel options that send writes to replicas (replica_only, route_by_latency,
 // route_randomly, use_disconnected_replicas) are refused: a lock must be written
 // on the primary.
 //
 // Programs that already have a client use New, with a *redis.Client, a
 // *redis.ClusterClient or a failover client (not a *redis.Ring, whose shards do
-// not share pub/sub).
+// not share pub/sub). New adds a hook to the client that counts the
+// connections it dials (see Lost locks); the hook stays with the client.
 //
 // # Key layout
 //
@@ -120,14 +125,63 @@
 //
 // # Lost locks
 //
-// Refresh reports a lock as not held when its key is gone or holds another owner,
-// and when the server that granted it was restarted or replaced: each lock
-// remembers the run_id of the server holding its key, and every refresh reads
-// that server's run_id again (INFO, in the same pipeline). A lock lost that way
-// is released on the new server. When the driver's pub/sub connection
-// reconnects, it checks every held lock at once and reports the lost ones through
-// Request.Lost, without waiting for the next refresh. Automatic refresh of many
-// locks is pipelined: one round trip per batch (per node in a Cluster).
+// Refresh reports a lock as not held when its key is gone or holds another
+// owner, and when the server that granted it was restarted or replaced: each
+// lock remembers the run_id of the server that granted it, and every refresh
+// reads that server's run_id again (INFO, in the same pipeline, so on the same
+// connection as the scripts). A lock lost that way is released on the new
+// server. A lock taken after a restart is the new server's and is not
+// reported: the driver trusts its cached run_id for a grant only while no
+// connection was dialled since it read it (every request travels on a
+// connection, and a connection talks to one server process), and reads it
+// again otherwise, which costs one INFO after a reconnection. Limit: a
+// restart that keeps the data within microseconds after a grant can make the
+// lock look granted by the new server; the lock itself survived in the data.
+//
+// A driver that holds a lock keeps one pub/sub connection (its inbox, see
+// Waiting). When that connection breaks (the server crashed, restarted, or
+// failed over), the driver subscribes again, every 10–100ms while the server
+// is away, and as soon as it is back checks every held lock (key and run_id)
+// and reports the lost ones through Request.Lost, without waiting for the
+// next refresh (a third of the TTL). Measured by
+// TestCrashIsReportedWhenTheServerReturns on a 2-core machine: Lost() closes
+// 16–140ms after a SIGKILL followed by a restart without data, and about
+// 100ms after a graceful restart that keeps the data (both including the
+// server's own restart), where the next refresh would have been 10s after
+// the grant with a 30s TTL. A user whose ACL forbids SUBSCRIBE, or a server
+// that stays away, leaves the loss to the refreshes and the validity
+// deadline. Automatic refresh of many locks is pipelined: one round trip per
+// batch (per node in a Cluster).
+//
+// # Errors
+//
+// Failures that may pass are marked with driver.ErrUnavailable, so that
+// package lock retries them within the caller's context: connection errors
+// and timeouts, and the server answers LOADING, TRYAGAIN, CLUSTERDOWN,
+// MASTERDOWN, READONLY (an old primary after a failover), BUSY and
+// NOREPLICAS. Every other answer is permanent and fails the call at once:
+// NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, ErrWrongType, ErrForeignData. The
+// driver makes one attempt per call; a waiting Acquire that meets an error
+// keeps its place in the queue for package lock's retry with the same owner.
+//
+// # Logging
+//
+// The driver prints nothing. go-redis v9 writes its own lines (a failed dial,
+// a broken pub/sub connection) to stderr through one process-wide logger;
+// this package's init replaces go-redis's default logger with one that drops
+// them (before any code of the program that imports it runs). A program
+// that wants go-redis's lines sets its own logger with redis.SetLogger in
+// main, or in the init of a package that imports this one, and keeps it.
+//
+// # Close
+//
+// Close of a driver opened from a URL returns within about a second even on
+// a server that stopped answering (SIGSTOP): waiters leave their queues if
+// they can within a second, then the client is closed, which ends every round
+// trip in flight and go-redis's own dials; no goroutine outlives Close. With a
+// client given to New, which Close leaves open, a round trip in flight ends
+// at its deadline (the client's read timeout; a second for the driver's own
+// background checks).
 //
 // # Requirements
 //
@@ -141,6 +195,23 @@
 //
 // # Limits
 //
+// Package lock counts a lock valid until Grant.Start + TTL − drift (drift =
+// TTL/100 + 2ms; Start is taken before the request is sent), and the server
+// expires the key TTL after it ran the SET, which is later: another client can
+// be granted the lock only after that, so the holder's Lost() closes at least
+// the drift before (302ms with a 30s TTL), provided the two clocks' rates
+// differ by less than 1%. That margin is all there is against a holder's
+// process pausing or its messages being delayed.
+//
+// A Redis without persistence that crashes or restarts forgets every lock at
+// once: another client can take a lock at once, while its holder learns of
+// the loss only when its pub/sub connection is back (see Lost locks, tens of
+// milliseconds after the server returns) or at its next refresh. For that
+// window two clients may both believe they hold the lock; fencing tokens
+// still increase (see Fencing), so a resource that checks them rejects the
+// stale holder. Run Redis with appendonly yes and appendfsync always, or
+// delay its return by the longest TTL in use, where that window matters.
+//
 // Redis replication is asynchronous: a failover to a replica that had not
 // received a grant can give the lock to a second holder before the first learns
 // that it lost it (at its next refresh). Fencing tokens keep increasing across
@@ -151,8 +222,9 @@
 // hand, or by a client that does not run release.lua, wakes no waiter: they find
 // it free when they next look (within a third of their lease). go-redis ends
 // a command blocked on a server that stopped answering only at a deadline: a
-// cancelled context (or Close) takes effect after the client's read timeout
-// (read_timeout, 3s by default) on such a server, and at once otherwise.
+// cancelled context takes effect after the client's read timeout
+// (read_timeout, 3s by default) on such a server, and at once otherwise
+// (Open and Close excepted, see above).
 package redisdriver
 
 import (

@@ -45,23 +45,26 @@
 // has the password "p&w", and its second the go-redis parameter dial_timeout.
 // Percent-encoding each server URL whole works too; either way no password is
 // shown in an error or by Locker.String. At least three servers are required,
-// all distinct (the same server twice would count one vote twice); use an odd number, as an even one adds a
-// server without adding tolerance. server_timeout (default 100ms) bounds each
+// all distinct (the same server twice would count one vote twice); use an
+// odd number, as an even one adds a server without adding tolerance. server_timeout (default 100ms) bounds each
 // server's answer; it is lowered to a tenth of the TTL for short TTLs, so
 // validity is never spent waiting for one slow server. A round ends as soon
 // as its outcome is decided (a majority for us or for another owner, or none
 // possible), so the timeout is waited out only when the servers that did
 // answer leave the outcome open; it is not the common cost of a server being
 // down, and it is generous enough not to fail rounds when the client process
-// itself is descheduled or paused for GC for tens of milliseconds. Unknown parameters, at
-// either level, are errors that list the accepted ones; the portable
+// itself is descheduled or paused for GC for tens of milliseconds. Unknown
+// parameters, at either level, are errors that list the accepted ones; the portable
 // parameters ttl, auto_refresh and prefix (the namespace of every key,
 // "distlock" by default) are described in package lock. Open connects to every
-// server, waiting at most ten per-server timeouts: a wrong password, a TLS
-// failure or a malformed server URL on any one of them fails Open, and so does
-// reaching fewer than a majority; servers merely unreachable (refused, or not
+// server, waiting at most ten per-server timeouts and never past its
+// context's deadline or cancellation: a wrong password, a TLS failure or a
+// malformed server URL on any one of them fails Open, and so does reaching
+// fewer than a majority; servers merely unreachable (refused, or not
 // answering in time) are tolerated, as Redlock tolerates them later. No error
-// shows a password: servers are named by position and address.
+// shows a password, and errors hide nothing else: servers are named by
+// position and by their URL with only the password replaced by "xxxxx" (or by
+// address).
 //
 // Programs that already have clients use New with one client per server.
 //
@@ -142,7 +145,9 @@
 //     if it was part of a holder's majority, another client can win a majority
 //     that overlaps the holder's. Either delay a restarted server's return by
 //     at least the longest TTL in use (antirez's "delayed restart"), or run
-//     with appendonly yes and appendfsync always.
+//     with appendonly yes and appendfsync always. The holder learns that a
+//     majority forgot its lock at its next refresh (a third of the TTL), not
+//     when the servers come back: Redlock keeps no per-server identity.
 //   - Process pauses: a holder paused (GC, swap, VM migration, SIGSTOP) beyond
 //     its validity may still act after its lock expired and was taken by
 //     another; Lost closes when the deadline passes, but a paused process
@@ -152,8 +157,35 @@
 //     pauses do.
 //
 // A server that does not answer costs at most the per-server timeout per
-// round. With fewer than a majority reachable, Acquire and TryAcquire fail with
-// an error matching ErrNoQuorum that names the servers and why each failed.
+// round.
+//
+// # Errors
+//
+// Each call makes one round (Acquire: one round per look at the lock, and it
+// looks again only when woken, when the holder's TTL runs out, or after a
+// split vote, which the algorithm resolves with a random back-off). A round
+// that finds the lock held by a majority, or a split vote, is ErrLocked
+// (contended). With fewer than a majority answering, the call fails with an
+// error matching ErrNoQuorum that names the servers and why each failed; it
+// also matches driver.ErrUnavailable (package lock retries it within the
+// caller's context) when the servers that failed for a reason that may pass
+// (refused or reset connections, timeouts, LOADING, READONLY and the like)
+// could still make a majority, and is permanent when servers that refused us
+// for good (NOAUTH, WRONGPASS, NOPERM) stand in the way. A majority won only
+// after the lock's validity ran out matches driver.ErrUnavailable. Release and
+// Refresh report an undecided outcome the same way, and a retry of a Release
+// continues from what the first one learned.
+//
+// # Logging and Close
+//
+// The driver prints nothing: its init replaces go-redis's default logger,
+// which writes to stderr, with one that drops the lines (a program's own
+// logger, set with redis.SetLogger in main, is kept; see redisdriver). Close
+// of a driver opened from a URL returns within about a second even when
+// servers stopped answering: requests still in flight are cut off by closing
+// the clients, and go-redis's own dials in flight are ended, so no goroutine
+// outlives Close. With clients given to New, a request in flight ends at its
+// per-server deadline.
 // Locks must not be evicted: run the servers with a noeviction maxmemory
 // policy. A *redis.Ring is refused by New (its shards are not independent
 // voters). Clients given to New should set ContextTimeoutEnabled, so the
