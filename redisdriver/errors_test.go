@@ -27,7 +27,7 @@ func TestReplicaAndStoppedServerAreUnavailable(t *testing.T) {
 	defer d.Close()
 	host, port, _ := strings.Cut(primary.Addr(), ":")
 	admin := adminClient(t, srv.URL())
-	if err := admin.SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := admin.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
 	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Second, Lost: func(error) {}}
@@ -38,7 +38,7 @@ func TestReplicaAndStoppedServerAreUnavailable(t *testing.T) {
 	if _, err := d.Acquire(ctx, req); !errors.Is(err, driver.ErrUnavailable) {
 		t.Fatalf("Acquire on a replica = %v, want driver.ErrUnavailable", err)
 	}
-	if err := admin.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := admin.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Stop(); err != nil {

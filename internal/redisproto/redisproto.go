@@ -36,18 +36,18 @@ func Millis(d time.Duration) int64 {
 	return max(ms, 1)
 }
 
-// MaxFromMillis is where FromMillis saturates: 2^62 ns in whole milliseconds,
+// FromMillisCap is where FromMillis saturates: 2^62 ns in whole milliseconds,
 // about 146 years, far beyond any TTL, and far enough below the largest
 // time.Duration that adding a margin to a converted value cannot overflow.
-const MaxFromMillis = time.Duration(1<<62) / time.Millisecond * time.Millisecond
+const FromMillisCap = time.Duration(1<<62) / time.Millisecond * time.Millisecond
 
 // FromMillis is ms milliseconds (a PTTL, a wait hint from a script) as a
-// time.Duration, saturating at MaxFromMillis: a key set by another client can
+// time.Duration, saturating at FromMillisCap: a key set by another client can
 // carry any 64-bit expiry, and ms*time.Millisecond would overflow above 9.2e12.
 // A negative ms (Redis's -1 and -2) stays negative, saturating at
-// -MaxFromMillis.
+// -FromMillisCap.
 func FromMillis(ms int64) time.Duration {
-	const limit = int64(MaxFromMillis / time.Millisecond)
+	const limit = int64(FromMillisCap / time.Millisecond)
 	return time.Duration(min(max(ms, -limit), limit)) * time.Millisecond
 }
 

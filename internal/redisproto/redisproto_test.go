@@ -75,19 +75,19 @@ func TestMillisOfTheLongestDurationIsItsMilliseconds(t *testing.T) {
 
 // FromMillis never overflows and is exact below its cap.
 func FuzzFromMillis(f *testing.F) {
-	for _, ms := range []int64{math.MaxInt64, math.MinInt64, -2, -1, 0, 1, 9223372036854, 9223372036855, int64(MaxFromMillis / time.Millisecond)} {
+	for _, ms := range []int64{math.MaxInt64, math.MinInt64, -2, -1, 0, 1, 9223372036854, 9223372036855, int64(FromMillisCap / time.Millisecond)} {
 		f.Add(ms)
 	}
 	f.Fuzz(func(t *testing.T, ms int64) {
 		d := FromMillis(ms)
 		switch {
-		case ms < -int64(MaxFromMillis/time.Millisecond):
-			if d != -MaxFromMillis {
-				t.Fatalf("FromMillis(%d) = %v, want %v", ms, d, -MaxFromMillis)
+		case ms < -int64(FromMillisCap/time.Millisecond):
+			if d != -FromMillisCap {
+				t.Fatalf("FromMillis(%d) = %v, want %v", ms, d, -FromMillisCap)
 			}
-		case ms > int64(MaxFromMillis/time.Millisecond):
-			if d != MaxFromMillis {
-				t.Fatalf("FromMillis(%d) = %v, want the cap %v", ms, d, MaxFromMillis)
+		case ms > int64(FromMillisCap/time.Millisecond):
+			if d != FromMillisCap {
+				t.Fatalf("FromMillis(%d) = %v, want the cap %v", ms, d, FromMillisCap)
 			}
 		case int64(d/time.Millisecond) != ms || d%time.Millisecond != 0:
 			t.Fatalf("FromMillis(%d) = %v, not exact", ms, d)
