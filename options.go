@@ -19,15 +19,38 @@ type Option func(*options)
 type AcquireOption = Option
 
 type options struct {
-	ttl         time.Duration
-	autoRefresh bool
-	shared      bool
-	backoff     Backoff
-	err         error // first invalid option value, reported by validate
+	ttl          time.Duration
+	autoRefresh  bool
+	shared       bool
+	backoff      Backoff
+	closeTimeout time.Duration
+	err          error // first invalid option value, reported by validate
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, autoRefresh: true, backoff: DefaultBackoff}
+	return options{ttl: DefaultTTL, autoRefresh: true, backoff: DefaultBackoff, closeTimeout: DefaultCloseTimeout}
+}
+
+// DefaultCloseTimeout bounds how long Locker.Close spends releasing locks when
+// no WithCloseTimeout option or close_timeout URL parameter is given.
+const DefaultCloseTimeout = 5 * time.Second
+
+// DefaultOpenTimeout bounds Open when its context has no deadline and the URL
+// has no open_timeout parameter: connecting, authenticating and the driver's
+// checks of the server together.
+const DefaultOpenTimeout = 10 * time.Second
+
+// WithCloseTimeout bounds how long Locker.Close spends releasing the locks it
+// still holds on an unresponsive backend (default DefaultCloseTimeout). It is a
+// Locker setting: given to Open or New; per call it has no effect.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: close timeout %v is not positive", ErrInvalidArgument, d))
+			return
+		}
+		o.closeTimeout = d
+	}
 }
 
 // WithTTL sets how long a lock lives without a refresh. On drivers whose locks
