@@ -269,9 +269,15 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	}
 }
 
-// release gives the lock up after the command, and returns the error.
+// release gives the lock up after the command, and returns the error. Where
+// locks expire, trying for longer than the TTL is pointless: the lock is gone by
+// then anyway.
 func (r *runner) release(l *lock.Lock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	timeout := releaseTimeout
+	if r.expiring {
+		timeout = min(timeout, r.ttl)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := l.Release(ctx)
 	if err == nil {
