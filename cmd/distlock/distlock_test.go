@@ -299,8 +299,16 @@ func TestGraceMustBeUnderHalfTheTTLWhereLocksExpire(t *testing.T) {
 // confirmed it): a command that runs for several TTLs keeps the lock and is not
 // stopped.
 func TestCommandOutlivingTheTTLKeepsTheLockWhereLocksExpire(t *testing.T) {
-	for _, u := range []string{"mem://outlive", testserver.Redis(t)} {
-		_, stderr, status := runDistlock(t, nil, "run", "--url", u, "--ttl", "300ms", "--grace", "100ms", "k-outlive", "--", "sleep", "1.2")
-		expectStatus(t, status, 0, stderr)
+	for _, b := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{
+		{"mem", func(testing.TB) string { return "mem://outlive" }},
+		{"redis", testserver.Redis},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			_, stderr, status := runDistlock(t, nil, "run", "--url", b.url(t), "--ttl", "300ms", "--grace", "100ms", "k-outlive", "--", "sleep", "1.2")
+			expectStatus(t, status, 0, stderr)
+		})
 	}
 }
