@@ -160,6 +160,9 @@ func (lk *Locker) validate(o options) error {
 	if min, max := lk.caps.TTLRange(); o.ttl < min || o.ttl > max {
 		return fmt.Errorf("%w: TTL %v is outside this backend's range [%v, %v]", ErrInvalidArgument, o.ttl, min, max)
 	}
+	if o.grace >= o.ttl/2 {
+		return fmt.Errorf("%w: grace %v must be shorter than half the TTL %v", ErrInvalidArgument, o.grace, o.ttl)
+	}
 	if !o.autoRefresh && !lk.caps.Expiring {
 		return fmt.Errorf("%w: turning automatic refresh off (locks on this backend live as long as the session, they cannot expire)", ErrUnsupported)
 	}

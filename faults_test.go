@@ -423,3 +423,28 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+func TestGraceMakesLostCloseThatMuchEarlier(t *testing.T) {
+	ctx := context.Background()
+	const ttl, grace = time.Second, 300 * time.Millisecond
+	lk := lock.New(hangingRefresh{memdriver.New(t.Name())}, lock.WithTTL(ttl))
+	defer lk.Close()
+	if _, err := lk.TryAcquire(ctx, "k", lock.WithGrace(ttl/2)); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Fatalf("a grace of half the TTL: TryAcquire = %v, want ErrInvalidArgument", err)
+	}
+	start := time.Now()
+	l, err := lk.Acquire(ctx, "k", lock.WithGrace(grace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(2 * ttl):
+		t.Fatal("Lost did not close although no refresh was ever confirmed")
+	}
+	took := time.Since(start)
+	if took < (ttl-grace)*9/10 || took > ttl-grace/2 {
+		t.Errorf("Lost closed after %v, want at TTL - drift - grace = about %v", took, ttl-grace)
+	}
+	_ = l.Release(ctx)
+}

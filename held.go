@@ -19,7 +19,7 @@ type Lock struct {
 	lk    *Locker
 	req   *driver.Request
 	ttl   time.Duration
-	drift time.Duration
+	drift time.Duration // taken off every validity window: driver.Drift(ttl) plus the grace
 	auto  bool
 	lost  chan struct{}
 	opMu  sync.Mutex // serialises Refresh and Release of this lock
@@ -49,7 +49,8 @@ const (
 )
 
 func newLock(lk *Locker, req *driver.Request, o options) *Lock {
-	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl), auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
+	// The grace is taken off every validity window as the drift allowance is.
+	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl) + o.grace, auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
 	req.Lost = l.driverLost
 	return l
 }

@@ -24,6 +24,7 @@ type options struct {
 	shared       bool
 	backoff      Backoff
 	closeTimeout time.Duration
+	grace        time.Duration
 	err          error // first invalid option value, reported by validate
 }
 
@@ -39,6 +40,22 @@ const DefaultCloseTimeout = 5 * time.Second
 // has no open_timeout parameter: connecting, authenticating and the driver's
 // checks of the server together.
 const DefaultOpenTimeout = 10 * time.Second
+
+// WithGrace reserves d of every validity window for the holder to stop its
+// work: Lost closes d earlier than it would otherwise (the last confirmed
+// refresh + TTL − drift), so work that stops within d of Lost is over before an
+// expiring backend (Redis, Redlock, etcd, mem) can give the lock to someone else.
+// It must be shorter than half the TTL, so that refreshes still fit in the rest.
+// On session-bound backends the lock stays held until Release anyway (see
+// Release), so a grace is not needed there. The default is 0.
+func WithGrace(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.fail(fmt.Errorf("%w: grace %v is negative", ErrInvalidArgument, d))
+		}
+		o.grace = d
+	}
+}
 
 // WithCloseTimeout bounds how long Locker.Close spends releasing the locks it
 // still holds on an unresponsive backend (default DefaultCloseTimeout). It is a

@@ -39,16 +39,6 @@ func (r *runner) runHolding(l *lock.Lock) int {
 	default:
 	}
 
-	var untrusted <-chan struct{}
-	if r.expiring {
-		k, err := keep(l, r.ttl, r.grace)
-		if err != nil {
-			return r.lostBeforeStart(l, err)
-		}
-		defer k.stop()
-		untrusted = k.Untrusted()
-	}
-
 	cmd := exec.Command(r.cfg.argv[0], r.cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = env // later entries win, so an outer distlock's variables are replaced
@@ -79,12 +69,7 @@ func (r *runner) runHolding(l *lock.Lock) int {
 		case <-lost:
 			r.errorf("lost the lock %q on %s; terminating %s", r.cfg.key, r.locker, r.cfg.argv[0])
 			kill = r.terminate(cmd, &wasLost)
-			lost, untrusted = nil, nil
-		case <-untrusted:
-			r.errorf("no refresh of the lock %q on %s confirmed for %v; terminating %s within --grace %v, before the lock can expire",
-				r.cfg.key, r.locker, trustWindow(r.ttl, r.grace), r.cfg.argv[0], r.grace)
-			kill = r.terminate(cmd, &wasLost)
-			lost, untrusted = nil, nil
+			lost = nil
 		case <-kill:
 			kill = nil
 			r.errorf("%s did not exit within --grace %v; killing it", r.cfg.argv[0], r.grace)

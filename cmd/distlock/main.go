@@ -34,9 +34,10 @@
 //     distlock is paused or cut off), the server frees the lock at once, and
 //     another holder may start while CMD is still in its grace.
 //   - Expiring (Redis, Redlock, etcd): the server frees the lock TTL after the
-//     last refresh it saw, whatever distlock does. distlock therefore refreshes
-//     the lock itself and stops trusting it TTL − drift − grace after the last
-//     confirmed refresh (drift is 1% of the TTL + 2ms): CMD gets SIGTERM early
+//     last refresh it saw, whatever distlock does. distlock therefore takes
+//     the lock with lock.WithGrace, so that it stops trusting it TTL − drift −
+//     grace after the last confirmed refresh (drift is 1% of the TTL + 2ms): CMD
+//     gets SIGTERM early
 //     enough to be gone, SIGKILL included, before the server can give the
 //     lock to someone else. --grace must be shorter than half the TTL there,
 //     and defaults to a third of the TTL when that is less than 10s.

@@ -135,8 +135,7 @@ const defaultGrace = 10 * time.Second
 
 // effectiveTTL is the TTL the lock is taken with: --ttl, else the URL's ttl
 // parameter (lock.Open has already checked it), else lock.DefaultTTL. distlock
-// passes it on explicitly because it schedules its own refreshes on expiring
-// backends.
+// needs it to settle --grace, which must fit in it on expiring backends.
 func effectiveTTL(cfg runConfig) time.Duration {
 	if cfg.ttl > 0 {
 		return cfg.ttl
@@ -156,10 +155,11 @@ func effectiveTTL(cfg runConfig) time.Duration {
 // grace is safe: distlock releases only once the command is gone. On an expiring
 // backend (Redis, Redlock, etcd) the server frees the lock TTL after the last
 // refresh it saw, whatever distlock does, so distlock must start stopping the
-// command --grace before that: it stops trusting the lock once TTL − drift −
-// grace has passed since the last confirmed refresh. That window must leave
-// room for several refreshes, so --grace must be shorter than half the TTL there;
-// a longer one is bad usage rather than a promise distlock could not keep.
+// command --grace before that: the lock is taken with lock.WithGrace, so Lost
+// closes once TTL − drift − grace has passed since the last confirmed refresh.
+// That window must leave room for refreshes, so --grace must be shorter than
+// half the TTL there (WithGrace's own rule); a longer one is bad usage rather
+// than a promise distlock could not keep.
 func (r *runner) checkGrace() (status int, ok bool) {
 	r.grace = r.cfg.grace
 	if !r.cfg.graceSet {
@@ -226,9 +226,9 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	// which sets the Locker's default.
 	opts := []lock.AcquireOption{lock.WithTTL(r.ttl)}
 	if r.expiring {
-		// distlock refreshes the lock itself (see keep), so that it knows
-		// when the last refresh was confirmed.
-		opts = append(opts, lock.WithAutoRefresh(false))
+		// Lost closes --grace before the backend could free the lock, so the
+		// command is gone (killed if need be) before anyone else can hold it.
+		opts = append(opts, lock.WithGrace(r.grace))
 	}
 	done := make(chan result, 1)
 	go func() {
