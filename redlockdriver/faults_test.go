@@ -133,6 +133,32 @@ func TestAcquireWithThreeOfFiveServersStoppedMakesOneAttemptAndLeavesNothing(t *
 	}
 }
 
+// Through package lock, no quorum is transient (servers come back): Acquire
+// retries it until its context ends, then reports the last round's failure
+// with it.
+func TestAcquireWithThreeOfFiveServersStoppedRetriesUntilItsContextEnds(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 5)
+	lk := newLocker(t, ctx, servers)
+	for _, s := range servers[2:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := lk.Acquire(actx, "k")
+	if err == nil {
+		t.Fatal("Acquire with 2 of 5 servers up succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("Acquire with 2 of 5 servers up = %v, want it to retry until its context ended and report ErrUnavailable", err)
+	}
+	if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "server 5 (") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Acquire with 2 of 5 servers up = %v, want an error matching ErrNoQuorum that names each stopped server and why", err)
+	}
+}
+
 // acquireAttempts counts the acquire scripts in a server's slow log (which
 // logs every command when slowlog-log-slower-than is 0).
 func acquireAttempts(ctx context.Context, t *testing.T, admin *redis.Client) int {
