@@ -182,10 +182,11 @@ func TestCollidingKeysInOneProcessExcludeEachOther(t *testing.T) {
 		b, err = locker.Acquire(ctx, "key-b")
 		got <- err
 	}()
+	waitQueued(t, dsn, id, 1)
 	select {
 	case err := <-got:
 		t.Fatalf("Acquire of a colliding key returned (%v) while the other key was held", err)
-	case <-time.After(200 * time.Millisecond): // time must pass to show it waits
+	default: // it waits in the server's queue
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestTerminatedBackendLosesOnlyItsLocks(t *testing.T) {
 			}
 			got <- l
 		}()
-		time.Sleep(50 * time.Millisecond) // let it queue
+		waitQueued(t, dsn, pgadvisory.LockID(pgadvisory.DefaultPrefix, key), 1)
 		if err := blocker.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -290,8 +291,9 @@ func mustOpen(t testing.TB, dsn string, opts ...pgadvisory.Option) *pgadvisory.D
 }
 
 // With every connection the cap allows in use, more waiters do not block on a
-// connection (which could deadlock a holder that needs one more lock): they
-// retry without a queue place, and all are served.
+// connection (which could deadlock a holder that needs one more lock): the
+// driver answers them ErrLocked, the portable layer tries again after its
+// backoff, and all are served.
 func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 	ctx := context.Background()
 	dsn := testserver.Postgres(t)
@@ -335,7 +337,9 @@ func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 			_ = l.Release(ctx)
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // let them queue or poll
+	// Two wait in the server's queue (the cap less the holder's connection);
+	// the others try again without a queue place.
+	waitQueued(t, dsn, pgadvisory.LockID(pgadvisory.DefaultPrefix, t.Name()), 2)
 	if n := pgadvisory.ConnsForTest(d); n > 3 {
 		t.Errorf("%d lock connections, above the cap of 3", n)
 	}
@@ -349,7 +353,9 @@ func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 		}
 		second <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, 10*time.Second, "the holder found the second key held", func() bool {
+		return pgadvisory.ContendedForTest(d, t.Name()+"/second")
+	})
 	if err := busy.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
