@@ -26,13 +26,14 @@
 //	postgres://host/db?fencing=false
 //
 // The URL is parsed by pgxpool.ParseConfig, so every libpq connection parameter
-// works (sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
-// target_session_attrs, service, ...), as do pgxpool's pool_* parameters, the
+// works (sslmode, sslrootcert, sslcert, sslkey, connect_timeout (default 10s
+// here), target_session_attrs, service, ...), as do pgxpool's pool_*
+// parameters (read and ignored: the driver opens its own connections), the
 // PG* environment variables and ~/.pgpass. Any other parameter is sent to the
 // server as a session setting (search_path=app), and the server refuses names it
-// does not know. The portable parameters (ttl, auto_refresh, prefix) are read by
-// package lock and never reach PostgreSQL. The driver's own parameters, removed
-// before pgx sees the URL:
+// does not know. The portable parameters (ttl, auto_refresh, prefix,
+// open_timeout, close_timeout) are read by package lock and never reach
+// PostgreSQL. The driver's own parameters, removed before pgx sees the URL:
 //
 //   - max_lock_conns (default 10, at least 2): the most dedicated lock
 //     connections the driver opens (WithMaxConns).

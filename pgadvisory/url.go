@@ -61,10 +61,10 @@ var driverParams = []string{"fence_create", "fence_sequence", "fencing", "locks_
 
 // portableParams belong to lock.Open, which removes them before a driver sees
 // the URL.
-var portableParams = []string{"auto_refresh", "prefix", "ttl"}
+var portableParams = []string{"auto_refresh", "close_timeout", "open_timeout", "prefix", "ttl"}
 
 func acceptedParams() string {
-	return strings.Join(driverParams, ", ") + " (this driver); ttl, auto_refresh, prefix (lock.Open); " +
+	return strings.Join(driverParams, ", ") + " (this driver); ttl, auto_refresh, prefix, open_timeout, close_timeout (lock.Open); " +
 		"and whatever pgx accepts: libpq connection parameters such as sslmode, pgxpool's pool_* parameters, and PostgreSQL settings sent to the server"
 }
 
