@@ -138,12 +138,16 @@
 // moment. The driver watches the socket of every lock connection for the
 // server's close (Linux, epoll; one goroutine per Driver, woken by nothing
 // else), and reports every lock of a closed session lost as soon as the kernel
-// sees the close: 0.1 ms after the server's processes are gone on the
-// development machine (a kill that takes 10-20 ms in all), not at the next
-// refresh (TTL/3). Elsewhere, and for a server that goes silent without closing
-// (frozen, or cut off by the network), the refresh below finds the loss within
-// the TTL: Lost still closes before the lock's validity ends, but another
-// client may hold the lock sooner once the server has ended the session.
+// sees the close, not at the next refresh (TTL/3): on the development machine
+// about 2 ms after pg_terminate_backend is sent, and within 0.1 ms of the last
+// process of a killed server being gone. Elsewhere than on Linux, the refresh
+// below finds the loss within the TTL, when another client may already hold
+// the lock. A server that goes silent without closing (frozen, or cut off by
+// the network) is found by the refresh too: a frozen server grants no lock
+// meanwhile, and one cut off drops a silent session only after its
+// tcp_user_timeout (30 s, below), so with a TTL of at most 30 s Lost closes
+// first; with a longer TTL a cut-off holder may learn it after another client
+// took the lock.
 //
 // A lock here cannot expire, so the TTL does not bound how long it lives; it
 // bounds how long the lock is trusted without a confirmed check of its session
