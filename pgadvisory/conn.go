@@ -71,8 +71,10 @@ const (
 	// closeTimeout bounds the goodbye on a connection being closed.
 	closeTimeout = time.Second
 	// closeBudget bounds how long Close gives the server to take waits out of
-	// its queue before it closes every socket, and pgx to let go afterwards.
-	closeBudget = 500 * time.Millisecond
+	// its queue before it closes every socket; cleanupBudget how long it then
+	// waits for pgx to let go of the closed connections (at once, normally).
+	closeBudget   = 500 * time.Millisecond
+	cleanupBudget = 250 * time.Millisecond
 )
 
 // dial opens a lock connection and sets it up as a lock session, within ctx
@@ -80,12 +82,7 @@ const (
 func (d *Driver) dial(ctx context.Context) (*lockConn, error) {
 	conn, err := d.connect(ctx)
 	if err != nil {
-		if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
-			// pgx reports a dial cut short by ctx's deadline as a timeout of
-			// its own, sometimes before ctx itself says it has ended.
-			return nil, fmt.Errorf("pgadvisory: connect: %w (%w)", err, cerr)
-		}
-		return nil, fmt.Errorf("pgadvisory: connect: %w", err)
+		return nil, withCtxErr(ctx, fmt.Errorf("pgadvisory: connect: %w", err))
 	}
 	c := &lockConn{d: d, conn: conn, net: conn.PgConn().Conn(), cleaned: conn.PgConn().CleanupDone(), locks: map[int64]*holding{}}
 	sctx, cancel := context.WithTimeout(ctx, d.connectTimeout())
@@ -93,9 +90,20 @@ func (d *Driver) dial(ctx context.Context) (*lockConn, error) {
 	cancel()
 	if err != nil {
 		c.closeConn()
-		return nil, err
+		return nil, withCtxErr(ctx, err)
 	}
 	return c, nil
+}
+
+// withCtxErr makes err, from a step that ctx may have cut short, match ctx's
+// error if ctx has ended: pgx reports a dial or read cut short by ctx's
+// deadline as a timeout of its own, sometimes before ctx itself says it has
+// ended.
+func withCtxErr(ctx context.Context, err error) error {
+	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
 }
 
 // setup tags the session, reads its backend pid and its server's start time, and

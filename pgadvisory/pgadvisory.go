@@ -593,7 +593,7 @@ func (d *Driver) Close() error {
 	<-aborted
 	// pgx's clean-up ends at once now that its sockets are closed; wait for
 	// it, within a bound, so that no goroutine of the driver's outlives Close.
-	cleanup, cancel := context.WithTimeout(context.Background(), closeBudget)
+	cleanup, cancel := context.WithTimeout(context.Background(), cleanupBudget)
 	for _, c := range conns {
 		select {
 		case <-c.cleaned:
