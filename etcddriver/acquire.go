@@ -19,29 +19,35 @@ var errSessionEnded = errors.New("etcddriver: the lease ended while acquiring")
 
 // errKeyGone is returned by a waiter whose own key vanished while it waited: its
 // lease expired or was revoked, or the key was deleted. It must not be told it
-// holds the lock (etcd issue #11456, the Jepsen etcd 3.4.3 finding).
-var errKeyGone = fmt.Errorf("%w: etcddriver: our key vanished while waiting (lease expired or revoked, or key deleted)", driver.ErrNotHeld)
+// holds the lock (etcd issue #11456, the Jepsen etcd 3.4.3 finding). It lost its
+// place in the queue; a new attempt queues again (the error is transient).
+var errKeyGone = errors.New("etcddriver: our key vanished while waiting (lease expired or revoked, or key deleted)")
 
 // errLeaseLostWaiting is returned by a waiter whose lease ended while it waited;
 // it lost its place in the queue. It is not retried here on a new lease: the
-// caller decides (the portable layer retries a few times).
+// error is transient, and the portable layer retries.
 var errLeaseLostWaiting = errors.New("etcddriver: the lease ended while waiting for the lock")
 
-// sessionAttempts is how many leases one call tries when they end before it
-// wrote its key.
-const sessionAttempts = 3
+// sessionAttempts is how many leases one call tries when the first ended before
+// the call wrote its key. This is not a retry of a failed request: the driver's
+// cached lease turned out to be gone (an operator revoked it, or its keepalives
+// had stopped), which etcd answers at once without writing anything, and the
+// call then makes its one attempt on a new lease.
+const sessionAttempts = 2
 
 // TryAcquire implements driver.Driver: one transaction that writes our key only if
 // no one else's is there, so a failed attempt writes nothing.
 func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, false)
+	g, err := d.acquire(requireLeader(ctx), req, false)
+	return g, d.report(ctx, err)
 }
 
 // Acquire implements driver.Acquirer: it queues a key and, unless it is first,
 // watches the key just before it (never the whole queue) until that one is
 // deleted.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, true)
+	g, err := d.acquire(requireLeader(ctx), req, true)
+	return g, d.report(ctx, err)
 }
 
 func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (driver.Grant, error) {
@@ -202,7 +208,11 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		}
 	}
 
-	// Our key is queued now: losing the lease loses our place.
+	// Our key is queued now: losing the lease loses our place. Waiting ends
+	// when Close does, also in the middle of a read of a server that does not
+	// answer.
+	ctx, stop := d.untilClosed(ctx)
+	defer stop()
 	waitFailed := func(err error) error {
 		if err = d.failed(e, err); errors.Is(err, errSessionEnded) {
 			return errLeaseLostWaiting
@@ -228,6 +238,16 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 			}
 			return g, nil
 		}
+	}
+}
+
+// untilClosed returns a context that also ends when the driver closes.
+func (d *Driver) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
 	}
 }
 
@@ -295,7 +315,7 @@ func (d *Driver) check(ctx context.Context, e *entry, after *mvccpb.KeyValue) (p
 // schedule (recheckFirst, twice that, ... until recheckUntil, when etcd has surely
 // caught the watch up); a handoff is then late by a few milliseconds at worst.
 func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue, known int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx) // ctx requires a leader (see Acquire): a member without one cancels the watch
 	defer cancel()
 	wch := d.c.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
 	var (
@@ -462,19 +482,33 @@ func (d *Driver) forget(e *entry) {
 	d.mu.Unlock()
 }
 
-// abandon deletes e's key, if it may exist, and drops e. If the delete fails the
-// session goroutine retries it, so the key cannot block others for the life of
-// our lease.
+// abandon drops e and deletes its key, if it may exist, in the background: the
+// caller may be returning because its context ended, and must not wait for a
+// server that does not answer. If the delete fails the session goroutine
+// retries it, so the key cannot block others for the life of our lease. (A later
+// request that reuses the key's name finds the old key, not its own, and
+// deletes it first; deleteKey never removes a newer key of that name.)
 func (d *Driver) abandon(e *entry) {
-	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-	defer cancel()
-	err := d.deleteKey(ctx, e)
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.removeLocked(e)
-	if err != nil && e.s.dead == nil && !d.closed {
-		e.s.orphans = append(e.s.orphans, e)
+	if d.closed {
+		return // Close revokes the lease, which takes the key with it
 	}
-	d.mu.Unlock()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+		err := d.deleteKey(ctx, e)
+		cancel()
+		if err != nil {
+			d.mu.Lock()
+			if e.s.dead == nil && !d.closed {
+				e.s.orphans = append(e.s.orphans, e)
+			}
+			d.mu.Unlock()
+		}
+	}()
 }
 
 // cleanupTimeout bounds deleting the key of an abandoned acquisition.

@@ -27,9 +27,20 @@
 // or neither), server_name (the name to verify the server's certificate for), all
 // four only with etcds://; dial_timeout (default 5s; Open fails if etcd does not
 // answer within it), keepalive_time and keepalive_timeout (the gRPC connection's
-// pings: defaults 10s and 5s). Any other parameter is an error that lists these;
-// the portable ttl, auto_refresh and prefix are described in package lock. A list
-// of several IPv6 literal hosts cannot be written in a URL; use names.
+// pings: defaults 10s and 5s; gRPC raises a keepalive_time below 10s to 10s).
+// Any other parameter is an error that lists these; the portable ttl,
+// auto_refresh and prefix are described in package lock. A list of several IPv6
+// literal hosts cannot be written in a URL; use names.
+//
+// Open honours its context in every step (connecting, authenticating, checking
+// access, measuring the minimum lease TTL), and dial_timeout bounds them too. It
+// verifies access before it returns: etcd with authentication on and a URL
+// without credentials, a wrong user or password, or a user who may not read and
+// write every key under the prefix fail Open with an error that says which, never
+// with the password in it; they are not left to fail the first Acquire. (The
+// check is one transaction that writes nothing; it needs read and write
+// permission on the prefix's whole range, so a user limited to part of it is
+// refused even though some of its locks would work.)
 //
 // # Key layout
 //
@@ -80,7 +91,12 @@
 // to whole seconds (2s with the default --election-timeout=1000), and raises a
 // shorter one without saying so. New measures it by asking for a one-second lease
 // and reading what etcd granted, and declares it as Capabilities.MinTTL, so a
-// shorter TTL is refused with an error rather than silently lengthened.
+// shorter TTL is refused with an error rather than silently lengthened. Nor does
+// etcd grant a lease longer than 9,000,000,000 seconds (its MaxLeaseTTL, about
+// 285 years), declared as Capabilities.MaxTTL; package lock accepts at most 366
+// days anyway. The driver refuses a TTL outside that range itself, with a plain
+// error that names the range, before etcd sees it, and no conversion between a
+// Duration and seconds can overflow, whatever TTL it is given.
 //
 // # Capabilities
 //
@@ -99,6 +115,7 @@
 //     recipes.RWMutex does so); etcd's tools would treat them as writers, which
 //     is safe.
 //   - MinTTL: the server's minimum lease TTL, measured by New.
+//   - MaxTTL: etcd's maximum lease TTL, 9,000,000,000s.
 //
 // # Lost locks
 //
@@ -111,13 +128,49 @@
 // not lose locks when the TTL outlasts the election: etcd extends leases across
 // elections, and the driver retries keepalives until the lease's deadline.
 //
+// When the client's connection comes back after it broke (the server restarted,
+// the network healed), the driver sends every lease a keepalive at once. A server
+// that came back without its data answers that the lease is gone, and Lost closes
+// then, within a round trip of reconnecting, not at the next scheduled keepalive
+// or refresh a third of the TTL later. A client the driver opened from a URL
+// retries connecting after 100ms, then 1.6 times longer each time up to 1s, so
+// it reconnects within about a second of the server's return; with New the
+// client's own backoff
+// applies (gRPC's default starts at 1s and grows to 2 minutes), and so does the
+// delay. A server that restarted with its data keeps the lease (etcd renews
+// leases on restart), and nothing is lost. When the server freezes or cannot be
+// reached, Lost closes at the lease's deadline, a TTL less the drift allowance
+// after the last confirmed keepalive was sent, so before etcd can expire the
+// lease and hand the lock on.
+//
 // Release deletes the key in a transaction on its create revision, so a delayed
 // or retried release can never remove a newer lock, even one of the same name
 // (etcd issue #22082).
 //
+// # Errors
+//
+// Each call makes one attempt and reports. A failure that a later attempt may
+// not meet matches driver.ErrUnavailable (lock.ErrUnavailable), which the
+// portable layer retries: gRPC's Unavailable and DeadlineExceeded (connection
+// refused, reset or lost, keepalive timeouts), etcd's "no leader", "leader
+// changed", "request timed out", "too many requests", and a lease or queue place
+// that ended under a call. Everything else is permanent and fails the call at
+// once: authentication and permission errors, invalid arguments, a full database.
+// The caller's own cancellation or deadline is returned as it is, and a call that
+// Close interrupted returns ErrClosed. Requests carry etcd's require-leader mark:
+// a member without a leader refuses them at once with "no leader" instead of
+// holding them for its request timeout (7s by default), or, for reads the etcd
+// client retries, until the context ends. (The etcd client itself still retries
+// a read that failed as unavailable, for up to about 2.5s, within the call's
+// context.)
+//
 // # Limits
 //
-// Each held lock costs one key and no goroutine; each waiting Acquire a key and a
+// Close waits for the revokes of its leases for at most half a second: against a
+// server that does not answer it returns then, and its locks stay until their
+// lease expires, a TTL after the last keepalive. A holder on the minority side
+// of a network partition learns of the loss at its lease's deadline, as when the
+// server freezes. Each held lock costs one key and no goroutine; each waiting Acquire a key and a
 // watch. Prefixes must not nest (see WithPrefix). On a cluster, keep the TTL well
 // above the time an election takes (several seconds; the tests use 5s with etcd's
 // default 1s election timeout): while there is no leader no keepalive is
@@ -132,11 +185,13 @@ package etcddriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/lock/driver"
@@ -176,10 +231,13 @@ type Driver struct {
 	prefix string
 	minTTL time.Duration
 
-	ctx    context.Context // cancelled by Close: ends keepalives and background deletes
-	cancel context.CancelFunc
-	done   chan struct{} // closed by Close: ends waiting Acquire calls
-	wg     sync.WaitGroup
+	ctx          context.Context // cancelled by Close: ends keepalives, background deletes, watchConnection
+	cancel       context.CancelFunc
+	revokeCtx    context.Context // cancelled by Close once its own revokes are done: ends background revokes
+	revokeCancel context.CancelFunc
+	closeClient  func()        // releases what open made for the client it owns; nil for New
+	done         chan struct{} // closed by Close: ends waiting Acquire calls
+	wg           sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
@@ -194,16 +252,31 @@ var (
 	_ driver.BatchRefresher = (*Driver)(nil)
 )
 
-// probeTimeout bounds New's measurement of the server's minimum lease TTL.
+// probeTimeout bounds New's checks of the server: access to the prefix and the
+// minimum lease TTL.
 const probeTimeout = 10 * time.Second
 
+// Limits of etcd's lease TTL (its lease.MaxLeaseTTL, about 285 years), in
+// etcd's unit and as a Duration; the latter fits: 9e18 ns < 2^63 ns.
+const (
+	maxLeaseSeconds = clientv3.MaxLeaseTTL
+	maxLeaseTTL     = time.Duration(maxLeaseSeconds) * time.Second
+)
+
 // New returns a Driver that locks with the client c, which stays the caller's:
-// Close does not close it. Unless WithMinTTL is given, New asks etcd once for the
-// minimum lease TTL it grants, so it needs the server to answer.
+// Close does not close it. New needs the server to answer: it checks that the
+// client may read and write under the prefix (so missing or wrong credentials
+// fail here, not at the first acquire) and, unless WithMinTTL is given, asks etcd
+// for the minimum lease TTL it grants. It waits for at most 10 seconds, or until
+// the client's context ends.
 func New(c *clientv3.Client, opts ...Option) (*Driver, error) {
 	ctx, cancel := context.WithTimeout(c.Ctx(), probeTimeout)
 	defer cancel()
-	return newDriver(ctx, c, false, opts)
+	d, err := newDriver(ctx, c, false, opts)
+	if err != nil && transient(err) {
+		err = fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	}
+	return d, err
 }
 
 func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Option) (*Driver, error) {
@@ -219,6 +292,11 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 	if cfg.minTTL < 0 {
 		return nil, fmt.Errorf("etcddriver: negative minimum TTL %v", cfg.minTTL)
 	}
+	prefix := normalizePrefix(cfg.prefix)
+	ctx = requireLeader(ctx)
+	if err := verifyAccess(ctx, c, prefix); err != nil {
+		return nil, err
+	}
 	if cfg.minTTL == 0 {
 		m, err := measureMinTTL(ctx, c)
 		if err != nil {
@@ -229,7 +307,7 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 	d := &Driver{
 		c:       c,
 		owned:   owned,
-		prefix:  normalizePrefix(cfg.prefix),
+		prefix:  prefix,
 		minTTL:  cfg.minTTL,
 		done:    make(chan struct{}),
 		leases:  map[int64]*session{},
@@ -237,7 +315,37 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 		names:   map[nameKey]map[int]bool{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.revokeCtx, d.revokeCancel = context.WithCancel(context.Background())
+	if cc := c.ActiveConnection(); cc != nil {
+		d.wg.Add(1)
+		go d.watchConnection(cc)
+	}
 	return d, nil
+}
+
+// verifyAccess checks, in one transaction that changes nothing, that the client
+// may read the prefix's whole range and write in it, as locking needs: etcd
+// checks the permissions of both branches of a transaction, and the branch
+// with the put is never taken (no create revision is negative). Being a write,
+// it also shows that the cluster has a quorum.
+func verifyAccess(ctx context.Context, c *clientv3.Client, prefix string) error {
+	probe := prefix + "/"
+	_, err := c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(probe), "<", 0)).
+		Then(clientv3.OpPut(probe, "")).
+		Else(clientv3.OpGet(probe, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())).
+		Commit()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrUserEmpty):
+		return fmt.Errorf("etcddriver: etcd requires authentication: give a user and password (%s://user:password@host/prefix): %w", Scheme, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("etcddriver: user %q may not read and write the keys under %q: %w", c.Username, prefix, err)
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserNotFound):
+		return fmt.Errorf("etcddriver: authentication as user %q failed: %w", c.Username, err)
+	}
+	return fmt.Errorf("etcddriver: checking access to the keys under %q: %w", prefix, err)
 }
 
 // measureMinTTL asks for a one-second lease and reads back what etcd granted:
@@ -261,8 +369,8 @@ func measureMinTTL(ctx context.Context, c *clientv3.Client) (time.Duration, erro
 	if rerr != nil {
 		return 0, fmt.Errorf("etcddriver: revoking the probe lease: %w", rerr)
 	}
-	if granted < 1 {
-		granted = 1
+	if granted < 1 || granted > maxLeaseSeconds {
+		return 0, fmt.Errorf("etcddriver: etcd granted a lease of %ds for 1s", granted)
 	}
 	return time.Duration(granted) * time.Second, nil
 }
@@ -275,6 +383,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		Notify:   true,
 		FIFO:     true,
 		MinTTL:   d.minTTL,
+		MaxTTL:   maxLeaseTTL,
 	}
 }
 
@@ -317,7 +426,9 @@ func (d *Driver) String() string { return "etcddriver(" + d.prefix + ")" }
 
 // Close revokes the driver's leases, which releases every lock it holds at once
 // (their Lost channels close), ends waiting Acquire calls with ErrClosed, stops
-// the background keepalives, and closes the client if the driver opened it. Calls
+// the background keepalives, and closes the client if the driver opened it. It
+// waits for the revokes for at most half a second: against a server that does
+// not answer, Close returns after that and the leases expire by themselves. Calls
 // after Close return ErrClosed; calling Close again returns nil.
 func (d *Driver) Close() error {
 	d.mu.Lock()
@@ -346,18 +457,25 @@ func (d *Driver) Close() error {
 	for _, l := range lost {
 		l.run()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	var wg sync.WaitGroup
 	for _, s := range live {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.revoke(s.id)
+			_, _ = d.c.Revoke(ctx, s.id)
 		}()
 	}
 	wg.Wait()
+	cancel()
+	d.revokeCancel() // background revokes had as long; they end now
 	d.wg.Wait()
-	if d.owned {
-		return d.c.Close()
+	if !d.owned {
+		return nil
 	}
-	return nil
+	err := d.c.Close()
+	if d.closeClient != nil {
+		d.closeClient()
+	}
+	return err
 }

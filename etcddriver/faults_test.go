@@ -197,9 +197,16 @@ func mustAcquire(t testing.TB, lk *lock.Locker, key string) *lock.Lock {
 // queued waits until n contenders' keys are in key's range.
 func queued(t testing.TB, c *clientv3.Client, d *etcddriver.Driver, key string, n int64) {
 	t.Helper()
+	queuedAt(t, c, d.LockPrefix(key), n)
+}
+
+// queuedAt waits until n contenders' keys are in the range of the lock named
+// name (Driver.LockPrefix).
+func queuedAt(t testing.TB, c *clientv3.Client, name string, n int64) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := c.Get(context.Background(), d.LockPrefix(key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := c.Get(context.Background(), name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +214,7 @@ func queued(t testing.TB, c *clientv3.Client, d *etcddriver.Driver, key string, 
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d keys queued for %q, want %d", resp.Count, key, n)
+			t.Fatalf("%d keys queued for %q, want %d", resp.Count, name, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -26,9 +26,9 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		return err
 	}
 	start := time.Now()
-	resp, err := d.c.Get(ctx, e.key)
+	resp, err := d.c.Get(requireLeader(ctx), e.key)
 	if err != nil {
-		return err
+		return d.report(ctx, err)
 	}
 	return d.confirm(e, resp.Kvs, start)
 }
@@ -37,6 +37,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // 128 locks, all read at one revision.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
+	lctx := requireLeader(ctx)
 	var (
 		batch []*entry
 		index []int
@@ -50,10 +51,10 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 			ops[i] = clientv3.OpGet(e.key)
 		}
 		start := time.Now()
-		resp, err := d.c.Txn(ctx).Then(ops...).Commit()
+		resp, err := d.c.Txn(lctx).Then(ops...).Commit()
 		for i, e := range batch {
 			if err != nil {
-				errs[index[i]] = err
+				errs[index[i]] = d.report(ctx, err)
 				continue
 			}
 			errs[index[i]] = d.confirm(e, resp.Responses[i].GetResponseRange().Kvs, start)
@@ -123,9 +124,9 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	state, rev := e.state, e.rev
 	d.mu.Unlock()
 
-	deleted, err := d.deleteIf(ctx, e, rev)
+	deleted, err := d.deleteIf(requireLeader(ctx), e, rev)
 	if err != nil {
-		return err
+		return d.report(ctx, err)
 	}
 	d.forget(e)
 	if !deleted || state != stateHeld {

@@ -28,18 +28,24 @@ import (
 //   - it deletes held keys whose TTL passed without a Refresh (a lock on this
 //     driver expires like a lease even though its lease lives on for others), and
 //     retries deletes that failed, so no key of ours is left to block others;
-//   - it revokes the lease after it served no key for a whole TTL.
+//   - it revokes the lease after it served no key for a whole TTL;
+//   - it sends a keepalive at once when the client's connection comes back
+//     (watchConnection): a server that restarted without its data answers that
+//     the lease is gone, and the locks are lost then rather than at the next
+//     scheduled keepalive or refresh.
 type session struct {
 	d     *Driver
 	secs  int64         // requested TTL, the key in Driver.leases
 	ready chan struct{} // closed once the grant finished, well or not
 	lost  chan struct{} // closed when the lease is gone or abandoned
+	kick  chan struct{} // asks keep for a keepalive now (the connection came back)
 
 	// Set before ready is closed, read-only afterwards.
 	grantErr error
 	id       clientv3.LeaseID
 	hex      string
 	ttl      time.Duration // as granted by the server
+	ttlSecs  int64         // the same, in etcd's unit
 	drift    time.Duration
 
 	// Guarded by d.mu.
@@ -75,7 +81,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		}
 		s := d.leases[secs]
 		if s == nil {
-			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), members: map[*entry]struct{}{}}
+			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1), members: map[*entry]struct{}{}}
 			d.leases[secs] = s
 			d.mu.Unlock()
 			if err := d.grant(ctx, s); err != nil {
@@ -105,16 +111,21 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	}
 }
 
+// leaseSeconds is the lease TTL for a lock TTL: the TTL rounded up to whole
+// seconds (a lease shorter than the TTL could expire while the holder still
+// trusts its lock). A TTL outside [minimum, maximum lease TTL] is refused here,
+// before etcd sees it; the portable layer refuses those already, with
+// lock.ErrInvalidArgument. The arithmetic cannot overflow for any Duration.
 func (d *Driver) leaseSeconds(ttl time.Duration) (int64, error) {
-	if ttl <= 0 {
-		return 0, fmt.Errorf("%w: etcddriver: TTL %v is not positive", driver.ErrUnsupported, ttl)
+	if ttl < d.minTTL || ttl <= 0 || ttl > maxLeaseTTL {
+		return 0, fmt.Errorf("etcddriver: TTL %v is outside the lease TTLs etcd grants: from its minimum lease TTL %v to its maximum lease TTL %v",
+			ttl, d.minTTL, maxLeaseTTL)
 	}
-	if ttl < d.minTTL {
-		return 0, fmt.Errorf("%w: etcddriver: TTL %v is below the server's minimum lease TTL %v", driver.ErrUnsupported, ttl, d.minTTL)
+	secs := int64(ttl / time.Second)
+	if ttl%time.Second != 0 {
+		secs++
 	}
-	// Round up: a lease shorter than the TTL could expire while the holder
-	// still trusts its lock.
-	return int64((ttl + time.Second - 1) / time.Second), nil
+	return secs, nil
 }
 
 // grant asks etcd for s's lease and starts its keeper. On failure s leaves the map.
@@ -134,22 +145,28 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 	}()
 	sent := time.Now()
 	resp, err := d.c.Grant(ctx, s.secs)
-	if err != nil {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseTTLTooLarge):
+		return fmt.Errorf("etcddriver: etcd refused a lease of %ds as longer than its maximum lease TTL: %w", s.secs, err)
+	case err != nil:
 		return fmt.Errorf("etcddriver: grant lease: %w", err)
-	}
-	if resp.TTL > s.secs {
+	case resp.TTL > s.secs:
 		d.revokeSoon(resp.ID)
 		return fmt.Errorf("%w: etcddriver: etcd raised a lease TTL of %ds to %ds: its minimum lease TTL is above the %v this driver was told (WithMinTTL)",
 			driver.ErrUnsupported, s.secs, resp.TTL, d.minTTL)
+	case resp.TTL < 1:
+		d.revokeSoon(resp.ID)
+		return fmt.Errorf("etcddriver: etcd granted a lease of %ds for %ds", resp.TTL, s.secs)
 	}
 	s.id = resp.ID
 	s.hex = leaseHex(resp.ID)
-	s.ttl = time.Duration(resp.TTL) * time.Second
+	s.ttlSecs = resp.TTL
+	s.ttl = time.Duration(resp.TTL) * time.Second // 1 <= TTL <= s.secs <= maxLeaseSeconds: no overflow
 	s.drift = leaseDrift(s.ttl)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		d.revoke(resp.ID)
+		d.revokeBriefly(resp.ID)
 		return driver.ErrClosed
 	}
 	s.confirmed = sent
@@ -238,6 +255,8 @@ func (s *session) keep() {
 		case <-d.done:
 			return
 		case <-timer.C:
+		case <-s.kick:
+			nextKeepalive = time.Time{}
 		}
 	}
 }
@@ -266,9 +285,10 @@ func (s *session) keepalive() error {
 	if err != nil {
 		return err
 	}
-	if time.Duration(resp.TTL)*time.Second < s.ttl {
+	if resp.TTL < s.ttlSecs {
 		// The server renews to the full TTL; anything else means it did not.
-		return fmt.Errorf("etcddriver: keepalive returned TTL %ds, want %v", resp.TTL, s.ttl)
+		// (Compared in seconds: a server's TTL need not fit a Duration.)
+		return fmt.Errorf("etcddriver: keepalive returned TTL %ds, want %ds", resp.TTL, s.ttlSecs)
 	}
 	d.mu.Lock()
 	if sent.After(s.confirmed) {
@@ -371,19 +391,29 @@ func (d *Driver) revokeSoon(id clientv3.LeaseID) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.revoke(id)
+		// Not d.ctx: Close cancels that first, and lets revokes under way
+		// finish within its own bound (closeRevokeTimeout).
+		ctx, cancel := context.WithTimeout(d.revokeCtx, revokeTimeout)
+		defer cancel()
+		_, _ = d.c.Revoke(ctx, id)
 	}()
 }
 
-func (d *Driver) revoke(id clientv3.LeaseID) {
-	// Not d.ctx: Close cancels that first, and still wants its revokes.
-	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+// revokeBriefly revokes a lease, waiting at most closeRevokeTimeout.
+func (d *Driver) revokeBriefly(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	defer cancel()
 	_, _ = d.c.Revoke(ctx, id)
 }
 
-// revokeTimeout bounds a revoke; a lease not revoked in time expires by itself.
+// revokeTimeout bounds a revoke in the background; a lease not revoked in time
+// expires by itself.
 const revokeTimeout = 5 * time.Second
+
+// closeRevokeTimeout bounds the revokes Close makes, all together: a frozen or
+// unreachable server must not hold Close up (its leases then expire by
+// themselves, a TTL after their last keepalive).
+const closeRevokeTimeout = 500 * time.Millisecond
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -2,6 +2,7 @@ package etcddriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/distlock/lock/driver"
 )
@@ -61,28 +64,78 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		// and ignores tls.Config.ServerName, where the client library puts it.
 		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithAuthority(spec.Secure.ServerName))
 	}
+	// Reconnect quickly after a server restart or an outage: the keepalive the
+	// driver sends on reconnecting is what notices a server that came back
+	// without its data (see watchConnection). gRPC's default waits 1s, then
+	// 1.6 times longer after each failure, up to 2 minutes.
+	ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: reconnectFirst, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMax},
+		MinConnectTimeout: spec.DialTimeout,
+	}))
 	where := strings.Join(spec.Endpoints, ",")
+	user := ""
+	if spec.Auth != nil {
+		user = spec.Auth.Username
+	}
+
+	// clientv3.New authenticates under the client's own context, bounded by
+	// dial_timeout alone; ending that context when ctx ends makes New honour
+	// ctx too. Afterwards the client's context is independent of ctx.
+	base, cancelBase := context.WithCancel(context.Background())
+	ccfg.Context = base
+	stop := context.AfterFunc(ctx, cancelBase)
 	c, err := clientv3.New(*ccfg)
+	if !stop() {
+		// ctx ended while New ran (or just after): the client is unusable.
+		if err == nil {
+			c.Close()
+		}
+		cancelBase()
+		return nil, fmt.Errorf("etcddriver: %s: %w", where, ctx.Err())
+	}
 	if err != nil {
+		cancelBase()
+		switch {
+		case errors.Is(err, rpctypes.ErrAuthFailed):
+			return nil, fmt.Errorf("etcddriver: %s: authentication as user %q failed (wrong user or password): %w", where, user, err)
+		case isContextErr(err):
+			return nil, fmt.Errorf("%w: etcddriver: no answer from %s within dial_timeout %v: %w", driver.ErrUnavailable, where, spec.DialTimeout, err)
+		}
 		return nil, fmt.Errorf("etcddriver: connect to %s: %w", where, err)
 	}
-	// The client dials in the background; the first request, measuring the
-	// minimum lease TTL, is what shows that etcd answers.
+	// The client dials in the background; the first requests, checking access
+	// and measuring the minimum lease TTL, are what show that etcd answers.
 	pctx, cancel := context.WithTimeout(ctx, spec.DialTimeout)
 	defer cancel()
 	d, err := newDriver(pctx, c, true, []Option{WithPrefix(prefix)})
 	if err != nil {
 		c.Close()
+		cancelBase()
 		if pctx.Err() != nil && ctx.Err() == nil {
 			// gRPC keeps retrying a failed connection or TLS handshake and
 			// does not say why; the caller learns only that etcd did not answer.
-			return nil, fmt.Errorf("etcddriver: no answer from %s within dial_timeout %v (is etcd up there, and are the scheme and TLS files right?): %w",
-				where, spec.DialTimeout, err)
+			return nil, fmt.Errorf("%w: etcddriver: no answer from %s within dial_timeout %v (is etcd up there, and are the scheme and TLS files right?): %w",
+				driver.ErrUnavailable, where, spec.DialTimeout, err)
+		}
+		if ctx.Err() != nil && isContextErr(err) {
+			return nil, fmt.Errorf("etcddriver: %s: %w", where, ctx.Err())
+		}
+		if transient(err) {
+			return nil, fmt.Errorf("%w: etcddriver: %s: %w", driver.ErrUnavailable, where, err)
 		}
 		return nil, fmt.Errorf("etcddriver: %s: %w", where, err)
 	}
+	d.closeClient = cancelBase
 	return d, nil
 }
+
+// The reconnection backoff of a client the driver opens: the first retry after
+// reconnectFirst, then 1.6 times longer each time (with 20% jitter), never
+// longer than reconnectMax.
+const (
+	reconnectFirst = 100 * time.Millisecond
+	reconnectMax   = time.Second
+)
 
 // parseURL turns an etcd or etcds URL into the client library's own declarative
 // configuration (the one etcdctl's flags fill) and the key prefix. The portable
