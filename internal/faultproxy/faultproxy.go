@@ -144,4 +144,3 @@ func (p *Proxy) add(name, typ, stream string, attrs map[string]any) error {
 	p.toxics = append(p.toxics, name)
 	return nil
 }
-
