@@ -42,7 +42,7 @@ func testEveryCallHonoursContextAgainstFrozenServer(e *env) {
 	// All at once, each with its own short context.
 	var wg sync.WaitGroup
 	e.Cleanup(wg.Wait) // after the thaw, which lets calls that overran finish
-	results := make([]<-chan error, len(calls))
+	results := make([]<-chan callResult, len(calls))
 	began := time.Now()
 	bound := faultCallTimeout + callSlack
 	for i, c := range calls {
@@ -60,9 +60,11 @@ func testEveryCallHonoursContextAgainstFrozenServer(e *env) {
 		})
 	}
 	for i, c := range calls {
-		if err := <-results[i]; err != nil {
-			e.Errorf("%s with a %v context against a frozen server: %v (bound %v)", c.name, faultCallTimeout, err, bound)
+		r := <-results[i]
+		if r.err != nil {
+			e.Errorf("%s with a %v context against a frozen server: %v (bound %v)", c.name, faultCallTimeout, r.err, bound)
 		}
+		e.Logf("%s returned after %v", c.name, r.took.Round(time.Millisecond))
 	}
 	e.Logf("all calls returned after %v", time.Since(began).Round(time.Millisecond))
 	e.thaw()
@@ -106,24 +108,33 @@ func (e *env) withQuery(name, value string) string {
 	return u.String()
 }
 
+// callResult is what a bounded call returned, and how long it took.
+type callResult struct {
+	err  error
+	took time.Duration
+}
+
 // boundedCall runs call in the background and reports whether it returned
 // within bound; the property waits for it at its end.
-func (e *env) boundedCall(wg *sync.WaitGroup, what string, bound time.Duration, call func() error) <-chan error {
+func (e *env) boundedCall(wg *sync.WaitGroup, what string, bound time.Duration, call func() error) <-chan callResult {
 	errc := make(chan error, 1)
+	began := time.Now()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		errc <- call()
 	}()
-	out := make(chan error, 1)
+	out := make(chan callResult, 1)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		t := time.NewTimer(bound)
 		defer t.Stop()
 		select {
 		case err := <-errc:
-			out <- err
+			out <- callResult{err, time.Since(began)}
 		case <-t.C:
-			out <- errOverran
+			out <- callResult{errOverran, time.Since(began)}
 			<-errc
 		}
 	}()
@@ -134,7 +145,7 @@ var errOverran = errors.New("did not return in time")
 
 // openAgainstFrozen opens rawURL without a deadline of its own against the
 // frozen backend: it must fail (the server cannot be verified) within bound.
-func (e *env) openAgainstFrozen(wg *sync.WaitGroup, what, rawURL string, bound time.Duration) <-chan error {
+func (e *env) openAgainstFrozen(wg *sync.WaitGroup, what, rawURL string, bound time.Duration) <-chan callResult {
 	return e.boundedCall(wg, what, bound, func() error {
 		lk, err := lock.Open(context.Background(), rawURL, lock.WithTTL(e.ttl))
 		if err == nil {
@@ -180,11 +191,11 @@ func testOpenAndCloseHonourTimeoutsAgainstFrozenServer(e *env) {
 	open := e.openAgainstFrozen(&wg, "Open", e.withQuery("open_timeout", openTimeout.String()), openBound)
 	closeBound := closeTimeout + driverCloseBound + callSlack
 	closed := e.boundedCall(&wg, "Close", closeBound, func() error { _ = lk.Close(); return nil })
-	if err := <-open; err != nil {
-		e.Errorf("lock.Open with open_timeout=%v against a frozen server: %v (bound %v)", openTimeout, err, openBound)
+	if r := <-open; r.err != nil {
+		e.Errorf("lock.Open with open_timeout=%v against a frozen server: %v (bound %v)", openTimeout, r.err, openBound)
 	}
-	if err := <-closed; err != nil {
-		e.Errorf("Close of a Locker holding a lock, with close_timeout=%v, against a frozen server: %v (bound %v)", closeTimeout, err, closeBound)
+	if r := <-closed; r.err != nil {
+		e.Errorf("Close of a Locker holding a lock, with close_timeout=%v, against a frozen server: %v (bound %v)", closeTimeout, r.err, closeBound)
 	}
 }
 
@@ -202,19 +213,18 @@ func testOpenAndCloseHaveDefaultBoundsAgainstFrozenServer(e *env) {
 	e.Cleanup(wg.Wait)
 	e.freeze()
 	openBound := DefaultOpenTimeout + callSlack
-	began := time.Now()
 	open := e.openAgainstFrozen(&wg, "Open", e.h.URL, openBound)
 	closeBound := DefaultCloseTimeout + driverCloseBound + callSlack
 	closed := e.boundedCall(&wg, "Close", closeBound, func() error { _ = lk.Close(); return nil })
-	if err := <-closed; err != nil {
-		e.Errorf("Close of a Locker holding a lock against a frozen server: %v (bound %v)", err, closeBound)
+	if r := <-closed; r.err != nil {
+		e.Errorf("Close of a Locker holding a lock against a frozen server: %v (bound %v)", r.err, closeBound)
 	} else {
-		e.figure("close-frozen", time.Since(began))
+		e.figure("close-frozen", r.took)
 	}
-	if err := <-open; err != nil {
-		e.Errorf("lock.Open without a deadline against a frozen server: %v (bound %v)", err, openBound)
+	if r := <-open; r.err != nil {
+		e.Errorf("lock.Open without a deadline against a frozen server: %v (bound %v)", r.err, openBound)
 	} else {
-		e.figure("open-frozen", time.Since(began))
+		e.figure("open-frozen", r.took)
 	}
 }
 

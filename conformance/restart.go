@@ -42,7 +42,11 @@ func testLostClosesPromptlyOnRestartLosingLocks(e *env) {
 	lost := e.watchLost(l)
 	back := e.restartLosingLocks()
 	if !lost.within(e.ctx, RestartLossBound) {
-		e.Fatalf("Lost did not close within %v of the backend answering again without the lock (TTL %v: the next refresh is due %v after the grant)", RestartLossBound, ttl, ttl/3)
+		e.Errorf("Lost did not close within %v of the backend answering again without the lock (TTL %v: the next refresh is due %v after the grant)", RestartLossBound, ttl, ttl/3)
+		// Measure it all the same, for the figures.
+		if !lost.within(e.ctx, ttl/3+lossSlack) {
+			e.Fatalf("Lost did not close within %v of the restart", RestartLossBound+ttl/3+lossSlack)
+		}
 	}
 	e.figure("restart-loss-detection", lost.at.Sub(back))
 }
