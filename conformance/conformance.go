@@ -14,6 +14,25 @@
 // Properties a driver declares it lacks (Capabilities) are skipped with the reason;
 // nothing is passed silently. Every property uses a fresh key and fresh clients,
 // checks that no goroutine outlives it, and fails instead of hanging.
+//
+// # Faults
+//
+// The fault properties need optional hooks of the Harness and are skipped, naming
+// the hook, without them: a silent partition of one client (a Toxiproxy-based TCP
+// proxy in front of Servers, reached through NewDriverThrough), a frozen server
+// (Freeze, Thaw), restarts with and without the locks (RestartBackend,
+// RestartLosingLocks), and holder processes that are frozen or killed (URL, with
+// HolderMain called from TestMain). They log what they measure as lines
+//
+//	figure <what> <backend> <duration>
+//
+// (partition-margin: from the cut-off holder's Lost to another client's grant;
+// restart-loss-detection: from the backend answering again to Lost;
+// frozen-holder-superseded-after and killed-holder-superseded-after: until
+// another client holds the lock; open-frozen and close-frozen). Each takes a few
+// seconds with the default one-second TTL, except
+// OpenAndCloseHaveDefaultBoundsAgainstFrozenServer, which may take the default
+// Open bound of ten seconds; a quick run leaves it out.
 package conformance
 
 import (
