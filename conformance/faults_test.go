@@ -75,7 +75,10 @@ func TestFaultSuiteCatchesBrokenDrivers(t *testing.T) {
 		// The server keeps locks for half their TTL: another client gets one
 		// while its holder still trusts it.
 		{"short-lease", []string{"PartitionedHolderLearnsOfLossBeforeAnotherClientAcquires", "FrozenHolderProcessIsSupersededOnlyAfterItsValidity"}},
-		// Release deletes whoever holds the key.
+		// Release deletes whoever holds the key. Caught once the portable
+		// layer sends the Release of a lock past its validity deadline to the
+		// backend (the new contract); before that, such a Release never
+		// reaches the driver.
 		{"no-owner-check", []string{"PartitionedHolderLearnsOfLossBeforeAnotherClientAcquires"}},
 		// The driver reports every grant lost 10ms after it: a grant with no
 		// validity left.
