@@ -11,26 +11,32 @@ import (
 
 // Acquire blocks until it holds the lock on key, ctx is done, or the Locker is
 // closed. Drivers whose backend can wake a waiter (Capabilities().Notify) wait for
-// that; others retry with jittered exponential backoff (WithBackoff). A backend
-// error is retried a few times with the same owner identity, so a lost reply can
-// neither orphan a lock nor block its own owner. When Acquire fails it leaves
-// nothing behind on the backend.
+// that; others retry with jittered exponential backoff (WithBackoff). A transient
+// backend failure (an error matching ErrUnavailable: the backend unreachable,
+// restarting, failing over) is retried with the same backoff for as long as ctx
+// allows, with the same owner identity, so a lost reply can neither orphan a lock
+// nor block its own owner; a permanent one (ErrBackend, ErrUnsupported) fails at
+// once. A grant whose validity is already gone or nearly gone when it arrives (the
+// backend stalled while the request was in flight) is released and the wait goes
+// on: Acquire never returns a lock that is already expired. When Acquire fails it
+// leaves nothing behind on the backend.
 func (lk *Locker) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return lk.acquire(ctx, "acquire", key, false, opts)
 }
 
 // TryAcquire makes one attempt to take the lock and returns an error matching
-// ErrLocked at once if another owner holds it.
+// ErrLocked at once if another owner holds it, or matching ErrUnavailable if the
+// backend could not be asked.
 func (lk *Locker) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return lk.acquire(ctx, "try-acquire", key, true, opts)
 }
 
-// maxBackendAttempts is how many times Acquire tries in a row when the backend
-// returns errors (not "locked") before giving up with the last error.
-const maxBackendAttempts = 3
-
 // cleanupTimeout bounds the best-effort release after a failed acquire.
 const cleanupTimeout = 5 * time.Second
+
+// errStaleGrant is the cause of a TryAcquire whose grant arrived too late to be
+// trusted.
+var errStaleGrant = fmt.Errorf("%w: the grant arrived after most of its validity had passed (the backend or the network stalled)", ErrUnavailable)
 
 func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts []Option) (*Lock, error) {
 	if parent == nil {
@@ -55,7 +61,7 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared}
 	l := newLock(lk, req, o)
 	bo := backoffState{b: o.backoff}
-	failures := 0
+	var lastErr error // the last transient failure, reported if ctx ends
 	for {
 		start := time.Now()
 		var g driver.Grant
@@ -66,6 +72,15 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 		}
 		switch {
 		case err == nil:
+			if !lk.fresh(l, g, start) {
+				// Too late to be trusted: give it back, and look again.
+				lk.cleanup(req)
+				if try {
+					return nil, &Error{Op: op, Key: key, Err: errStaleGrant}
+				}
+				lastErr = errStaleGrant
+				break
+			}
 			if err := lk.hold(l, g, start); err != nil {
 				lk.cleanup(req)
 				return nil, &Error{Op: op, Key: key, Err: err}
@@ -75,29 +90,59 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 			if try {
 				return nil, &Error{Op: op, Key: key, Err: err}
 			}
-			failures = 0
+			lastErr = nil
 		case ctx.Err() != nil:
 			// The driver may have acted before it saw the cancellation.
 			lk.cleanup(req)
 			if lk.isClosed() && parent.Err() == nil {
 				return nil, &Error{Op: op, Key: key, Err: ErrClosed}
 			}
-			return nil, &Error{Op: op, Key: key, Err: ctx.Err()}
+			return nil, &Error{Op: op, Key: key, Err: withLast(ctx.Err(), lastErr)}
 		default:
 			// A backend error leaves the outcome unknown: the lock may be ours.
-			failures++
-			if try || failures >= maxBackendAttempts || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrClosed) {
+			err = classify(err)
+			if try || !isTransient(err) || errors.Is(err, ErrClosed) {
 				lk.cleanup(req)
 				return nil, &Error{Op: op, Key: key, Err: err}
 			}
+			lastErr = err
 		}
 		t := time.NewTimer(bo.next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			lk.cleanup(req)
+			if lk.isClosed() && parent.Err() == nil {
+				return nil, &Error{Op: op, Key: key, Err: ErrClosed}
+			}
+			return nil, &Error{Op: op, Key: key, Err: withLast(ctx.Err(), lastErr)}
 		case <-t.C:
 		}
 	}
+}
+
+// withLast joins the context's error with the backend failure that kept the
+// call from succeeding before it ended, so both can be matched.
+func withLast(ctxErr, last error) error {
+	if last == nil {
+		return ctxErr
+	}
+	return fmt.Errorf("%w (last attempt: %w)", ctxErr, last)
+}
+
+// minValidity is how much of a grant's validity must remain when it arrives for
+// Acquire to return it: a third of the TTL, the time at which it would be
+// refreshed anyway.
+func minValidity(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// fresh reports whether a grant still has enough validity left to be returned:
+// a grant that arrives late (the backend stalled with the request in flight) may
+// already have expired on the backend and been given to someone else.
+func (lk *Locker) fresh(l *Lock, g driver.Grant, start time.Time) bool {
+	if !g.Start.IsZero() {
+		start = g.Start
+	}
+	return time.Until(start.Add(l.ttl-l.drift)) >= minValidity(l.ttl)
 }
 
 // cleanup releases whatever an interrupted or failed acquire may have left on the
@@ -112,8 +157,11 @@ func (lk *Locker) validate(o options) error {
 	if o.err != nil {
 		return o.err
 	}
-	if lk.caps.MinTTL > 0 && o.ttl < lk.caps.MinTTL {
-		return fmt.Errorf("%w: TTL %v is below this backend's minimum %v", ErrInvalidArgument, o.ttl, lk.caps.MinTTL)
+	if min, max := lk.caps.TTLRange(); o.ttl < min || o.ttl > max {
+		return fmt.Errorf("%w: TTL %v is outside this backend's range [%v, %v]", ErrInvalidArgument, o.ttl, min, max)
+	}
+	if o.grace >= o.ttl/2 {
+		return fmt.Errorf("%w: grace %v must be shorter than half the TTL %v", ErrInvalidArgument, o.grace, o.ttl)
 	}
 	if !o.autoRefresh && !lk.caps.Expiring {
 		return fmt.Errorf("%w: turning automatic refresh off (locks on this backend live as long as the session, they cannot expire)", ErrUnsupported)

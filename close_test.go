@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3*n)
 	started := make(chan struct{}, n)
+	var holding atomic.Int64 // goroutines holding a lock until Close takes it
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -49,6 +51,7 @@ func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 				}
 				if i%3 == 0 {
 					// Keep holding until Close takes it away.
+					holding.Add(1)
 					<-l.Lost()
 					errs <- l.Release(ctx)
 					return
@@ -63,7 +66,21 @@ func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 	for i := 0; i < n; i++ {
 		<-started
 	}
-	time.Sleep(50 * time.Millisecond) // let the load run
+	// The load runs: every goroutine with a key of its own that keeps it (i%6
+	// == 3) holds it, while the others go on acquiring and releasing.
+	owners := int64(0)
+	for i := 0; i < n; i++ {
+		if i%6 == 3 {
+			owners++
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for holding.Load() < owners {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d holders got their own keys within 10s", holding.Load(), owners)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := lk.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

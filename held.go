@@ -19,7 +19,7 @@ type Lock struct {
 	lk    *Locker
 	req   *driver.Request
 	ttl   time.Duration
-	drift time.Duration
+	drift time.Duration // taken off every validity window: driver.Drift(ttl) plus the grace
 	auto  bool
 	lost  chan struct{}
 	opMu  sync.Mutex // serialises Refresh and Release of this lock
@@ -33,6 +33,7 @@ type Lock struct {
 	nextRefresh time.Time
 	refreshing  bool
 	releasing   bool // a Release is under way: a refresh that finds the lock gone saw our own release
+	lapsed      bool // lost by the deadline and not yet released on the backend (in lk.lapsed)
 	index       int  // in lk.schedule, -1 when not scheduled
 	onLost      []func(error)
 }
@@ -48,7 +49,8 @@ const (
 )
 
 func newLock(lk *Locker, req *driver.Request, o options) *Lock {
-	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl), auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
+	// The grace is taken off every validity window as the drift allowance is.
+	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl) + o.grace, auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
 	req.Lost = l.driverLost
 	return l
 }
@@ -98,7 +100,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		return wrapErr("refresh", l.req.Key, err)
 	}
 	start := time.Now()
-	err := l.lk.d.Refresh(ctx, l.req)
+	err := classify(l.lk.d.Refresh(ctx, l.req))
 	switch {
 	case err == nil:
 		l.lk.confirmed(l, start)
@@ -116,6 +118,12 @@ func (l *Lock) Refresh(ctx context.Context) error {
 // it returns an error matching ErrNotHeld and ErrLost. Releasing twice is safe:
 // the second call returns nil. If the backend cannot be reached the lock stays
 // held (and refreshed) and the error is returned, so Release can be retried.
+//
+// A lock lost because no refresh was confirmed before its validity deadline may
+// still be held on the backend (a session lock whose session lives on): the
+// Locker leaves it there, so that nobody else gets it while this holder may
+// still be working, until Release (or Do's end, or Close) frees it; Release
+// then still returns the ErrLost error.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: "release", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
@@ -126,9 +134,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		if errors.Is(err, errReleased) {
 			return nil
 		}
+		if l.lk.takeLapsed(l) {
+			if rerr := l.lk.d.Release(ctx, l.req); rerr != nil && !isNotHeld(rerr) {
+				l.lk.keepLapsed(l)
+				return wrapErr("release", l.req.Key, errors.Join(err, classify(rerr)))
+			}
+		}
 		return wrapErr("release", l.req.Key, err)
 	}
-	err := l.lk.d.Release(ctx, l.req)
+	err := classify(l.lk.d.Release(ctx, l.req))
 	l.lk.mu.Lock()
 	l.releasing = false
 	closed := l.state == stateClosed
@@ -272,5 +286,28 @@ func (l *Lock) whenLost(f func(error)) {
 			cause = ErrClosed
 		}
 		f(cause)
+	}
+}
+
+// takeLapsed reports whether l was lost by its deadline and still needs a
+// release on the backend, and makes the caller responsible for it.
+func (lk *Locker) takeLapsed(l *Lock) bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if !l.lapsed {
+		return false
+	}
+	l.lapsed = false
+	delete(lk.lapsed, l)
+	return true
+}
+
+// keepLapsed gives a lapsed lock whose release failed back to Close.
+func (lk *Locker) keepLapsed(l *Lock) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if !lk.closed {
+		l.lapsed = true
+		lk.lapsed[l] = struct{}{}
 	}
 }

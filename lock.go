@@ -22,8 +22,10 @@
 //	file:///var/lock/myapp      flock(2) files in a directory (filedriver)
 //
 // Every URL also accepts the portable parameters ttl (a Go duration, e.g.
-// ttl=10s), auto_refresh (true or false) and prefix (the namespace every key
-// lives under); they set the Locker's defaults. A driver's own parameters are
+// ttl=10s), auto_refresh (true or false), prefix (the namespace every key
+// lives under), open_timeout (how long Open may take when its context has no
+// deadline; default 10s) and close_timeout (how long Close may spend releasing
+// locks on an unresponsive backend; default 5s); they set the Locker's defaults. A driver's own parameters are
 // listed in its package documentation; an unknown parameter is an error. Users
 // who already have a client build a driver from it and pass it to New.
 //
@@ -31,10 +33,15 @@
 //
 // Every error is an *Error naming the operation and key, and matches one of the
 // sentinel errors (ErrLocked, ErrNotHeld, ErrLost, ErrClosed, ErrInvalidKey,
-// ErrInvalidArgument, ErrUnsupported, ErrInvalidURL, ErrUnknownScheme) with
-// errors.Is. Where a backend reported an error, errors.As reaches it too. A
-// cancelled context gives an error matching the context's error. No error or
-// String method ever prints a password from a URL.
+// ErrInvalidArgument, ErrUnsupported, ErrInvalidURL, ErrUnknownScheme,
+// ErrUnavailable, ErrBackend) with errors.Is, or the context's error when the
+// call's context ended (joined with the last ErrUnavailable failure, if the
+// backend was failing meanwhile). Backend failures are classed once, here:
+// transient ones (ErrUnavailable: unreachable, restarting, failing over) are
+// retried by Acquire until its context ends; permanent ones (ErrBackend:
+// authentication, permission, a wrong key type) fail at once. Where a backend
+// reported an error, errors.As reaches it too. No error or String method ever
+// prints a password from a URL.
 //
 // # Fencing
 //
@@ -56,7 +63,14 @@
 // allowance of 1% of the TTL + 2ms, measured on the monotonic clock). On expiring
 // backends the deadline passes before the backend can give the lock to someone
 // else, unless the holder's process was paused or its clock runs slow. Do cancels
-// the function's context when the lock is lost.
+// the function's context when the lock is lost. Acquire never returns a lock with
+// less than a third of its TTL of validity left: a grant that arrives later than
+// that (the backend stalled with the request in flight) is given back.
+//
+// A lock lost by its deadline is not released behind the holder's back: on a
+// session-bound backend the session may still hold it, and nobody else gets it
+// until the holder's Release (or the end of Do, or Close) frees it, so a holder
+// that stops its work before releasing never overlaps the next one.
 //
 // # Limits
 //
@@ -72,6 +86,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -95,6 +110,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	held     map[*Lock]struct{}
+	lapsed   map[*Lock]struct{} // lost by their deadline, not yet released on the backend
 	schedule lockHeap           // held locks by their next refresh or deadline
 	armed    time.Time          // when the scheduler will next wake by itself
 	calls    context.Context    // done when Close begins: interrupts Acquire calls in flight
@@ -117,6 +133,7 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		defaults: defaultOptions().apply(opts),
 		name:     driverName(d),
 		held:     map[*Lock]struct{}{},
+		lapsed:   map[*Lock]struct{}{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		armed:    time.Now().Add(time.Hour),
@@ -137,10 +154,16 @@ func (lk *Locker) Capabilities() Capabilities { return lk.caps }
 // redacted.
 func (lk *Locker) String() string { return "lock.Locker(" + lk.name + ")" }
 
-// Close releases every lock the Locker holds (each Lost channel closes), makes
-// waiting Acquire calls return ErrClosed, stops all background work and closes the
-// driver. Every later call returns ErrClosed; calling Close again returns nil. No
-// goroutine of the Locker outlives Close.
+// Close releases every lock the Locker holds (each Lost channel closes) and every
+// lock lost by its deadline that was not released yet, makes waiting Acquire
+// calls return ErrClosed, stops all background work and closes the driver. Every
+// later call returns ErrClosed; calling Close again returns nil. No goroutine of
+// the Locker outlives Close.
+//
+// The releases take at most the close timeout together (DefaultCloseTimeout,
+// WithCloseTimeout, URL parameter close_timeout); what an unresponsive backend
+// could not release by then expires or ends with the driver's session, which
+// Close ends without waiting for the server.
 func (lk *Locker) Close() error {
 	lk.mu.Lock()
 	if lk.closed {
@@ -159,18 +182,30 @@ func (lk *Locker) Close() error {
 	for l := range lk.held {
 		held = append(held, l)
 	}
+	var lapsed []*Lock
+	for l := range lk.lapsed {
+		l.lapsed = false
+		lapsed = append(lapsed, l)
+	}
+	clear(lk.lapsed)
 	lk.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), lk.defaults.closeTimeout)
 	defer cancel()
 	var firstErr error
+	release := func(l *Lock) {
+		// A driver closed under the Locker has nothing left to release.
+		if err := lk.d.Release(ctx, l.req); err != nil && !isNotHeld(err) && !errors.Is(err, ErrClosed) && firstErr == nil {
+			firstErr = wrapErr("close", l.req.Key, classify(err))
+		}
+	}
 	for _, l := range held {
-		if !l.end(stateClosed, ErrClosed) {
-			continue
+		if l.end(stateClosed, ErrClosed) {
+			release(l)
 		}
-		if err := lk.d.Release(ctx, l.req); err != nil && !isNotHeld(err) && firstErr == nil {
-			firstErr = wrapErr("close", l.req.Key, err)
-		}
+	}
+	for _, l := range lapsed {
+		release(l)
 	}
 	lk.wg.Wait()
 	if err := lk.d.Close(); err != nil && firstErr == nil {
@@ -178,10 +213,6 @@ func (lk *Locker) Close() error {
 	}
 	return firstErr
 }
-
-// closeReleaseTimeout bounds how long Close spends releasing held locks on an
-// unresponsive backend; what it cannot release expires or dies with the session.
-const closeReleaseTimeout = 10 * time.Second
 
 // track registers a call so Close can interrupt it; the returned context is
 // done when ctx is or when Close begins, and untrack must be called when the

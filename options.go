@@ -19,15 +19,55 @@ type Option func(*options)
 type AcquireOption = Option
 
 type options struct {
-	ttl         time.Duration
-	autoRefresh bool
-	shared      bool
-	backoff     Backoff
-	err         error // first invalid option value, reported by validate
+	ttl          time.Duration
+	autoRefresh  bool
+	shared       bool
+	backoff      Backoff
+	closeTimeout time.Duration
+	grace        time.Duration
+	err          error // first invalid option value, reported by validate
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, autoRefresh: true, backoff: DefaultBackoff}
+	return options{ttl: DefaultTTL, autoRefresh: true, backoff: DefaultBackoff, closeTimeout: DefaultCloseTimeout}
+}
+
+// DefaultCloseTimeout bounds how long Locker.Close spends releasing locks when
+// no WithCloseTimeout option or close_timeout URL parameter is given.
+const DefaultCloseTimeout = 5 * time.Second
+
+// DefaultOpenTimeout bounds Open when its context has no deadline and the URL
+// has no open_timeout parameter: connecting, authenticating and the driver's
+// checks of the server together.
+const DefaultOpenTimeout = 10 * time.Second
+
+// WithGrace reserves d of every validity window for the holder to stop its
+// work: Lost closes d earlier than it would otherwise (the last confirmed
+// refresh + TTL − drift), so work that stops within d of Lost is over before an
+// expiring backend (Redis, Redlock, etcd, mem) can give the lock to someone else.
+// It must be shorter than half the TTL, so that refreshes still fit in the rest.
+// On session-bound backends the lock stays held until Release anyway (see
+// Release), so a grace is not needed there. The default is 0.
+func WithGrace(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.fail(fmt.Errorf("%w: grace %v is negative", ErrInvalidArgument, d))
+		}
+		o.grace = d
+	}
+}
+
+// WithCloseTimeout bounds how long Locker.Close spends releasing the locks it
+// still holds on an unresponsive backend (default DefaultCloseTimeout). It is a
+// Locker setting: given to Open or New; per call it has no effect.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail(fmt.Errorf("%w: close timeout %v is not positive", ErrInvalidArgument, d))
+			return
+		}
+		o.closeTimeout = d
+	}
 }
 
 // WithTTL sets how long a lock lives without a refresh. On drivers whose locks

@@ -73,11 +73,7 @@ func (lk *Locker) runSchedule() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		expired, due, wait := lk.collect(time.Now())
-		if len(expired) > 0 {
-			lk.wg.Add(1)
-			go lk.releaseExpired(expired)
-		}
+		due, wait := lk.collect(time.Now())
 		if len(due) > 0 {
 			lk.wg.Add(1)
 			go lk.refresh(due)
@@ -100,14 +96,20 @@ func (lk *Locker) runSchedule() {
 
 // collect ends the locks whose deadline passed, marks those due for refresh, and
 // says how long to sleep until the next event.
-func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Duration) {
+//
+// A lock whose deadline passed is not released here: on a session-bound backend
+// the session may still hold it, and while the holder has not stopped (it may
+// not have looked at Lost yet) nobody else should get it. The holder's Release,
+// Do, or Close frees it.
+func (lk *Locker) collect(now time.Time) (due []*Lock, wait time.Duration) {
 	var hooks [][]func(error)
 	lk.mu.Lock()
 	for len(lk.schedule) > 0 {
 		l := lk.schedule[0]
 		if !now.Before(l.deadline) {
 			hooks = append(hooks, l.endLocked(stateLost, errDeadline))
-			expired = append(expired, l)
+			l.lapsed = true
+			lk.lapsed[l] = struct{}{}
 			continue
 		}
 		if l.refreshing || l.when().After(now.Add(refreshSlack)) {
@@ -128,7 +130,7 @@ func (lk *Locker) collect(now time.Time) (expired, due []*Lock, wait time.Durati
 	for _, h := range hooks {
 		runHooks(h, errDeadline)
 	}
-	return expired, due, wait
+	return due, wait
 }
 
 // refresh confirms a batch of due locks, in one round trip where the driver can.
@@ -197,17 +199,6 @@ func retryInterval(ttl time.Duration) time.Duration {
 		d = 5 * time.Millisecond
 	}
 	return d
-}
-
-// releaseExpired releases locks that passed their deadline: on a session-bound
-// backend the session may still hold them, and nobody else should wait for it.
-func (lk *Locker) releaseExpired(ls []*Lock) {
-	defer lk.wg.Done()
-	ctx, cancel := context.WithTimeout(lk.ctx, cleanupTimeout)
-	defer cancel()
-	for _, l := range ls {
-		_ = lk.d.Release(ctx, l.req)
-	}
 }
 
 // lockHeap orders held locks by their next event.

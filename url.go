@@ -14,9 +14,15 @@ import (
 
 // Open returns a Locker for the backend the URL names, through the driver
 // registered for its scheme (imported for its side effect, as database/sql drivers
-// are). The portable parameters ttl, auto_refresh and prefix are read and removed
-// before the driver parses the URL; they override the options given here. No
-// error ever contains the URL's password.
+// are). The portable parameters ttl, auto_refresh, prefix, open_timeout and
+// close_timeout are read and removed before the driver parses the URL; they
+// override the options given here. No error ever contains the URL's password.
+//
+// Open connects and checks that the backend answers and accepts the credentials,
+// so a wrong address or password fails here rather than at the first Acquire. It
+// honours ctx; when ctx has no deadline, it gives up after DefaultOpenTimeout (or
+// the URL's open_timeout, which applies in any case) with an error matching
+// ErrUnavailable or the backend's refusal.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if ctx == nil {
 		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
@@ -47,44 +53,89 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return fail(fmt.Errorf("%w %q: registered schemes are %s; is the driver package imported (import _ \"github.com/distlock/lock/<driver>\")?",
 			ErrUnknownScheme, scheme, schemeList()))
 	}
-	cfg, urlOpts, err := portableParams(u)
+	cfg, p, err := portableParams(u)
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", u, err))
+	}
+	all := append(opts[:len(opts):len(opts)], p.opts...)
+	if err := defaultOptions().apply(all).err; err != nil {
+		return fail(err)
+	}
+	if p.openTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.openTimeout)
+		defer cancel()
+	} else if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultOpenTimeout)
+		defer cancel()
 	}
 	d, err := open(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return fail(fmt.Errorf("%s: %w", u, classify(err)))
+	}
+	lk := New(d, all...)
+	if err := lk.validate(lk.defaults); err != nil {
+		_ = lk.Close()
 		return fail(fmt.Errorf("%s: %w", u, err))
 	}
-	lk := New(d, append(opts, urlOpts...)...)
 	lk.name = redact(u.String(), secrets)
 	return lk, nil
 }
 
+// urlParams are the portable parameters of a URL.
+type urlParams struct {
+	opts        []Option
+	openTimeout time.Duration // zero: not given
+}
+
 // portableParams takes the portable layer's own query parameters out of u and
 // turns them into options.
-func portableParams(u *url.URL) (driver.Config, []Option, error) {
+func portableParams(u *url.URL) (driver.Config, urlParams, error) {
 	q := u.Query()
-	var opts []Option
+	var p urlParams
 	cfg := driver.Config{}
-	if v, ok := q["ttl"]; ok {
+	duration := func(name, example string) (time.Duration, bool, error) {
+		v, ok := q[name]
+		if !ok {
+			return 0, false, nil
+		}
+		q.Del(name)
 		d, err := time.ParseDuration(v[0])
 		if err != nil || d <= 0 {
-			return cfg, nil, fmt.Errorf("%w: ttl=%q is not a positive duration such as 30s", ErrInvalidURL, v[0])
+			return 0, false, fmt.Errorf("%w: %s=%q is not a positive duration such as %s", ErrInvalidURL, name, v[0], example)
 		}
-		opts = append(opts, WithTTL(d))
-		q.Del("ttl")
+		return d, true, nil
+	}
+	if d, ok, err := duration("ttl", "30s"); err != nil {
+		return cfg, p, err
+	} else if ok {
+		p.opts = append(p.opts, WithTTL(d))
+	}
+	if d, ok, err := duration("close_timeout", "5s"); err != nil {
+		return cfg, p, err
+	} else if ok {
+		p.opts = append(p.opts, WithCloseTimeout(d))
+	}
+	if d, ok, err := duration("open_timeout", "10s"); err != nil {
+		return cfg, p, err
+	} else if ok {
+		p.openTimeout = d
 	}
 	if v, ok := q["auto_refresh"]; ok {
 		b, err := strconv.ParseBool(v[0])
 		if err != nil {
-			return cfg, nil, fmt.Errorf("%w: auto_refresh=%q is not true or false", ErrInvalidURL, v[0])
+			return cfg, p, fmt.Errorf("%w: auto_refresh=%q is not true or false", ErrInvalidURL, v[0])
 		}
-		opts = append(opts, WithAutoRefresh(b))
+		p.opts = append(p.opts, WithAutoRefresh(b))
 		q.Del("auto_refresh")
 	}
 	if v, ok := q["prefix"]; ok {
 		if v[0] == "" || !validPrefix(v[0]) {
-			return cfg, nil, fmt.Errorf("%w: prefix=%q must be non-empty valid UTF-8 without control characters", ErrInvalidURL, v[0])
+			return cfg, p, fmt.Errorf("%w: prefix=%q must be non-empty valid UTF-8 without control characters", ErrInvalidURL, v[0])
 		}
 		cfg.Prefix = v[0]
 		q.Del("prefix")
@@ -92,7 +143,7 @@ func portableParams(u *url.URL) (driver.Config, []Option, error) {
 	stripped := *u
 	stripped.RawQuery = q.Encode()
 	cfg.URL = &stripped
-	return cfg, opts, nil
+	return cfg, p, nil
 }
 
 func validPrefix(p string) bool {

@@ -192,13 +192,17 @@ type Capabilities struct {
 // overflows.
 const DefaultMaxTTL = 366 * 24 * time.Hour
 
+// FloorTTL is the shortest TTL the portable layer accepts on any driver: below
+// it the drift allowance (Drift: 2ms plus 1% of the TTL) would take most of the
+// lease, and no grant could be returned with validity left.
+const FloorTTL = 10 * time.Millisecond
+
 // TTLRange is the range of TTLs the portable layer accepts for a driver with
-// these capabilities: [MinTTL, min(MaxTTL, DefaultMaxTTL)], with a minimum of
-// at least one nanosecond.
+// these capabilities: [max(MinTTL, FloorTTL), min(MaxTTL, DefaultMaxTTL)].
 func (c Capabilities) TTLRange() (min, max time.Duration) {
 	min, max = c.MinTTL, c.MaxTTL
-	if min <= 0 {
-		min = time.Nanosecond
+	if min < FloorTTL {
+		min = FloorTTL
 	}
 	if max <= 0 || max > DefaultMaxTTL {
 		max = DefaultMaxTTL

@@ -15,6 +15,12 @@ import (
 // runHolding runs the command while l is held, and releases l when the command
 // exits. It returns the command's exit status, or exitLost if the lock was lost
 // at any time before the release.
+//
+// On a loss the order is: SIGTERM, up to --grace for the command to exit,
+// SIGKILL, wait until it has exited, and only then release. Where the backend
+// still holds the lock for distlock's session (PostgreSQL, ZooKeeper, file: the
+// loss was distlock's own deadline, say after it was paused), nobody else can
+// take it while the command runs.
 func (r *runner) runHolding(l *lock.Lock) int {
 	env := append(os.Environ(), "DISTLOCK_KEY="+r.cfg.key)
 	if r.locker.Capabilities().Fencing {
@@ -61,22 +67,20 @@ func (r *runner) runHolding(l *lock.Lock) int {
 		case s := <-r.sigs:
 			_ = cmd.Process.Signal(s)
 		case <-lost:
-			lost, wasLost = nil, true
 			r.errorf("lost the lock %q on %s; terminating %s", r.cfg.key, r.locker, r.cfg.argv[0])
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			t := time.NewTimer(r.cfg.grace)
-			defer t.Stop()
-			kill = t.C
+			kill = r.terminate(cmd, &wasLost)
+			lost = nil
 		case <-kill:
 			kill = nil
-			r.errorf("%s did not exit within --grace %v; killing it", r.cfg.argv[0], r.cfg.grace)
+			r.errorf("%s did not exit within --grace %v; killing it", r.cfg.argv[0], r.grace)
 			_ = cmd.Process.Kill()
 		}
 	}
 
+	// The command has exited (and been waited for): only now may the lock go.
 	status := exitStatus(cmd.ProcessState)
 	if err := r.release(l); err != nil {
-		if errors.Is(err, lock.ErrNotHeld) {
+		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
 				r.errorf("the lock %q was lost before %s exited", r.cfg.key, r.cfg.argv[0])
 			}
@@ -89,6 +93,26 @@ func (r *runner) runHolding(l *lock.Lock) int {
 		return exitLost
 	}
 	return status
+}
+
+// terminate sends the command SIGTERM after a loss and returns the channel that
+// says when --grace is over.
+func (r *runner) terminate(cmd *exec.Cmd, wasLost *bool) <-chan time.Time {
+	*wasLost = true
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	return time.After(r.grace)
+}
+
+// lostBeforeStart ends a run whose lock could not be confirmed before the
+// command started.
+func (r *runner) lostBeforeStart(l *lock.Lock, err error) int {
+	r.release(l)
+	if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
+		r.errorf("lost the lock %q on %s before %s started", r.cfg.key, r.locker, r.cfg.argv[0])
+		return exitLost
+	}
+	r.errorf("could not confirm the lock %q before %s started: %v", r.cfg.key, r.cfg.argv[0], err)
+	return exitUnavailable
 }
 
 // exitStatus is the status a shell would report for the command: its exit code,

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/distlock/lock/internal/testserver"
 )
 
 // holdScript prints "ready" once the command runs under the lock, then holds it
@@ -259,5 +261,54 @@ func TestHelpListsExitStatuses(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("help does not mention %q", want)
 		}
+	}
+}
+
+// On a backend whose locks expire (mem here, Redis, Redlock, etcd) the server
+// frees the lock TTL after the last refresh it saw, so distlock must begin
+// stopping the command --grace before that; a grace of half the TTL or more
+// would leave too little time between refreshes and is refused. A session-bound
+// backend (file here) keeps the lock while distlock's session lives, so any
+// grace is allowed there.
+func TestGraceMustBeUnderHalfTheTTLWhereLocksExpire(t *testing.T) {
+	fileU := fileURL(t.TempDir())
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--url", "mem://grace", "--ttl", "1s", "--grace", "500ms"}, exitUsage},
+		{[]string{"--url", "mem://grace?ttl=1s", "--grace", "600ms"}, exitUsage},
+		{[]string{"--url", "mem://grace", "--grace", "15s"}, exitUsage}, // the default TTL, 30s
+		{[]string{"--url", "mem://grace", "--ttl", "1s", "--grace", "499ms"}, 0},
+		{[]string{"--url", "mem://grace", "--ttl", "1s"}, 0}, // the default grace shrinks to TTL/3
+		{[]string{"--url", "mem://grace"}, 0},
+		{[]string{"--url", fileU, "--ttl", "1s", "--grace", "5s"}, 0},
+	} {
+		args := append(append([]string{"run"}, tc.args...), "k", "--", "true")
+		_, stderr, status := runDistlock(t, nil, args...)
+		if status != tc.want {
+			t.Errorf("distlock %q: exit status %d, want %d; stderr:\n%s", args, status, tc.want, stderr)
+		}
+		if tc.want == exitUsage && !strings.Contains(stderr, "shorter than half the TTL") {
+			t.Errorf("distlock %q: stderr does not say why:\n%s", args, stderr)
+		}
+	}
+}
+
+// distlock refreshes a lock on an expiring backend itself (to know when it last
+// confirmed it): a command that runs for several TTLs keeps the lock and is not
+// stopped.
+func TestCommandOutlivingTheTTLKeepsTheLockWhereLocksExpire(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{
+		{"mem", func(testing.TB) string { return "mem://outlive" }},
+		{"redis", testserver.Redis},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			_, stderr, status := runDistlock(t, nil, "run", "--url", b.url(t), "--ttl", "300ms", "--grace", "100ms", "k-outlive", "--", "sleep", "1.2")
+			expectStatus(t, status, 0, stderr)
+		})
 	}
 }

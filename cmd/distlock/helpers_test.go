@@ -7,49 +7,37 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/distlock/lock/internal/testserver"
 	"go.uber.org/goleak"
 )
 
-// distlockBin is the distlock binary built once for the test binary, so the tests
-// run it as users do: as separate processes.
+// distlockBin is the distlock run by the tests: this test binary itself, which
+// acts as distlock when beDistlock is set in its environment. The tests run it as
+// users do, as separate processes, without building a second binary (a
+// non-race build of distlock and all its drivers cost about a minute on a cold
+// build cache), and distlock's own goroutines run under the race detector too.
 var distlockBin string
 
+// beDistlock in the environment makes the test binary act as distlock.
+const beDistlock = "DISTLOCK_TEST_BE_DISTLOCK=1"
+
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "distlock-test-bin")
+	if slices.Contains(os.Environ(), beDistlock) {
+		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	distlockBin = filepath.Join(dir, "distlock")
-	if out, err := exec.Command(goTool(), "build", "-o", distlockBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building distlock: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// goTool finds the go command that is running the tests.
-func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
-	return "go"
+	distlockBin = exe
+	goleak.VerifyTestMain(testserver.Main(m))
 }
 
 func fileExists(p string) bool {
@@ -96,7 +84,9 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		env = testEnv()
 	}
 	cmd := exec.Command(distlockBin, args...)
-	cmd.Env = env
+	// A race-enabled program sleeps a second before exiting unless told not to.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(env[:len(env):len(env)], beDistlock, "GORACE="+gorace)
 	p := &proc{t: t, cmd: cmd, stdout: make(chan string, 100), stderr: make(chan string, 100), done: make(chan struct{})}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {

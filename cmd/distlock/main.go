@@ -7,11 +7,9 @@
 // run takes the lock on KEY (waiting for it unless told otherwise), starts CMD with
 // DISTLOCK_KEY and DISTLOCK_TOKEN (the fencing token) in its environment, keeps
 // the lock refreshed while CMD runs, forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT
-// to it, and releases the lock when it exits. If the lock is lost while CMD runs,
-// distlock sends CMD SIGTERM, then SIGKILL after the grace period. On Linux CMD
-// is killed if distlock itself dies, since the lock dies with distlock. Pass
-// DISTLOCK_TOKEN to the resource CMD changes, so the resource can reject a stale
-// holder.
+// to it, and releases the lock when it exits. On Linux CMD is killed if distlock
+// itself dies, since the lock dies with distlock. Pass DISTLOCK_TOKEN to the
+// resource CMD changes, so the resource can reject a stale holder.
 //
 // The backend is the URL of --url, else $DISTLOCK_URL, else a file:// directory
 // "distlock" under the OS temp directory (flock(2) files: it coordinates the
@@ -21,13 +19,45 @@
 // confirmed check, so it also bounds how long CMD may run on after a loss
 // before distlock notices.
 //
+// # Lost locks
+//
+// When the lock may no longer be held, distlock stops CMD first and releases
+// last: it sends CMD SIGTERM, waits up to --grace for it to exit, sends SIGKILL,
+// waits until CMD has exited, and only then releases the lock and closes its
+// connection. What that guarantees depends on the backend:
+//
+//   - Session-bound (PostgreSQL, ZooKeeper, file): the server keeps the lock as
+//     long as distlock's session lives, even after distlock stopped trusting
+//     it (for example after distlock was paused past its TTL). Nobody else gets
+//     the lock until CMD is gone, however long --grace is. If the session
+//     itself ends (the connection drops, the ZooKeeper session expires while
+//     distlock is paused or cut off), the server frees the lock at once, and
+//     another holder may start while CMD is still in its grace.
+//   - Expiring (Redis, Redlock, etcd): the server frees the lock TTL after the
+//     last refresh it saw, whatever distlock does. distlock therefore takes
+//     the lock with lock.WithGrace, so that it stops trusting it TTL − drift −
+//     grace after the last confirmed refresh (drift is 1% of the TTL + 2ms): CMD
+//     gets SIGTERM early
+//     enough to be gone, SIGKILL included, before the server can give the
+//     lock to someone else. --grace must be shorter than half the TTL there,
+//     and defaults to a third of the TTL when that is less than 10s.
+//
+// Nothing can stop CMD while distlock itself is paused (SIGSTOP, a stalled
+// machine): on an expiring backend the lock may then pass to another holder
+// while CMD runs on. A CMD that ignores SIGTERM is killed after --grace.
+// Signals go to CMD's own process: a CMD that starts processes of its own must
+// pass SIGTERM on to them (or exec the last one), or they outlive it. Fencing
+// tokens are what protects the resource in every case no lease can cover.
+//
 // Exit status:
 //
 //	CMD's own status  when CMD ran and the lock was held throughout
 //	128+N             CMD was killed by signal N, or distlock was stopped by signal N while waiting
-//	64                bad usage: flags, arguments, key, URL or unknown scheme (EX_USAGE)
+//	64                bad usage: flags, arguments, key, URL, unknown scheme, or a
+//	                  --grace too long for the TTL (EX_USAGE)
 //	69                the backend could not be opened or reached (EX_UNAVAILABLE)
-//	74                the lock was lost while CMD ran; CMD was terminated (EX_IOERR)
+//	74                the lock was lost (or no longer trusted) while CMD ran; CMD was
+//	                  terminated, and the lock released after CMD exited (EX_IOERR)
 //	75                the lock is held elsewhere: --no-wait, or --wait expired (EX_TEMPFAIL)
 //	126               CMD could not be started
 //	127               CMD was not found
@@ -68,22 +98,27 @@ const usage = `usage: distlock run [flags] KEY [--] CMD [ARGS...]
 
 Run CMD while holding the lock on KEY. CMD gets DISTLOCK_KEY and DISTLOCK_TOKEN
 (the fencing token) in its environment; SIGINT, SIGTERM, SIGHUP and SIGQUIT are
-forwarded to it; if the lock is lost CMD gets SIGTERM, then SIGKILL after --grace.
+forwarded to it. If the lock is lost CMD gets SIGTERM, then SIGKILL after --grace,
+and the lock is released only once CMD has exited. On backends whose locks expire
+(Redis, Redlock, etcd) distlock sends the SIGTERM TTL - grace after the last
+confirmed refresh, so that CMD is gone before the lock can expire.
 
 Flags:
   --url URL     backend URL (default $DISTLOCK_URL, else file://$TMPDIR/distlock)
   --ttl D       lock TTL, e.g. 10s (default: the URL's ttl parameter, else 30s)
   --wait D      give up if the lock is not held after D
   --no-wait     make one attempt; do not wait
-  --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s)
+  --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s;
+                where locks expire, under TTL/2 and by default at most TTL/3)
   --verbose     report waiting, acquisition and release on stderr
 
 Exit status:
   CMD's status  CMD ran and the lock was held throughout
   128+N         CMD was killed by signal N, or distlock got signal N while waiting
-  64            bad usage: flags, arguments, key, URL or unknown scheme
+  64            bad usage: flags, arguments, key, URL, unknown scheme, or a
+                --grace too long for the TTL
   69            the backend could not be opened or reached
-  74            the lock was lost while CMD ran; CMD was terminated
+  74            the lock was lost while CMD ran; CMD was terminated first
   75            the lock is held elsewhere (--no-wait) or --wait expired
   126           CMD could not be started
   127           CMD was not found

@@ -26,14 +26,15 @@ const releaseTimeout = 10 * time.Second
 
 // runConfig is a parsed "distlock run" command line.
 type runConfig struct {
-	url     string
-	ttl     time.Duration // 0: the URL's ttl parameter, else lock.DefaultTTL
-	wait    time.Duration // 0: wait as long as it takes
-	noWait  bool
-	grace   time.Duration
-	verbose bool
-	key     string
-	argv    []string
+	url      string
+	ttl      time.Duration // 0: the URL's ttl parameter, else lock.DefaultTTL
+	wait     time.Duration // 0: wait as long as it takes
+	noWait   bool
+	grace    time.Duration // 0 with graceSet false: the default, see effectiveGrace
+	verbose  bool
+	graceSet bool
+	key      string
+	argv     []string
 }
 
 // parseRun parses the arguments of "distlock run". It returns ok false with the
@@ -46,7 +47,7 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lock TTL")
 	fs.DurationVar(&cfg.wait, "wait", 0, "give up after this long")
 	fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL after a lost lock")
+	fs.DurationVar(&cfg.grace, "grace", 0, "time between SIGTERM and SIGKILL after a lost lock")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,6 +59,7 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 	fs.Visit(func(f *flag.Flag) {
 		waitSet = waitSet || f.Name == "wait"
 		ttlSet = ttlSet || f.Name == "ttl"
+		cfg.graceSet = cfg.graceSet || f.Name == "grace"
 	})
 	bad := func(format string, a ...any) (runConfig, int, bool) {
 		fmt.Fprintf(stderr, "distlock: "+format+"\n\n%s", append(a, usage)...)
@@ -121,6 +123,57 @@ type runner struct {
 	stderr io.Writer
 	sigs   chan os.Signal
 	locker *lock.Locker
+
+	ttl      time.Duration // the lock's TTL: --ttl, else the URL's ttl, else lock.DefaultTTL
+	expiring bool          // the backend frees the lock TTL after the last refresh it saw
+	grace    time.Duration // --grace, or its default
+}
+
+// defaultGrace is --grace when not given, shortened on expiring backends to
+// a third of the TTL (see checkGrace).
+const defaultGrace = 10 * time.Second
+
+// effectiveTTL is the TTL the lock is taken with: --ttl, else the URL's ttl
+// parameter (lock.Open has already checked it), else lock.DefaultTTL. distlock
+// needs it to settle --grace, which must fit in it on expiring backends.
+func effectiveTTL(cfg runConfig) time.Duration {
+	if cfg.ttl > 0 {
+		return cfg.ttl
+	}
+	if u, err := url.Parse(cfg.url); err == nil {
+		if v, ok := u.Query()["ttl"]; ok {
+			if d, err := time.ParseDuration(v[0]); err == nil && d > 0 {
+				return d
+			}
+		}
+	}
+	return lock.DefaultTTL
+}
+
+// checkGrace settles --grace. On a session-bound backend (file, PostgreSQL,
+// ZooKeeper) the server keeps the lock while distlock's session lives, so any
+// grace is safe: distlock releases only once the command is gone. On an expiring
+// backend (Redis, Redlock, etcd) the server frees the lock TTL after the last
+// refresh it saw, whatever distlock does, so distlock must start stopping the
+// command --grace before that: the lock is taken with lock.WithGrace, so Lost
+// closes once TTL − drift − grace has passed since the last confirmed refresh.
+// That window must leave room for refreshes, so --grace must be shorter than
+// half the TTL there (WithGrace's own rule); a longer one is bad usage rather
+// than a promise distlock could not keep.
+func (r *runner) checkGrace() (status int, ok bool) {
+	r.grace = r.cfg.grace
+	if !r.cfg.graceSet {
+		r.grace = defaultGrace
+		if r.expiring {
+			r.grace = min(defaultGrace, r.ttl/3)
+		}
+	}
+	if r.expiring && r.grace >= r.ttl/2 {
+		r.errorf("--grace %v must be shorter than half the TTL (%v) on %s, whose locks expire: the command must be stopped before the backend can give the lock to another holder\n\n%s",
+			r.grace, r.ttl, r.locker, usage)
+		return exitUsage, false
+	}
+	return 0, true
 }
 
 func (r *runner) errorf(format string, a ...any) {
@@ -142,8 +195,15 @@ func (r *runner) run() int {
 		}
 		return exitUnavailable
 	}
+	// The lock is released (after the command is gone) before Close, which would
+	// otherwise release it first.
 	defer locker.Close()
 	r.locker = locker
+	r.ttl = effectiveTTL(r.cfg)
+	r.expiring = locker.Capabilities().Expiring
+	if status, ok := r.checkGrace(); !ok {
+		return status
+	}
 	l, status := r.acquire()
 	if l == nil {
 		return status
@@ -162,11 +222,13 @@ func (r *runner) acquire() (*lock.Lock, int) {
 		l   *lock.Lock
 		err error
 	}
-	// --ttl is a per-call option, so it wins over the URL's ttl parameter, which
-	// sets the Locker's default.
-	var opts []lock.AcquireOption
-	if r.cfg.ttl > 0 {
-		opts = append(opts, lock.WithTTL(r.cfg.ttl))
+	// The TTL is a per-call option, so --ttl wins over the URL's ttl parameter,
+	// which sets the Locker's default.
+	opts := []lock.AcquireOption{lock.WithTTL(r.ttl)}
+	if r.expiring {
+		// Lost closes --grace before the backend could free the lock, so the
+		// command is gone (killed if need be) before anyone else can hold it.
+		opts = append(opts, lock.WithGrace(r.grace))
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -207,9 +269,15 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	}
 }
 
-// release gives the lock up after the command, and returns the error.
+// release gives the lock up after the command, and returns the error. Where
+// locks expire, trying for longer than the TTL is pointless: the lock is gone by
+// then anyway.
 func (r *runner) release(l *lock.Lock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	timeout := releaseTimeout
+	if r.expiring {
+		timeout = min(timeout, r.ttl)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := l.Release(ctx)
 	if err == nil {
