@@ -110,6 +110,14 @@ type Harness struct {
 	// locks live in sessions (PostgreSQL). It returns once the backend answers.
 	RestartLosingLocks func(ctx context.Context) error
 
+	// RestartLosesTokens says that RestartLosingLocks also wipes what the
+	// driver's fencing tokens count from (etcd's revision and ZooKeeper's zxid
+	// start over on a server replaced without its data). The design promises
+	// increasing tokens only where the backend keeps its data, so
+	// TokensIncreaseAcrossRestartLosingLocks is skipped with that reason; the
+	// restart that keeps data is TokensIncreaseAcrossBackendRestart's.
+	RestartLosesTokens bool
+
 	// SessionTimeout is how long the backend keeps the locks of a client that
 	// vanished without a word (its process killed or cut off): ZooKeeper's
 	// session timeout. Zero when the backend frees them as soon as the

@@ -93,6 +93,9 @@ func testLockTakenAfterRestartIsNotReportedLost(e *env) {
 func testTokensIncreaseAcrossRestartLosingLocks(e *env) {
 	e.needFencing()
 	e.needRestartLosingLocks()
+	if e.h.RestartLosesTokens {
+		e.Skip("Harness.RestartLosesTokens: the restart wipes the counter the tokens come from, and tokens are promised to increase only where the backend keeps its data (TokensIncreaseAcrossBackendRestart checks that)")
+	}
 	a := e.client()
 	l := e.acquire(a, e.key)
 	first := e.token(l)

@@ -49,6 +49,7 @@ func withFaults(h conformance.Harness, servers []*testserver.Server, rawURL stri
 		return first
 	}
 	h.RestartLosingLocks = restartLosingLocks
+	h.RestartLosesTokens = true // the server comes back wiped
 	h.SessionTimeout = sessionTimeout
 	return h
 }
