@@ -212,9 +212,9 @@ func testOpenAndCloseHaveDefaultBoundsAgainstFrozenServer(e *env) {
 	var wg sync.WaitGroup
 	e.Cleanup(wg.Wait)
 	e.freeze()
-	openBound := DefaultOpenTimeout + callSlack
+	openBound := lock.DefaultOpenTimeout + callSlack
 	open := e.openAgainstFrozen(&wg, "Open", e.h.URL, openBound)
-	closeBound := DefaultCloseTimeout + driverCloseBound + callSlack
+	closeBound := lock.DefaultCloseTimeout + driverCloseBound + callSlack
 	closed := e.boundedCall(&wg, "Close", closeBound, func() error { _ = lk.Close(); return nil })
 	if r := <-closed; r.err != nil {
 		e.Errorf("Close of a Locker holding a lock against a frozen server: %v (bound %v)", r.err, closeBound)

@@ -20,11 +20,6 @@ const (
 	callSlack = time.Second
 	// faultCallTimeout is the context the calls against a frozen server get.
 	faultCallTimeout = 300 * time.Millisecond
-	// DefaultOpenTimeout and DefaultCloseTimeout are the bounds lock.Open and
-	// Locker.Close keep without a deadline of the caller (URL parameters
-	// open_timeout and close_timeout).
-	DefaultOpenTimeout  = 10 * time.Second
-	DefaultCloseTimeout = 5 * time.Second
 	// driverCloseBound is how long a driver's own Close may wait on a frozen
 	// server after the Locker gave up its releases.
 	driverCloseBound = time.Second
