@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -21,17 +20,22 @@ import (
 //     it goes.
 
 // TryAcquire makes one attempt: it queues a node, and removes it again and
-// returns driver.ErrLocked if another owner is ahead in the queue.
+// returns driver.ErrLocked if another owner is ahead in the queue. A failure
+// of the connection or session is returned marked driver.ErrUnavailable.
 func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, false)
+	g, err := d.acquire(ctx, req, false)
+	return g, unavailable(err)
 }
 
 // Acquire queues a node and waits until every node ahead of it has gone,
-// woken by a watch on its predecessor. It waits through disconnections: a
-// session that survives keeps the place in the queue, and after an expired one
-// the node is queued again in the new session.
+// woken by a watch on its predecessor. A failure of the connection or session
+// is returned marked driver.ErrUnavailable, and the node stays queued: when the
+// portable layer calls again for the same request, a session that survived
+// keeps its place in the queue, and after an expired one the node is queued
+// again in the new session.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, true)
+	g, err := d.acquire(ctx, req, true)
+	return g, unavailable(err)
 }
 
 // errVanished says our node disappeared before we could hold it; the caller
@@ -49,24 +53,10 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 	if held || err != nil {
 		return g, err
 	}
-	var pause backoff
 	for {
 		g, err := d.step(ctx, h, wait)
-		switch {
-		case err == nil:
-			return g, nil
-		case errors.Is(err, errVanished):
-			continue
-		case wait && transient(err) && ctx.Err() == nil && !d.isClosed():
-			// Disconnected: go-zookeeper reconnects on its own; keep our place.
-			if err := pause.wait(ctx, d.done); err != nil {
-				return driver.Grant{}, err
-			}
-			if err := d.awaitSession(ctx); err != nil {
-				return driver.Grant{}, d.closedOr(err)
-			}
-		default:
-			return driver.Grant{}, err
+		if !errors.Is(err, errVanished) {
+			return g, err
 		}
 	}
 }
@@ -255,6 +245,8 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			path, err = d.createNode(ctx, h, createPath, marker, session)
 		}
 		switch {
+		case errors.Is(err, errNotSent):
+			return nil, d.closedOr(fmt.Errorf("zkdriver: create key node: %w", parentErr))
 		case err == nil:
 			d.mu.Lock()
 			h.name, h.createdIn, h.owner, h.view = path[len(parent)+1:], session, 0, nil
@@ -319,16 +311,20 @@ func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath
 			return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
 		}, nil)
 	}()
-	d.sent(written, parentDone, opCreateContainer, parent)
+	if !d.sent(written, parentDone, opCreateContainer, parent) && transient(parentErr) {
+		// Not even the first request went out (disconnected): the others
+		// would only wait for the same failure.
+		return "", nil, parentErr, errNotSent
+	}
 
 	written = d.wire.expect(opCreate, createPath)
 	go func() {
 		defer close(createDone)
 		path, err = d.createNode(ctx, h, createPath, marker, session)
 	}()
-	d.sent(written, createDone, opCreate, createPath)
-
-	lst = d.list(ctx, parent)
+	if d.sent(written, createDone, opCreate, createPath) || err == nil {
+		lst = d.list(ctx, parent)
+	}
 	<-parentDone
 	<-createDone
 	if errors.Is(parentErr, zk.ErrNodeExists) {
@@ -341,14 +337,26 @@ func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath
 }
 
 // sent waits until the request of type typ on path is on the wire, or the call
-// that sends it has returned (it failed, perhaps before sending).
-func (d *Driver) sent(written, returned chan struct{}, typ int32, path string) {
+// that sends it has returned (it failed, perhaps before sending), and reports
+// whether it was seen on the wire.
+func (d *Driver) sent(written, returned chan struct{}, typ int32, path string) bool {
 	select {
 	case <-written:
+		return true
 	case <-returned:
 		d.wire.forget(typ, path, written)
+		select {
+		case <-written:
+			return true
+		default:
+			return false
+		}
 	}
 }
+
+// errNotSent is createFresh's answer when its lock node's create was never
+// sent: its key node's create failed first, with parentErr.
+var errNotSent = errors.New("zkdriver: lock node create not sent")
 
 // createAbandoned runs when a create finishes after its caller gave up (its
 // context ended). A node it made belongs to h if h still wants it, and is an
@@ -591,28 +599,4 @@ func (d *Driver) closedOr(err error) error {
 		return driver.ErrClosed
 	}
 	return err
-}
-
-// backoff spaces retries while disconnected: 10 ms doubling to 500 ms, with
-// jitter.
-type backoff struct{ step time.Duration }
-
-func (b *backoff) wait(ctx context.Context, done <-chan struct{}) error {
-	if b.step == 0 {
-		b.step = 10 * time.Millisecond
-	}
-	d := b.step/2 + rand.N(b.step/2+1)
-	if b.step *= 2; b.step > 500*time.Millisecond {
-		b.step = 500 * time.Millisecond
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return driver.ErrClosed
-	}
 }

@@ -3,6 +3,10 @@ package zkdriver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -151,8 +155,51 @@ func ambiguous(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-// transient reports whether err may go away once the client reconnects.
+// transient reports whether err may go away once the client reconnects: the
+// connection dropped or could not be made, the request or connection timed
+// out, the session moved to another server or expired under the request (the
+// client goes on in a new one). Answers of the server about the request (no
+// node, no auth, bad arguments) and the caller's own context are not.
 func transient(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
-		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrSessionExpired)
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.Is(err, driver.ErrUnavailable),
+		errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
+		errors.Is(err, zk.ErrSessionMoved), errors.Is(err, zk.ErrSessionExpired):
+		return true
+	}
+	if code, ok := serverCode(err); ok {
+		return code == codeConnectionLoss || code == codeOperationTimeout
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// unavailable marks a transient err with driver.ErrUnavailable, so that the
+// portable layer retries the call; any other error is returned as it is, and
+// the portable layer takes it as permanent.
+func unavailable(err error) error {
+	if !transient(err) || errors.Is(err, driver.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+}
+
+// ZooKeeper's system error codes (KeeperException.Code) that go-zookeeper has
+// no error value for: it reports them as "unknown error: <code>".
+const (
+	codeConnectionLoss   = -4
+	codeOperationTimeout = -7
+)
+
+// serverCode returns the code of an error go-zookeeper made from a server
+// code it has no error value for.
+func serverCode(err error) (int, bool) {
+	rest, ok := strings.CutPrefix(err.Error(), "unknown error: ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil
 }

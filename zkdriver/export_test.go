@@ -4,6 +4,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/distlock/lock/driver"
 )
 
@@ -54,3 +56,6 @@ func (d *Driver) WatchedForTest(req *driver.Request) bool {
 	h := d.holds[holdKey{req.Key, req.Owner}]
 	return h != nil && h.state == stateGranted && h.watched
 }
+
+// ConnStateForTest returns the state of the driver's go-zookeeper connection.
+func (d *Driver) ConnStateForTest() zk.State { return d.conn.State() }

@@ -14,9 +14,10 @@ import (
 // its node is the live one and the node still exists. Locks here do not expire,
 // so nothing is extended; a confirmed Refresh tells the portable layer that the
 // session was alive when it was sent. While disconnected the lock is
-// suspended, neither confirmed nor lost: Refresh waits for the connection to come
-// back, within ctx (for automatic refresh the portable layer ends ctx at the
-// lock's validity deadline), and then answers for the session it finds.
+// suspended, neither confirmed nor lost: Refresh waits for the connection to
+// come back, within ctx (for automatic refresh the portable layer ends ctx at
+// the lock's validity deadline), and then makes its one request in the session
+// it finds. A failure of that request is returned marked driver.ErrUnavailable.
 func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	d.mu.Lock()
 	if d.closed {
@@ -35,56 +36,48 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	path, session := h.path(), h.session
 	d.mu.Unlock()
 
-	var pause backoff
-	for {
-		if err := d.awaitSession(ctx); err != nil {
-			return d.closedOr(err)
-		}
-		if d.conn.SessionID() != session {
-			return d.lose(h, errSessionEnded)
-		}
-		d.mu.Lock()
-		arm := d.ownConn && !h.watched && !h.arming
-		if arm {
-			h.arming = true
-		}
-		watched := d.ownConn && h.watched
-		d.mu.Unlock()
-		var st *zk.Stat
-		var err error
-		switch {
-		case watched:
-			// The watch reports a deletion; confirm.go says why a shared read
-			// is enough.
-			if err = d.confirm(ctx); err == nil {
-				return d.confirmedByWatch(h, session)
-			}
-		case arm:
-			st, err = d.watchNode(ctx, h)
-		default:
-			st, err = call(d, ctx, func() (*zk.Stat, error) {
-				ok, st, err := d.conn.Exists(path)
-				if err == nil && !ok {
-					err = zk.ErrNoNode
-				}
-				return st, err
-			}, nil)
-		}
-		switch {
-		case errors.Is(err, zk.ErrNoNode) || err == nil && st != nil && st.EphemeralOwner != session:
-			return d.lose(h, errNodeDeleted)
-		case errors.Is(err, zk.ErrSessionExpired):
-			return d.lose(h, errSessionEnded)
-		case transient(err) && ctx.Err() == nil:
-			if err := pause.wait(ctx, d.done); err != nil {
-				return d.closedOr(err)
-			}
-			continue // the connection dropped: wait for it again
-		case err != nil:
-			return d.closedOr(err)
-		}
-		return nil
+	if err := d.awaitSession(ctx); err != nil {
+		return d.closedOr(err)
 	}
+	if d.conn.SessionID() != session {
+		return d.lose(h, errSessionEnded)
+	}
+	d.mu.Lock()
+	arm := d.ownConn && !h.watched && !h.arming
+	if arm {
+		h.arming = true
+	}
+	watched := d.ownConn && h.watched
+	d.mu.Unlock()
+	var st *zk.Stat
+	var err error
+	switch {
+	case watched:
+		// The watch reports a deletion; confirm.go says why a shared read
+		// is enough.
+		if err = d.confirm(ctx); err == nil {
+			return d.confirmedByWatch(h, session)
+		}
+	case arm:
+		st, err = d.watchNode(ctx, h)
+	default:
+		st, err = call(d, ctx, func() (*zk.Stat, error) {
+			ok, st, err := d.conn.Exists(path)
+			if err == nil && !ok {
+				err = zk.ErrNoNode
+			}
+			return st, err
+		}, nil)
+	}
+	switch {
+	case errors.Is(err, zk.ErrNoNode) || err == nil && st != nil && st.EphemeralOwner != session:
+		return d.lose(h, errNodeDeleted)
+	case errors.Is(err, zk.ErrSessionExpired):
+		return d.lose(h, errSessionEnded)
+	case err != nil:
+		return unavailable(d.closedOr(err))
+	}
+	return nil
 }
 
 // confirmedByWatch answers a Refresh of a watched lock after a shared read
@@ -174,7 +167,8 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 // returns driver.ErrNotHeld if the lock was not held (gone with an expired
 // session, deleted, or never granted), and never touches another owner's node:
 // every node's name is unique to the request that made it. While disconnected
-// it waits for the connection to come back, within ctx; if ctx ends first the
+// it waits for the connection to come back, within ctx; if ctx ends first, or
+// the delete fails (returned marked driver.ErrUnavailable when transient), the
 // lock stays held and the error is returned.
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	d.mu.Lock()
@@ -194,22 +188,14 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	path, session := h.path(), h.session
 	d.mu.Unlock()
 
-	var pause backoff
-	for {
-		err := d.awaitSession(ctx)
-		if err == nil && d.conn.SessionID() != session {
-			err = zk.ErrSessionExpired
-		}
-		if err == nil {
-			err = d.deleteNode(ctx, path)
-		}
-		if err != nil && transient(err) && !errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil {
-			if err = pause.wait(ctx, d.done); err == nil {
-				continue
-			}
-		}
-		return d.released(h, err)
+	err := d.awaitSession(ctx)
+	if err == nil && d.conn.SessionID() != session {
+		err = zk.ErrSessionExpired
 	}
+	if err == nil {
+		err = d.deleteNode(ctx, path)
+	}
+	return d.released(h, err)
 }
 
 // released records the outcome of Release's delete.
@@ -233,7 +219,7 @@ func (d *Driver) released(h *holding, err error) error {
 		return errSessionEnded
 	default:
 		h.state = stateGranted // still ours, as far as we know
-		return err
+		return unavailable(err)
 	}
 }
 

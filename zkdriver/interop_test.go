@@ -51,7 +51,10 @@ func TestExcludesGoZookeeperLockOnTheSamePath(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(200 * time.Millisecond) // Acquire must not return while held
+		// Unlock once the driver's node is queued behind zk.Lock's.
+		waitUntil(t, 10*time.Second, "the driver's waiter queued", func() bool {
+			return len(children(t, conn, path)) == 2
+		})
 		unlocked.Store(true)
 		if err := zl.Unlock(); err != nil {
 			t.Fatal(err)
@@ -79,7 +82,10 @@ func TestExcludesGoZookeeperLockOnTheSamePath(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(200 * time.Millisecond) // zk.Lock must not return while held
+		// Release once zk.Lock's node is queued behind the driver's.
+		waitUntil(t, 10*time.Second, "zk.Lock's waiter queued", func() bool {
+			return len(children(t, conn, path)) == 2
+		})
 		released.Store(true)
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -91,8 +91,7 @@ func TestBadURLsAreRejectedWithoutTheirPassword(t *testing.T) {
 
 // Digest credentials from the URL authenticate the session and put a digest
 // ACL on every node the driver makes: a client without them can neither
-// delete a held lock node nor queue behind it, and a client with a wrong
-// password gets a clear error that does not contain it.
+// delete a held lock node nor queue behind it.
 func TestDigestCredentialsProtectTheLockNodes(t *testing.T) {
 	base := testserver.ZooKeeper(t)
 	const pw = "correct-horse"
@@ -139,19 +138,56 @@ func TestDigestCredentialsProtectTheLockNodes(t *testing.T) {
 	if err := anon.Delete(parent+"/"+nodes[0], -1); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("unauthenticated delete of the holder's node = %v, want ErrNoAuth", err)
 	}
+}
 
-	wrong := strings.Replace(good, pw, "wrong-password", 1)
-	lk2, err := lock.Open(context.Background(), wrong)
+// ZooKeeper takes any digest password (a wrong one is just another identity)
+// and refuses it only where a node's ACL is checked. Open checks access under
+// its root, so a wrong password, or none where the nodes need one, fails Open
+// at once with a permanent error that names the user but not the password,
+// instead of the first Acquire. The holder's lock is not disturbed.
+func TestWrongCredentialsFailOpenWithoutShowingThePassword(t *testing.T) {
+	base := testserver.ZooKeeper(t)
+	const pw = "correct-horse"
+	host := strings.TrimPrefix(base, "zk://")
+	good := "zk://locker:" + pw + "@" + host + "/digest?prefix=" + t.Name()
+	lk, err := lock.Open(context.Background(), good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk2.Close()
-	_, err = lk2.TryAcquire(context.Background(), "invoice:42")
-	if !errors.Is(err, zk.ErrNoAuth) {
-		t.Errorf("TryAcquire with a wrong password = %v, want zk.ErrNoAuth", err)
+	defer lk.Close()
+	l, err := lk.Acquire(context.Background(), "invoice:42")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err != nil && strings.Contains(err.Error(), "wrong-password") {
-		t.Errorf("error contains the password: %v", err)
+	defer l.Release(context.Background())
+
+	for name, url := range map[string]string{
+		"WrongPassword": strings.Replace(good, pw, "wrong-password", 1),
+		"NoCredentials": strings.Replace(good, "locker:"+pw+"@", "", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			lk2, err := lock.Open(ctx, url)
+			if err == nil {
+				lk2.Close()
+				t.Fatal("Open succeeded; want it to fail for lack of access")
+			}
+			t.Logf("Open failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, zk.ErrNoAuth) || !errors.Is(err, lock.ErrBackend) || errors.Is(err, lock.ErrUnavailable) {
+				t.Errorf("Open = %v, want a permanent error (ErrBackend) matching zk.ErrNoAuth", err)
+			}
+			if !strings.Contains(err.Error(), "may not lock") {
+				t.Errorf("Open = %v, want it to say that the session may not lock", err)
+			}
+			if strings.Contains(err.Error(), "wrong-password") || strings.Contains(err.Error(), pw) {
+				t.Errorf("error contains a password: %v", err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("Open took %v to fail; want it at once, not at a timeout", took)
+			}
+		})
 	}
 	if err := l.Refresh(context.Background()); err != nil {
 		t.Errorf("holder's Refresh after the attempts: %v", err)
@@ -216,9 +252,7 @@ func TestGoZookeeperLogsNothingToTheStandardLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Cut() // go-zookeeper reconnects, which it would log
-	if err := l.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	refreshOnceReconnected(t, l, 20*time.Second)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

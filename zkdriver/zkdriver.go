@@ -32,11 +32,20 @@
 // With a user and password the session authenticates with ZooKeeper's digest
 // scheme, and every node the driver makes gets the ACL zk.DigestACL(zk.PermAll,
 // user, password): only sessions with the same credentials can lock the same
-// keys or delete a holder's node. A wrong password shows as zk.ErrNoAuth from
-// Acquire. The password never appears in errors or in String. Without
-// credentials the nodes are open to all (zk.WorldACL(zk.PermAll)). Digest
-// credentials cross the network in the clear, and go-zookeeper speaks no TLS:
-// use a trusted network.
+// keys or delete a holder's node. The password never appears in errors or in
+// String. Without credentials the nodes are open to all
+// (zk.WorldACL(zk.PermAll)). Digest credentials cross the network in the
+// clear, and go-zookeeper speaks no TLS: use a trusted network.
+//
+// ZooKeeper takes any digest password (a wrong one is just another identity)
+// and refuses it only where a node's ACL is checked. So Open checks access: it
+// makes the chroot and prefix nodes where missing and then, in one request that
+// writes nothing, that the session may create a node with the driver's ACL
+// under the prefix and read it. A wrong password, or none where the nodes
+// need one, fails Open at once with an error that matches zk.ErrNoAuth, says
+// "may not lock" and names the user, never the password. It checks the prefix
+// node only: a key node made by someone else with an ACL of its own still
+// refuses the lock on that key at Acquire (zk.ErrNoAuth, permanent).
 //
 // A program that already has a *zk.Conn passes it to New instead, with the
 // prefix, chroot and ACL as options.
@@ -94,6 +103,45 @@
 //   - Shared: no, not yet: read locks would follow Curator's read-write lock
 //     (__READ__ and __WRIT__ nodes in the same queue).
 //
+// # Deadlines and Close
+//
+// Every call ends when its context does. go-zookeeper's own calls take no
+// context: the driver hands each to a worker and, when the context ends first,
+// returns the context's error and settles the call when go-zookeeper returns
+// it (a create that succeeded after all is used or deleted, never orphaned).
+// Open honours its context in every step: the lookup of the servers' names
+// (done by the driver, since go-zookeeper's takes no context), the connect
+// handshake, authentication and the checks of the prefix node. If the context
+// ends first, Open closes the connection under go-zookeeper and returns within
+// about a second (go-zookeeper's Close waits up to a second for an answer that
+// a server in the middle of a handshake never gives) with the context's error,
+// leaving no goroutine. connect_timeout bounds the wait for the first session
+// even when the context would allow more; lock.Open adds its open_timeout to a
+// context without deadline.
+//
+// Close asks the server to end the session and waits for it at most half a
+// second (closeGrace); then it closes the connection itself, which ends
+// go-zookeeper's reads and writes at once: on a frozen or unreachable server
+// Close returns after about half a second, or a second when go-zookeeper was
+// in the middle of a reconnection, two when sixteen requests were waiting for
+// that reconnection, not after the session timeout. No goroutine of the
+// driver or of go-zookeeper outlives it. A session not closed this way expires
+// on the server after its timeout, and its lock nodes go then.
+//
+// # Errors
+//
+// Each call makes one attempt and reports its outcome; the portable layer
+// retries. A failure that a later attempt may not meet is marked
+// driver.ErrUnavailable (lock.ErrUnavailable): the connection closed or could
+// not be made (zk.ErrConnectionClosed, zk.ErrNoServer), a network error or
+// timeout, a session moved to another server (zk.ErrSessionMoved) or expired
+// under an Acquire (the next attempt queues in the new session), and the
+// server's connection-loss and operation-timeout codes. Every other error is
+// permanent and returned as it is, wrapped: zk.ErrNoAuth and zk.ErrAuthFailed
+// (credentials), zk.ErrInvalidACL, zk.ErrBadArguments. Refresh and Release
+// wait within their context for a disconnected client to reconnect before
+// their one request; Acquire waits for the lock, not for the connection.
+//
 // # Sessions and lost locks
 //
 // Lost closes for every lock of a session when the session expires or is
@@ -107,6 +155,31 @@
 // of the latest request the server answered. While it holds locks it sends a
 // cheap read every third of the session timeout, so that time stays recent.
 // If the session comes back after all, the driver deletes the nodes it gave up.
+//
+// So a lock's validity ends at the earlier of two moments: the portable
+// layer's deadline (the grant or the last confirmed refresh, plus the TTL,
+// less its drift allowance) and the send time of the last request the server
+// answered plus the negotiated session timeout, less 2% and 5ms. The server
+// cannot expire the session before it has gone that session timeout without
+// hearing from the client, and it heard that request after it was sent; so
+// with any TTL, Lost closes before the server may expire the session and give
+// the lock to another client, as long as the two clocks run within 2% of each
+// other. A TTL longer than the session timeout does not extend a lock; a
+// shorter one gives it up sooner when refreshes fail. A Driver from New has
+// this bound only with WithSessionTimeout; without it, keep the TTL at most
+// the session timeout.
+//
+// A frozen server (measured with a 4s session timeout and the last answer just
+// before the freeze) makes Lost close 3.9s after the freeze, when the server
+// could first expire the session. A server restarted without its data has
+// forgotten the session and its locks and gives them to the next client at
+// once, while refusing the holder's reconnection (the holder has seen later
+// transactions than the empty server). Once every server has refused it this
+// way, the driver reconnects without that guard, hears that the session
+// expired, and closes Lost: measured 0.03s to 1.75s after the server answered
+// again (go-zookeeper reconnects once a second), where go-zookeeper alone would
+// wait for the session timeout. Another client may hold the lock in that
+// window, since nothing but the server could have told the holder.
 //
 // A held node deleted by someone else (an operator) also ends the lock: on a
 // Driver from Open a watch reports it at once (the watch is set once a lock has
@@ -127,7 +200,12 @@
 // ZooKeeper 3.6 or later (container nodes). A process paused for longer than
 // the session timeout wakes up holding locks the server already gave away;
 // Lost closes as soon as it runs, and only fencing tokens protect the resource
-// in between. Each held lock and each waiter costs one node (and each waiter a
+// in between. A ZooKeeper that loses its data (restarted empty, or restored
+// from an old backup) starts its zxids again, so tokens after the loss can be
+// lower than tokens before it: fencing holds only across restarts that keep
+// the data, and a holder learns of the loss only when it reconnects (see
+// above). A Driver from New learns of such a loss only when the session
+// timeout given by WithSessionTimeout, or else the TTL, has passed. Each held lock and each waiter costs one node (and each waiter a
 // watch) on the server, and no goroutine in the client. A key node whose
 // sequence counter passes 2^31 (two billion locks without ever being empty)
 // wraps to negative numbers (ZOOKEEPER-2944); the driver orders across the wrap,
@@ -138,6 +216,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,18 +242,20 @@ type Driver struct {
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // send time of the latest request the server answered
 
-	ctx       context.Context // cancelled by Close; bounds background work
-	cancel    context.CancelFunc
-	done      chan struct{}                 // closed by Close
-	wake      chan struct{}                 // nudges the monitor
-	state     atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
-	wire      wire                          // requests written, as tapConn sees them
-	wg        sync.WaitGroup
-	ops       sync.WaitGroup // jobs of call, running or queued
-	opsMu     sync.RWMutex   // orders ops.Add before the final ops.Wait
-	opsClosed bool           // no more calls: the connection is closed
-	jobs      chan func()    // to idle workers
-	workers   atomic.Int32
+	ctx        context.Context // cancelled by Close; bounds background work
+	cancel     context.CancelFunc
+	done       chan struct{}                 // closed by Close
+	wake       chan struct{}                 // nudges the monitor
+	state      atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
+	wire       wire                          // requests written, as tapConn sees them
+	conns      connSet                       // own connection only: the sockets go-zookeeper uses
+	handshakes handshakes                    // own connection only: refused ConnectRequests
+	wg         sync.WaitGroup
+	ops        sync.WaitGroup // jobs of call, running or queued
+	opsMu      sync.RWMutex   // orders ops.Add before the final ops.Wait
+	opsClosed  bool           // no more calls: the connection is closed
+	jobs       chan func()    // to idle workers
+	workers    atomic.Int32
 
 	mu      sync.Mutex
 	closed  bool
@@ -317,18 +398,32 @@ type discard struct{}
 
 func (discard) Printf(string, ...any) {}
 
-// dial opens a session for a zk:// URL and makes the driver's root.
+// dial opens a session for a zk:// URL, makes the driver's root and checks
+// that the session may lock under it. Every step ends with ctx: go-zookeeper's
+// own waits (a name lookup, the connect handshake) take no context, so the
+// driver resolves the names itself and, if ctx ends first, closes the
+// connection under go-zookeeper.
 func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
+	servers, err := resolve(ctx, c.servers)
+	if err != nil {
+		return nil, err
+	}
 	acl := zk.WorldACL(zk.PermAll)
 	if c.user != "" {
 		acl = zk.DigestACL(zk.PermAll, c.user, c.password)
 	}
 	d := newDriver(c.chroot, prefix, acl)
 	d.ownConn = true
-	conn, events, err := zk.Connect(c.servers, c.sessionTimeout,
+	distinct := map[string]struct{}{}
+	for _, s := range servers {
+		distinct[s] = struct{}{}
+	}
+	d.handshakes.servers = len(distinct)
+	conn, events, err := zk.Connect(servers, c.sessionTimeout,
 		zk.WithLogger(discard{}), zk.WithLogInfo(false),
 		zk.WithDialer(d.dialTap), zk.WithEventCallback(d.onEvent))
 	if err != nil {
+		d.cancel()
 		return nil, fmt.Errorf("zkdriver: %w", err)
 	}
 	d.conn, d.events = conn, events
@@ -338,9 +433,13 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		d.mu.Unlock()
 		close(d.done) // workers end
 		d.cancel()
-		conn.Close()
-		for range events {
+		// A session that answered is closed properly; after ctx ended, the
+		// server is not waited for.
+		grace := closeGrace
+		if ctx.Err() != nil {
+			grace = 0
 		}
+		d.endConn(grace)
 		d.endCalls()
 		return nil, err
 	}
@@ -348,21 +447,53 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		return fail(fmt.Errorf("zkdriver: %s: %w", strings.Join(c.servers, ","), err))
 	}
 	if c.user != "" {
-		// Digest authentication never fails here: a wrong password shows as
-		// zk.ErrNoAuth on nodes made with the right one. go-zookeeper sends it
-		// again after every reconnection.
+		// Digest authentication never fails here: the server takes any
+		// password as another identity, which shows only when a node's ACL is
+		// checked (checkAccess). go-zookeeper sends it again after every
+		// reconnection.
 		_, err := call(d, ctx, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(c.user+":"+c.password))
 		}, nil)
 		if err != nil {
-			return fail(fmt.Errorf("zkdriver: digest authentication: %w", err))
+			return fail(fmt.Errorf("zkdriver: digest authentication: %w", unavailable(err)))
 		}
 	}
 	if err := d.ensureRoot(ctx); err != nil {
-		return fail(err)
+		return fail(d.accessError(unavailable(err), c.user))
+	}
+	if err := d.checkAccess(ctx); err != nil {
+		return fail(d.accessError(unavailable(err), c.user))
 	}
 	d.start()
 	return d, nil
+}
+
+// resolve looks the servers' host names up within ctx, so that go-zookeeper,
+// which would look them up itself with a timeout of its own, gets addresses.
+func resolve(ctx context.Context, servers []string) ([]string, error) {
+	out := make([]string, 0, len(servers))
+	for _, s := range servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: zkdriver: server %q is not host:port", driver.ErrInvalidURL, s)
+		}
+		if net.ParseIP(host) != nil {
+			out = append(out, s)
+			continue
+		}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			var dnsErr *net.DNSError
+			if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+				return nil, fmt.Errorf("zkdriver: server %q: %w", s, err)
+			}
+			return nil, fmt.Errorf("zkdriver: server %q: %w", s, unavailable(err))
+		}
+		for _, a := range addrs {
+			out = append(out, net.JoinHostPort(a, port))
+		}
+	}
+	return out, nil
 }
 
 // waitSession waits until conn has a session.
@@ -375,7 +506,7 @@ func waitSession(ctx context.Context, conn *zk.Conn, events <-chan zk.Event, tim
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			return fmt.Errorf("no ZooKeeper session within %v (connect_timeout)", timeout)
+			return fmt.Errorf("%w: no ZooKeeper session within %v (connect_timeout)", driver.ErrUnavailable, timeout)
 		}
 	}
 	return nil
@@ -395,15 +526,28 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true}
 }
 
-// closeTimeout bounds how long Close of a Driver from New spends deleting its
-// nodes.
-const closeTimeout = 10 * time.Second
+// closeGrace is how long Close waits for the server to confirm the end of the
+// session before it closes the connection without that: a server that answers
+// does so within milliseconds, and one that does not (frozen, partitioned, or
+// gone) must not hold Close up. The server then expires the session after its
+// timeout, and deletes its nodes then. For a Driver from New it bounds the
+// deletion of the nodes the driver made.
+const closeGrace = 500 * time.Millisecond
 
 // Close ends the driver. A Driver from Open closes its session, which makes the
 // server delete every lock node of it at once; a Driver from New deletes its
 // nodes and leaves the connection open. Locks still held are reported lost.
 // Waiting Acquire calls return driver.ErrClosed, and so does every later call;
 // closing twice returns nil.
+//
+// Close waits for the server for at most about half a second: on a server that
+// does not answer, a Driver from Open closes its connection without the
+// server's word, and the session and its nodes then last until the server
+// expires it; a Driver from New leaves what it could not delete to the end of
+// its session. Close returns within about a second in every case (go-zookeeper
+// gives up its close request after a second when a reconnection is under way,
+// two when sixteen requests already wait for a reconnection), and no goroutine
+// of the driver or of go-zookeeper outlives it.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -435,24 +579,38 @@ func (d *Driver) Close() error {
 	for _, r := range lost {
 		r.Lost(errClosed)
 	}
-	var err error
 	if d.ownConn {
-		d.conn.Close()
-		for range d.events {
-		}
+		d.endConn(closeGrace)
 		d.wg.Wait()
 		d.endCalls()
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	for _, o := range nodes {
-		if e := d.removeOnClose(ctx, o); e != nil && err == nil {
-			err = fmt.Errorf("zkdriver: deleting lock nodes on close (they stay until the session ends): %w", e)
-		}
-	}
+	err := d.removeOnClose(nodes)
 	d.wg.Wait()
 	return err
+}
+
+// endConn ends the connection the driver made, and every goroutine of
+// go-zookeeper's. It asks the server to close the session (go-zookeeper's
+// Close), waits up to grace for that to finish, and then closes the sockets
+// under go-zookeeper, which ends its reads and writes at once.
+func (d *Driver) endConn(grace time.Duration) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		d.conn.Close()
+	}()
+	t := time.NewTimer(grace)
+	select {
+	case <-closed:
+	case <-t.C:
+	}
+	t.Stop()
+	d.conns.abort()
+	<-closed
+	for range d.events { // closed when go-zookeeper's main loop has ended
+	}
+	d.conns.wait(closeGrace)
 }
 
 // endCalls refuses further calls and waits for those under way: on a closed
@@ -464,25 +622,55 @@ func (d *Driver) endCalls() {
 	d.ops.Wait()
 }
 
-// removeOnClose deletes a node of ours from a connection that stays open,
-// waiting for it to reconnect if need be. A node of a session that ended went
-// with it.
-func (d *Driver) removeOnClose(ctx context.Context, o orphan) error {
-	var pause backoff
-	for {
-		if d.conn.State() == zk.StateHasSession {
-			if o.session != 0 && o.session != d.conn.SessionID() {
-				return nil
+// removeOnClose deletes the nodes of a Driver from New from the connection,
+// which stays open, pipelined, within closeGrace. A node of a session that
+// ended went with it; one that cannot be deleted now (disconnected, or no
+// answer in time) stays until the session ends.
+func (d *Driver) removeOnClose(nodes []orphan) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+	defer cancel()
+	if d.conn.State() != zk.StateHasSession {
+		// No events come from a connection of the program's own: look.
+		tick := time.NewTicker(pollInterval)
+		defer tick.Stop()
+		for d.conn.State() != zk.StateHasSession {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return fmt.Errorf("zkdriver: deleting lock nodes on close (they stay until the session ends): %w: not connected", driver.ErrUnavailable)
 			}
-			err := d.removeOrphan(ctx, o)
-			if err == nil || !transient(err) {
-				return err
-			}
-		}
-		if err := pause.wait(ctx, nil); err != nil {
-			return err
 		}
 	}
+	live := d.conn.SessionID()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, batchParallel)
+	)
+	for _, o := range nodes {
+		if o.session != 0 && o.session != live {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := d.removeOrphan(ctx, o); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("zkdriver: deleting lock nodes on close (they stay until the session ends): %w", err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // Errors the driver reports for a lock that is gone.
@@ -491,5 +679,4 @@ var (
 	errSuspended    = fmt.Errorf("%w: no contact with ZooKeeper for the session timeout: the session may have expired", driver.ErrNotHeld)
 	errNodeDeleted  = fmt.Errorf("%w: the lock node was deleted", driver.ErrNotHeld)
 	errClosed       = fmt.Errorf("%w: the ZooKeeper driver was closed (%w)", driver.ErrNotHeld, driver.ErrClosed)
-	errDisconnected = errors.New("zkdriver: not connected to ZooKeeper (the session may still be alive)")
 )
