@@ -22,6 +22,7 @@ type proxy struct {
 	mu        sync.Mutex
 	pipes     map[*pipe]struct{}
 	blackhole bool
+	refuse    int           // close this many new client connections at once
 	dropReply bool          // armed: drop the reply to the next lock-node create, and cut
 	holdNext  bool          // armed: hold the next lock-node create request
 	held      chan struct{} // closed to send the held request on
@@ -82,6 +83,16 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		refuse := p.refuse > 0
+		if refuse {
+			p.refuse--
+		}
+		p.mu.Unlock()
+		if refuse {
+			c.Close()
+			continue
+		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			c.Close()
@@ -107,6 +118,15 @@ func (p *proxy) Cut() {
 	for pp := range pipes {
 		pp.close()
 	}
+}
+
+// RefuseNext makes the proxy close the next n client connections as soon as
+// it accepts them, as a server that is not serving yet does: a client's
+// reconnection then takes another round.
+func (p *proxy) RefuseNext(n int) {
+	p.mu.Lock()
+	p.refuse = n
+	p.mu.Unlock()
 }
 
 // SetBlackhole swallows (or again forwards) every frame in both directions,
