@@ -96,12 +96,16 @@ func (d *Driver) run(job func()) {
 		return
 	default:
 	}
+	// Counted before the job can end: endCalls waits for the job, then for
+	// the goroutine.
+	d.workerWG.Add(1)
 	if d.workers.Add(1) <= maxWorkers {
 		go d.work(job)
 		return
 	}
 	d.workers.Add(-1)
 	go func() {
+		defer d.workerWG.Done()
 		defer d.ops.Done()
 		job()
 	}()
@@ -109,6 +113,7 @@ func (d *Driver) run(job func()) {
 
 // work runs jobs until the driver is closed.
 func (d *Driver) work(job func()) {
+	defer d.workerWG.Done()
 	defer d.workers.Add(-1)
 	for {
 		job()

@@ -43,6 +43,9 @@ func (d *Driver) dialTap(network, address string, timeout time.Duration) (net.Co
 	dialer := net.Dialer{Timeout: timeout}
 	c, err := dialer.DialContext(d.ctx, network, address)
 	if err != nil {
+		if d.ctx.Err() == nil {
+			d.handshakes.unreachable(address)
+		}
 		return nil, err
 	}
 	tc := &tapConn{Conn: c, seen: d.sessionEstablished, wrote: &d.wire, set: &d.conns, hs: &d.handshakes, addr: address, released: make(chan struct{})}
@@ -224,26 +227,33 @@ func (c *tapConn) observe(p []byte) {
 // locks, which it may already have given to other clients; but go-zookeeper
 // keeps presenting the same last zxid, is refused over and over, and never
 // learns that the session is gone. So once every server has refused the
-// driver's ConnectRequest since the last answered one, the driver presents
-// zero as its last zxid: a server that knows the session resumes it (a lagging
-// server's older data is the price, for that one reconnection), and one that
-// does not answers that it expired, which ends the session's locks at once.
+// driver's ConnectRequest since the last answered one (a server that cannot
+// be reached at all cannot contradict them), the driver presents zero as its
+// last zxid: a server that knows the session resumes it (a lagging server's
+// older data is the price, for that one reconnection; whether the session
+// lives is the leader's word, not the lagging server's), and one that does not
+// answers that it expired, which ends the session's locks at once.
 
 // handshakes counts refused ConnectRequests.
 type handshakes struct {
 	mu      sync.Mutex
-	servers int                 // distinct servers go-zookeeper may dial; 0: unknown
-	refusal map[string]struct{} // servers that refused since the last answer
+	servers int             // distinct servers go-zookeeper may dial; 0: unknown
+	refusal map[string]bool // since the last answer: true refused, false unreachable
 }
 
 // refused records a ConnectRequest that addr closed the connection on.
-func (h *handshakes) refused(addr string) {
+func (h *handshakes) refused(addr string) { h.record(addr, true) }
+
+// unreachable records a failed dial of addr.
+func (h *handshakes) unreachable(addr string) { h.record(addr, false) }
+
+func (h *handshakes) record(addr string, refused bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.refusal == nil {
-		h.refusal = map[string]struct{}{}
+		h.refusal = map[string]bool{}
 	}
-	h.refusal[addr] = struct{}{}
+	h.refusal[addr] = refused || h.refusal[addr]
 }
 
 // answered records an answered ConnectRequest.
@@ -254,12 +264,18 @@ func (h *handshakes) answered() {
 }
 
 // connectRequest returns the ConnectRequest frame to send for go-zookeeper's p:
-// p itself, or, once every server has refused, a copy that presents zero as the
-// last zxid seen. (The frame: int32 length, int32 protocolVersion, int64
-// lastZxidSeen, ...)
+// p itself, or, once every server has refused or could not be reached, and at
+// least one refused, a copy that presents zero as the last zxid seen. (The
+// frame: int32 length, int32 protocolVersion, int64 lastZxidSeen, ...)
 func (h *handshakes) connectRequest(p []byte) []byte {
 	h.mu.Lock()
-	forget := h.servers > 0 && len(h.refusal) >= h.servers
+	refusals := 0
+	for _, refused := range h.refusal {
+		if refused {
+			refusals++
+		}
+	}
+	forget := h.servers > 0 && refusals > 0 && len(h.refusal) >= h.servers
 	h.mu.Unlock()
 	if !forget || len(p) < 16 {
 		return p

@@ -126,7 +126,10 @@
 // in the middle of a reconnection, two when sixteen requests were waiting for
 // that reconnection, not after the session timeout. No goroutine of the
 // driver or of go-zookeeper outlives it. A session not closed this way expires
-// on the server after its timeout, and its lock nodes go then.
+// on the server after its timeout, and its lock nodes go then. A Driver from
+// New leaves the program's connection open: it deletes its nodes within the
+// same half second, and a request it gave up on (its context ended) runs on in
+// a goroutine until go-zookeeper answers it or drops the connection.
 //
 // # Errors
 //
@@ -174,11 +177,12 @@
 // could first expire the session. A server restarted without its data has
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
-// transactions than the empty server). Once every server has refused it this
-// way, the driver reconnects without that guard, hears that the session
-// expired, and closes Lost: measured 0.03s to 1.75s after the server answered
-// again (go-zookeeper reconnects once a second), where go-zookeeper alone would
-// wait for the session timeout. Another client may hold the lock in that
+// transactions than the empty server). Once every server it can reach has
+// refused it this way, the driver reconnects without that guard (tap.go says
+// why that is safe), hears that the session expired, and closes Lost: measured
+// 0.03s to 1.75s after the server answered again (go-zookeeper reconnects once
+// a second), where go-zookeeper alone would wait for the session timeout (19s
+// measured with a 20s one). Another client may hold the lock in that
 // window, since nothing but the server could have told the holder.
 //
 // A held node deleted by someone else (an operator) also ends the lock: on a
@@ -252,6 +256,7 @@ type Driver struct {
 	handshakes handshakes                    // own connection only: refused ConnectRequests
 	wg         sync.WaitGroup
 	ops        sync.WaitGroup // jobs of call, running or queued
+	workerWG   sync.WaitGroup // goroutines that run jobs
 	opsMu      sync.RWMutex   // orders ops.Add before the final ops.Wait
 	opsClosed  bool           // no more calls: the connection is closed
 	jobs       chan func()    // to idle workers
@@ -613,13 +618,15 @@ func (d *Driver) endConn(grace time.Duration) {
 	d.conns.wait(closeGrace)
 }
 
-// endCalls refuses further calls and waits for those under way: on a closed
-// connection they all end at once.
+// endCalls refuses further calls and waits for those under way, and for the
+// goroutines that ran them (which end with d.done): on a closed connection
+// they all end at once.
 func (d *Driver) endCalls() {
 	d.opsMu.Lock()
 	d.opsClosed = true
 	d.opsMu.Unlock()
 	d.ops.Wait()
+	d.workerWG.Wait()
 }
 
 // removeOnClose deletes the nodes of a Driver from New from the connection,
