@@ -199,12 +199,24 @@ const (
 )
 
 // serverCode returns the code of an error go-zookeeper made from a server
-// code it has no error value for.
+// code it has no error value for, wherever it is in err's chain.
 func serverCode(err error) (int, bool) {
-	rest, ok := strings.CutPrefix(err.Error(), "unknown error: ")
-	if !ok {
-		return 0, false
+	if rest, ok := strings.CutPrefix(err.Error(), "unknown error: "); ok {
+		if n, err := strconv.Atoi(rest); err == nil {
+			return n, true
+		}
 	}
-	n, err := strconv.Atoi(rest)
-	return n, err == nil
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if e := u.Unwrap(); e != nil {
+			return serverCode(e)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if n, ok := serverCode(e); ok {
+				return n, true
+			}
+		}
+	}
+	return 0, false
 }

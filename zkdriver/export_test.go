@@ -15,6 +15,7 @@ var (
 	Sequence    = sequence
 	Predecessor = predecessor
 	ParseURL    = parseURL
+	Unavailable = unavailable
 )
 
 // SessionForTest returns the live session's id, password and negotiated

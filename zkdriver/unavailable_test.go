@@ -3,6 +3,9 @@ package zkdriver_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,5 +107,45 @@ func TestRefusalByTheServerFailsAcquireAtOnce(t *testing.T) {
 	}
 	if took > 5*time.Second {
 		t.Errorf("Acquire took %v to report a permanent refusal", took)
+	}
+}
+
+// The classification itself, for errors no test server produces on demand
+// (ZooKeeper's connection-loss and operation-timeout codes, which go-zookeeper
+// reports as "unknown error: <code>").
+func TestTransientErrorsAreMarkedUnavailableAndOthersNot(t *testing.T) {
+	code := func(c int) error { return fmt.Errorf("unknown error: %d", c) }
+	cases := []struct {
+		err       error
+		transient bool
+	}{
+		{zk.ErrConnectionClosed, true},
+		{fmt.Errorf("zkdriver: create key node: %w", zk.ErrNoServer), true},
+		{zk.ErrSessionMoved, true},
+		{zk.ErrSessionExpired, true},
+		{fmt.Errorf("zkdriver: %w", code(-4)), true}, // connection loss
+		{code(-7), true},                             // operation timeout
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{code(-2), false}, // runtime inconsistency
+		{zk.ErrNoAuth, false},
+		{zk.ErrAuthFailed, false},
+		{zk.ErrBadArguments, false},
+		{zk.ErrInvalidACL, false},
+		{zk.ErrNoNode, false},
+		{driver.ErrNotHeld, false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+	}
+	for _, c := range cases {
+		got := zkdriver.Unavailable(c.err)
+		if marked := errors.Is(got, driver.ErrUnavailable); marked != c.transient {
+			t.Errorf("%v: marked unavailable %v, want %v", c.err, marked, c.transient)
+		}
+		if !errors.Is(got, c.err) {
+			t.Errorf("%v: the marked error %v does not match it any more", c.err, got)
+		}
+	}
+	if zkdriver.Unavailable(nil) != nil {
+		t.Error("nil marked as an error")
 	}
 }
