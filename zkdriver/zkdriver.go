@@ -178,12 +178,13 @@
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
 // transactions than the empty server). Once every server it can reach has
-// refused it this way, the driver reconnects without that guard (tap.go says
-// why that is safe), hears that the session expired, and closes Lost: measured
-// 0.03s to 1.75s after the server answered again (go-zookeeper reconnects once
-// a second), where go-zookeeper alone would wait for the session timeout (19s
-// measured with a 20s one). Another client may hold the lock in that
-// window, since nothing but the server could have told the holder.
+// refused it this way, the driver reconnects without that guard (a server
+// that still knows the session resumes it, one that does not says it expired),
+// hears that the session expired, and closes Lost: measured 0.03s to 1.75s
+// after the server answered again (go-zookeeper reconnects once a second),
+// where go-zookeeper alone would wait for the session timeout (19s measured
+// with a 20s one). Another client may hold the lock in that window, since
+// nothing but the server could have told the holder.
 //
 // A held node deleted by someone else (an operator) also ends the lock: on a
 // Driver from Open a watch reports it at once (the watch is set once a lock has
