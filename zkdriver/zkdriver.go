@@ -110,14 +110,16 @@
 // returns the context's error and settles the call when go-zookeeper returns
 // it (a create that succeeded after all is used or deleted, never orphaned).
 // Open honours its context in every step: the lookup of the servers' names
-// (done by the driver, since go-zookeeper's takes no context), the connect
-// handshake, authentication and the checks of the prefix node. If the context
-// ends first, Open closes the connection under go-zookeeper and returns within
-// about a second (go-zookeeper's Close waits up to a second for an answer that
-// a server in the middle of a handshake never gives) with the context's error,
-// leaving no goroutine. connect_timeout bounds the wait for the first session
-// even when the context would allow more; lock.Open adds its open_timeout to a
-// context without deadline.
+// and the connect handshake of the first session (both done by the driver,
+// since go-zookeeper's take no context; go-zookeeper then takes the
+// connection over), authentication and the checks of the prefix node. If the
+// context ends first, Open returns at once with the context's error, leaving
+// no goroutine: it closes its own connection, or, once go-zookeeper runs,
+// closes the connection under it as soon as the request to close the session
+// is on the wire. Each server gets at most two thirds of the session timeout
+// to answer the handshake before the next is tried. connect_timeout bounds the
+// wait for the first session even when the context would allow more;
+// lock.Open adds its open_timeout to a context without deadline.
 //
 // Close asks the server to end the session and waits for it at most half a
 // second (closeGrace); then it closes the connection itself, which ends
@@ -275,6 +277,7 @@ type Driver struct {
 	cleaning   bool        // orphans are being deleted
 	cleanAfter time.Time   // no cleaning before this, after a failed one
 	session    sessionInfo // learnt by tapConn (own connection only)
+	pre        *tapConn    // Open's first session, until go-zookeeper dials it
 }
 
 // sessionInfo is the session as the last connect handshake told it.
@@ -425,11 +428,18 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		distinct[s] = struct{}{}
 	}
 	d.handshakes.servers = len(distinct)
+	first, err := d.firstSession(ctx, servers, c.sessionTimeout, c.connectTimeout)
+	if err != nil {
+		d.cancel()
+		return nil, fmt.Errorf("zkdriver: %s: %w", strings.Join(c.servers, ","), err)
+	}
+	d.pre = first
 	conn, events, err := zk.Connect(servers, c.sessionTimeout,
-		zk.WithLogger(discard{}), zk.WithLogInfo(false),
+		zk.WithLogger(discard{}), zk.WithLogInfo(false), zk.WithHostProvider(&hostList{first: first.addr}),
 		zk.WithDialer(d.dialTap), zk.WithEventCallback(d.onEvent))
 	if err != nil {
 		d.cancel()
+		first.Conn.Close()
 		return nil, fmt.Errorf("zkdriver: %w", err)
 	}
 	d.conn, d.events = conn, events
@@ -441,11 +451,7 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		d.cancel()
 		// A session that answered is closed properly; after ctx ended, the
 		// server is not waited for.
-		grace := closeGrace
-		if ctx.Err() != nil {
-			grace = 0
-		}
-		d.endConn(grace)
+		d.endConn(ctx.Err() == nil)
 		d.endCalls()
 		return nil, err
 	}
@@ -586,7 +592,7 @@ func (d *Driver) Close() error {
 		r.Lost(errClosed)
 	}
 	if d.ownConn {
-		d.endConn(closeGrace)
+		d.endConn(true)
 		d.wg.Wait()
 		d.endCalls()
 		return nil
@@ -598,26 +604,48 @@ func (d *Driver) Close() error {
 
 // endConn ends the connection the driver made, and every goroutine of
 // go-zookeeper's. It asks the server to close the session (go-zookeeper's
-// Close), waits up to grace for that to finish, and then closes the sockets
-// under go-zookeeper, which ends its reads and writes at once.
-func (d *Driver) endConn(grace time.Duration) {
+// Close) and, with waitAnswer, waits up to closeGrace for the answer; without,
+// only until the request is on the wire. Then it closes the sockets under
+// go-zookeeper, which ends its reads and writes at once, and fails a close
+// request already sent, so that go-zookeeper's Close returns too.
+func (d *Driver) endConn(waitAnswer bool) {
+	sent := d.wire.expect(opCloseSession, "")
+	defer d.wire.forget(opCloseSession, "", sent)
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
 		d.conn.Close()
 	}()
-	t := time.NewTimer(grace)
+	var until <-chan struct{} // nil: wait for the answer
+	switch {
+	case !waitAnswer && d.conn.State() != zk.StateHasSession:
+		until = alreadyClosed // no session to close: at once
+	case !waitAnswer:
+		until = sent
+	}
+	t := time.NewTimer(closeGrace)
 	select {
 	case <-closed:
+	case <-until:
 	case <-t.C:
 	}
 	t.Stop()
 	d.conns.abort()
+	d.mu.Lock()
+	pre := d.pre
+	d.pre = nil
+	d.mu.Unlock()
+	if pre != nil { // go-zookeeper never took it
+		_ = pre.Conn.Close()
+	}
 	<-closed
 	for range d.events { // closed when go-zookeeper's main loop has ended
 	}
 	d.conns.wait(closeGrace)
 }
+
+// alreadyClosed is a closed channel.
+var alreadyClosed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // endCalls refuses further calls and waits for those under way, and for the
 // goroutines that ran them (which end with d.done): on a closed connection
