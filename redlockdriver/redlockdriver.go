@@ -202,6 +202,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -275,9 +276,9 @@ type Driver struct {
 	prefix  string // escaped
 	inbox   string // this driver's pub/sub channel, the same on every server
 	timeout time.Duration
-	grace   time.Duration         // otherDriverGrace; tests set their own
-	owned   bool                  // Close closes the clients
-	dials   *redisproto.DialWatch // for owned clients: Close ends their dials
+	grace   time.Duration // otherDriverGrace; tests set their own
+	owned   bool          // Close closes the clients
+	backs   atomic.Uint64 // subscriptions confirmed so far (a server may have come back)
 
 	ctx     context.Context    // cancelled by Close: ends waiting and the inbox
 	cancel  context.CancelFunc //
@@ -286,10 +287,12 @@ type Driver struct {
 	workers sync.WaitGroup     // one per server
 	wg      sync.WaitGroup     // inbox readers
 
-	mu     sync.Mutex
-	closed bool
-	groups map[string]*group // Acquire calls waiting, by lock key
-	sub    subscription
+	mu       sync.Mutex
+	closed   bool
+	groups   map[string]*group // Acquire calls waiting, by lock key
+	sub      subscription
+	held     map[*request]*heldLock // locks granted and not yet ended
+	checking checkState
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.
 	undecided map[*request]*releaseTally
@@ -337,6 +340,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
+		held:    map[*request]*heldLock{},
 
 		undecided: map[*request]*releaseTally{},
 	}
@@ -345,12 +349,13 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 			o(d)
 		}
 	}
-	if d.owned {
-		// Close ends go-redis's dials in flight (see redisproto.DialWatch).
-		d.dials = redisproto.NewDialWatch(true)
-		for _, s := range servers {
-			s.client.AddHook(d.dials)
-		}
+	for _, s := range servers {
+		// Each server's dials are counted (see identities); for owned
+		// clients Close also ends go-redis's dials in flight (see
+		// redisproto.DialWatch).
+		s.dials = redisproto.NewDialWatch(d.owned)
+		s.client.AddHook(s.dials)
+		s.identify = identifiable(s.client)
 	}
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.conns = make([]*redis.PubSub, len(servers))
@@ -445,10 +450,15 @@ func (d *Driver) close(grace time.Duration) error {
 			closeClients()
 			<-stopped
 		}
-		d.dials.Close()
+		for _, s := range d.servers {
+			s.dials.Close()
+		}
 		return errors.Join(errs...)
 	}
 	<-stopped
+	for _, s := range d.servers {
+		s.dials.Close() // counts only: cancels nothing of the program's clients
+	}
 	return nil
 }
 
