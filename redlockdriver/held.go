@@ -63,23 +63,43 @@ const checkTimeout = time.Second
 // while the round was under way, the held locks are checked again, this one
 // included.
 func (d *Driver) record(req *request, v vote) {
-	ids := d.identities(v.yesBy, time.Now().Add(d.timeoutFor(req.TTL)), d.ctx.Done())
-	// A server that had not answered when the round ended (once a majority
-	// said yes) may have granted the lock since: it gets the cached run_id
-	// when that is trusted (an INFO now would keep the grant waiting for a
-	// server that may be frozen), and is checked by key alone otherwise.
+	// The run_ids, from the cache where it is trusted (the common case: one
+	// pass under the lock), else by asking the servers that said yes. A
+	// server that had not answered when the round ended (once a majority said
+	// yes) may have granted the lock since: it gets the cached run_id when
+	// that is trusted (an INFO now would keep the grant waiting for a server
+	// that may be frozen), and is checked by key alone otherwise.
+	ids := make([]string, len(d.servers))
+	ask := false
 	d.mu.Lock()
 	for i, s := range d.servers {
-		if errors.Is(v.errs[i], errTimeout) && s.identify && d.trusted(s) {
+		switch {
+		case !s.identify || !(v.yesBy[i] || errors.Is(v.errs[i], errTimeout)):
+		case d.trusted(s):
 			ids[i] = s.seen.id
+		case v.yesBy[i]:
+			ask = true
 		}
 	}
+	if !ask {
+		d.held[req] = &heldLock{ids: ids}
+	}
+	subscribed := d.sub.started
 	d.mu.Unlock()
-	d.mu.Lock()
-	d.held[req] = &heldLock{ids: ids}
-	d.mu.Unlock()
-
-	d.subscribe()
+	if ask {
+		asked := d.identities(v.yesBy, time.Now().Add(d.timeoutFor(req.TTL)), d.ctx.Done())
+		for i, id := range asked {
+			if v.yesBy[i] {
+				ids[i] = id
+			}
+		}
+		d.mu.Lock()
+		d.held[req] = &heldLock{ids: ids}
+		d.mu.Unlock()
+	}
+	if !subscribed {
+		d.subscribe()
+	}
 	if d.backs.Load() != v.backs {
 		d.checkSoon()
 	}
@@ -99,23 +119,36 @@ func (d *Driver) forget(req *request) {
 // counts there again.
 func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 	asked := make([]bool, len(d.servers))
+	ask := false
 	d.mu.Lock()
 	for c, req := range reqs {
-		if d.held[req] == nil {
+		h := d.held[req]
+		if h == nil {
 			continue
 		}
 		for i, yes := range ok[c] {
-			asked[i] = asked[i] || yes
+			switch s := d.servers[i]; {
+			case !yes:
+			case !s.identify:
+				h.ids[i] = ""
+			case d.trusted(s):
+				h.ids[i] = s.seen.id
+			default:
+				asked[i], ask = true, true
+			}
 		}
 	}
 	d.mu.Unlock()
+	if !ask {
+		return
+	}
 	ids := d.identities(asked, deadline, d.ctx.Done())
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for c, req := range reqs {
 		if h := d.held[req]; h != nil {
 			for i, yes := range ok[c] {
-				if yes {
+				if yes && asked[i] {
 					h.ids[i] = ids[i]
 				}
 			}

@@ -55,7 +55,6 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	}
 	d.release(k, req, true, inbox, t, retry, false)
 	if t.decided(d) {
-		d.forget(req)
 		return t.result(d)
 	}
 	d.mu.Lock()
