@@ -34,6 +34,12 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, opts ...AcquireOpt
 // cleanupTimeout bounds the best-effort release after a failed acquire.
 const cleanupTimeout = 5 * time.Second
 
+// cleanupWait is how long a failed acquire waits for its cleanup before it
+// returns and lets the cleanup finish in the background: a healthy backend
+// answers well within it, so the call returns with nothing left behind, and an
+// unresponsive one does not hold the call far past its context.
+const cleanupWait = 250 * time.Millisecond
+
 // errStaleGrant is the cause of a TryAcquire whose grant arrived too late to be
 // trusted.
 var errStaleGrant = fmt.Errorf("%w: the grant arrived after most of its validity had passed (the backend or the network stalled)", ErrUnavailable)
@@ -73,12 +79,18 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 		switch {
 		case err == nil:
 			if !lk.fresh(l, g, start) {
-				// Too late to be trusted: give it back, and look again.
-				lk.cleanup(req)
+				// Too late to be trusted: give it back, and look again. The
+				// release completes (or fails) before the next attempt, which
+				// would otherwise find the same stale grant.
 				if try {
+					lk.cleanup(req)
 					return nil, &Error{Op: op, Key: key, Err: errStaleGrant}
 				}
-				lastErr = errStaleGrant
+				if rerr := lk.d.Release(ctx, req); rerr != nil && !isNotHeld(rerr) {
+					lastErr = classify(rerr)
+				} else {
+					lastErr = errStaleGrant
+				}
 				break
 			}
 			if err := lk.hold(l, g, start); err != nil {
@@ -146,11 +158,25 @@ func (lk *Locker) fresh(l *Lock, g driver.Grant, start time.Time) bool {
 }
 
 // cleanup releases whatever an interrupted or failed acquire may have left on the
-// backend. The owner check makes it harmless when nothing was taken.
+// backend. The owner check makes it harmless when nothing was taken. It runs in
+// the background, as one of the Locker's calls (so Close waits for it, up to the
+// close timeout), and the caller waits for it at most cleanupWait.
 func (lk *Locker) cleanup(req *driver.Request) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	_ = lk.d.Release(ctx, req)
+	done := make(chan struct{})
+	lk.callsWG.Add(1) // the failing call still counts as one, so Close has not stopped waiting
+	go func() {
+		defer lk.callsWG.Done()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(lk.cleanupCtx, cleanupTimeout)
+		defer cancel()
+		_ = lk.d.Release(ctx, req)
+	}()
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func (lk *Locker) validate(o options) error {

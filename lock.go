@@ -115,12 +115,15 @@ type Locker struct {
 	armed    time.Time          // when the scheduler will next wake by itself
 	calls    context.Context    // done when Close begins: interrupts Acquire calls in flight
 	endCalls context.CancelFunc // cancels calls
-	callsWG  sync.WaitGroup     // Acquire calls in flight
-	wake     chan struct{}      // nudges the scheduler after schedule changes
-	done     chan struct{}      // closed by Close
-	ctx      context.Context
-	cancel   context.CancelFunc // cancels ctx, which bounds background work
-	wg       sync.WaitGroup     // the scheduler and its refresh and release goroutines
+	callsWG  sync.WaitGroup     // Acquire calls in flight, and their cleanups
+
+	cleanupCtx context.Context    // done when Close's time is up: ends cleanups in flight
+	endCleanup context.CancelFunc // cancels cleanupCtx
+	wake       chan struct{}      // nudges the scheduler after schedule changes
+	done       chan struct{}      // closed by Close
+	ctx        context.Context
+	cancel     context.CancelFunc // cancels ctx, which bounds background work
+	wg         sync.WaitGroup     // the scheduler and its refresh and release goroutines
 }
 
 // New returns a Locker over a driver built by the caller, for example from a
@@ -140,6 +143,7 @@ func New(d driver.Driver, opts ...Option) *Locker {
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
+	lk.cleanupCtx, lk.endCleanup = context.WithCancel(context.Background())
 	lk.acquirer, _ = d.(driver.Acquirer)
 	lk.batch, _ = d.(driver.BatchRefresher)
 	lk.wg.Add(1)
@@ -174,6 +178,12 @@ func (lk *Locker) Close() error {
 	close(lk.done)
 	lk.endCalls()
 	lk.mu.Unlock()
+	// One bound for all of Close's waiting on the backend.
+	ctx, cancel := context.WithTimeout(context.Background(), lk.defaults.closeTimeout)
+	defer cancel()
+	stopCleanups := context.AfterFunc(ctx, lk.endCleanup)
+	defer stopCleanups()
+	defer lk.endCleanup()
 	lk.callsWG.Wait() // interrupted acquires clean up before the driver closes
 	lk.cancel()       // in-flight refreshes give up
 
@@ -190,8 +200,6 @@ func (lk *Locker) Close() error {
 	clear(lk.lapsed)
 	lk.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), lk.defaults.closeTimeout)
-	defer cancel()
 	var firstErr error
 	release := func(l *Lock) {
 		// A driver closed under the Locker has nothing left to release.

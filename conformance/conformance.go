@@ -14,6 +14,25 @@
 // Properties a driver declares it lacks (Capabilities) are skipped with the reason;
 // nothing is passed silently. Every property uses a fresh key and fresh clients,
 // checks that no goroutine outlives it, and fails instead of hanging.
+//
+// # Faults
+//
+// The fault properties need optional hooks of the Harness and are skipped, naming
+// the hook, without them: a silent partition of one client (a Toxiproxy-based TCP
+// proxy in front of Servers, reached through NewDriverThrough), a frozen server
+// (Freeze, Thaw), restarts with and without the locks (RestartBackend,
+// RestartLosingLocks), and holder processes that are frozen or killed (URL, with
+// HolderMain called from TestMain). They log what they measure as lines
+//
+//	figure <what> <backend> <duration>
+//
+// (partition-margin: from the cut-off holder's Lost to another client's grant;
+// restart-loss-detection: from the backend answering again to Lost;
+// frozen-holder-superseded-after and killed-holder-superseded-after: until
+// another client holds the lock; open-frozen and close-frozen). Each takes a few
+// seconds with the default one-second TTL, except
+// OpenAndCloseHaveDefaultBoundsAgainstFrozenServer, which may take the default
+// Open bound of ten seconds; a quick run leaves it out.
 package conformance
 
 import (
@@ -57,6 +76,54 @@ type Harness struct {
 
 	// Options are given to every Locker the suite makes.
 	Options []lock.Option
+
+	// The fault hooks below are optional. The fault properties that need a hook
+	// the harness leaves nil are skipped, naming it.
+
+	// Name names the backend in the figures the fault properties measure and log
+	// ("figure partition-margin redis 41ms"). Empty: the driver's package name.
+	Name string
+
+	// URL is what lock.Open takes to reach the same backend as NewDriver. The
+	// suite opens Lockers from it in holder processes (the test binary started
+	// again, see HolderMain) and to check the bounds of Open and Close.
+	URL string
+
+	// Servers are the addresses (host:port) that clients of NewDriver connect to,
+	// one per server. NewDriverThrough opens a client like NewDriver that
+	// connects to addrs[i] wherever it would connect to Servers[i]. The suite
+	// puts a fault-injecting TCP proxy at each addrs[i] to cut that one client off
+	// silently (a partition), reset its connections or slow them down.
+	Servers          []string
+	NewDriverThrough func(ctx context.Context, addrs []string) (driver.Driver, error)
+
+	// Freeze stops every process of every server of the backend (SIGSTOP of the
+	// whole process group: PostgreSQL runs a process per connection), so that it
+	// keeps its connections open and answers nothing, like a stalled machine,
+	// until Thaw continues them (SIGCONT).
+	Freeze func(ctx context.Context) error
+	Thaw   func(ctx context.Context) error
+
+	// RestartLosingLocks restarts the backend so that it comes back without any
+	// lock it held: without its data where locks are data (Redis without
+	// persistence, a replaced etcd or ZooKeeper machine), simply restarted where
+	// locks live in sessions (PostgreSQL). It returns once the backend answers.
+	RestartLosingLocks func(ctx context.Context) error
+
+	// RestartLosesTokens says that RestartLosingLocks also wipes what the
+	// driver's fencing tokens count from (etcd's revision and ZooKeeper's zxid
+	// start over on a server replaced without its data). The design promises
+	// increasing tokens only where the backend keeps its data, so
+	// TokensIncreaseAcrossRestartLosingLocks is skipped with that reason; the
+	// restart that keeps data is TokensIncreaseAcrossBackendRestart's.
+	RestartLosesTokens bool
+
+	// SessionTimeout is how long the backend keeps the locks of a client that
+	// vanished without a word (its process killed or cut off): ZooKeeper's
+	// session timeout. Zero when the backend frees them as soon as the
+	// connection drops (PostgreSQL, files) or when the TTL bounds it (expiring
+	// backends).
+	SessionTimeout time.Duration
 }
 
 // Bounds the suite asserts. They are generous for slow CI machines under the race
@@ -122,6 +189,23 @@ func Run(t *testing.T, h Harness) {
 	run("InvalidKeysAreRejectedAndChangeNothing", testInvalidKeysAreRejected)
 	run("BadOptionsAreRejected", testBadOptionsAreRejected)
 	run("CloseReleasesLocksAndRejectsLaterCalls", testCloseReleasesLocksAndRejectsLaterCalls)
+
+	// TTL range, on every driver.
+	run("TTLsOutsideTheDriversRangeAreRejectedAndChangeNothing", testTTLsOutsideRangeAreRejected)
+
+	// Faults (faults.go): each needs a hook of the Harness, and is skipped
+	// naming it when the hook is nil.
+	run("PartitionedHolderLearnsOfLossBeforeAnotherClientAcquires", testPartitionedHolderLearnsOfLossFirst)
+	run("StalledServerNeverGrantsAnExpiredLockNorTwoHolders", testStalledServerNeverGrantsExpiredLock)
+	run("LostClosesPromptlyWhenBackendRestartsWithoutLocks", testLostClosesPromptlyOnRestartLosingLocks)
+	run("LockTakenAfterBackendRestartIsNotReportedLost", testLockTakenAfterRestartIsNotReportedLost)
+	run("TokensIncreaseAcrossBackendRestartLosingLocks", testTokensIncreaseAcrossRestartLosingLocks)
+	run("FrozenHolderProcessIsSupersededOnlyAfterItsValidity", testFrozenHolderProcessIsSupersededAfterValidity)
+	run("KilledHolderProcessStopsBlockingOthers", testKilledHolderProcessStopsBlockingOthers)
+	run("EveryCallHonoursItsContextAgainstFrozenServer", testEveryCallHonoursContextAgainstFrozenServer)
+	run("OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer", testOpenAndCloseHonourTimeoutsAgainstFrozenServer)
+	run("OpenAndCloseHaveDefaultBoundsAgainstFrozenServer", testOpenAndCloseHaveDefaultBoundsAgainstFrozenServer)
+	run("WaiterSurvivesBackendRestartShorterThanItsContext", testWaiterSurvivesBackendRestart)
 }
 
 // env is what a property gets: the harness, a context bounded by the property
@@ -133,6 +217,8 @@ type env struct {
 	key  string
 	ttl  time.Duration
 	caps driver.Capabilities
+
+	driverPkg string // package name of the driver's type, for figures
 
 	// before lists the goroutines that the leak check at the end takes as given.
 	before goleak.Option
@@ -165,6 +251,7 @@ func runProperty(t *testing.T, h Harness, property func(*env)) {
 		t.Fatalf("Harness.NewDriver: %v", err)
 	}
 	caps := probe.Capabilities()
+	e.driverPkg = driverPackage(probe)
 	if err := probe.Close(); err != nil {
 		t.Fatalf("closing a fresh driver: %v", err)
 	}
@@ -202,6 +289,12 @@ func (e *env) clientAndDriver(opts ...lock.Option) (*lock.Locker, driver.Driver)
 	if err != nil {
 		e.Fatalf("Harness.NewDriver: %v", err)
 	}
+	return e.locker(d, opts...), d
+}
+
+// locker wraps d in a Locker with the suite's options, closed at the end of the
+// property.
+func (e *env) locker(d driver.Driver, opts ...lock.Option) *lock.Locker {
 	all := append([]lock.Option{lock.WithTTL(e.ttl)}, e.h.Options...)
 	if !e.caps.Notify {
 		all = append(all, lock.WithBackoff(pollBackoff))
@@ -212,7 +305,7 @@ func (e *env) clientAndDriver(opts ...lock.Option) (*lock.Locker, driver.Driver)
 			e.Errorf("Close: %v", err)
 		}
 	})
-	return lk, d
+	return lk
 }
 
 func (e *env) acquire(lk *lock.Locker, key string, opts ...lock.Option) *lock.Lock {

@@ -19,7 +19,10 @@ import (
 	"github.com/distlock/lock/memdriver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	conformance.HolderMain() // the holder processes of the fault properties
+	goleak.VerifyTestMain(m)
+}
 
 // The suite must be able to fail: each deliberately broken driver below runs the
 // properties it breaks in a child test process, and the properties must fail there.
@@ -59,7 +62,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		},
 	} {
 		t.Run(c.broken, func(t *testing.T) {
-			failed, out := runBroken(t, c.broken, c.run)
+			failed, out := runBroken(t, "TestBrokenDriver", brokenEnv, c.broken, c.run)
 			for _, p := range c.fail {
 				if !failed[p] {
 					t.Errorf("property %s passed against the %s driver; want it to fail\nchild output:\n%s", p, c.broken, out)
@@ -89,14 +92,14 @@ func TestBrokenDriver(t *testing.T) {
 	})
 }
 
-func runBroken(t *testing.T, kind, run string) (map[string]bool, string) {
+func runBroken(t *testing.T, test, env, kind, run string) (map[string]bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestBrokenDriver$/^("+run+")$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), brokenEnv+"="+kind)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+test+"$/^("+run+")$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+kind)
 	out, _ := cmd.CombinedOutput() // the child is meant to fail
 	failed := map[string]bool{}
-	re := regexp.MustCompile(`--- FAIL: TestBrokenDriver/(\S+)`)
+	re := regexp.MustCompile(`--- FAIL: ` + test + `/(\S+)`)
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		if m := re.FindStringSubmatch(sc.Text()); m != nil {

@@ -8,10 +8,12 @@ import (
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/etcddriver"
+	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestConformance(t *testing.T) {
-	base, restart := sharedEtcd(t)
+	srv := testserver.StartEtcd(t) // private: the fault properties freeze and restart it
+	base, restart := srv.URL(), func(context.Context) error { return srv.Restart(true) }
 	admin := newClient(t, base)
 	// Connect the admin client now: its gRPC transport goroutines must exist before
 	// the suite's per-property leak check takes its snapshot.
@@ -23,7 +25,7 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	open, _ := driver.Lookup(etcddriver.Scheme)
-	conformance.Run(t, conformance.Harness{
+	conformance.Run(t, withFaults(conformance.Harness{
 		// Each client is a Driver opened from the URL, with its own etcd client and
 		// leases, as a separate process would have; closing it closes the client.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {
@@ -32,5 +34,23 @@ func TestConformance(t *testing.T) {
 		// Revoking a client's leases is what etcd does when its keepalives stop.
 		Sever:          func(ctx context.Context, d driver.Driver) error { return sever(ctx, admin, d) },
 		RestartBackend: restart,
-	})
+	}, []*testserver.Server{srv}, u.String(),
+		func(ctx context.Context, raw string) (driver.Driver, error) {
+			u, err := url.Parse(raw)
+			if err != nil {
+				return nil, err
+			}
+			return open(ctx, driver.Config{URL: u})
+		},
+		// Leases survive a restart that keeps the data; a server that lost it
+		// (a replaced machine) has forgotten them and the locks. The admin
+		// client reconnects before the hook returns, so that its new transport
+		// is not taken for a goroutine the property leaked.
+		func(ctx context.Context) error {
+			if err := srv.Restart(false); err != nil {
+				return err
+			}
+			_, err := admin.Get(ctx, "/distlock-conformance-warmup")
+			return err
+		}, 0))
 }

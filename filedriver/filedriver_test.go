@@ -21,5 +21,8 @@ func TestConformance(t *testing.T) {
 			d.(*filedriver.Driver).Sever()
 			return nil
 		},
+		// Holder processes lock the same directory: frozen, the kernel keeps
+		// their flocks; killed, it frees them at once.
+		URL: "file://" + dir,
 	})
 }

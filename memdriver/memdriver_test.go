@@ -22,3 +22,11 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// The TTL through the portable layer, whatever its value.
+func FuzzTTL(f *testing.F) {
+	conformance.FuzzTTL(f, conformance.Harness{
+		NewDriver: func(context.Context) (driver.Driver, error) { return memdriver.New("fuzz-ttl"), nil },
+		Sever:     func(_ context.Context, d driver.Driver) error { d.(*memdriver.Driver).Sever(); return nil },
+	})
+}

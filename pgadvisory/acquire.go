@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -24,9 +23,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	}
 	st, err := d.statements(ctx)
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, classify(ctx, err)
 	}
-	return d.try(ctx, req, st, d.lockID(req.Key))
+	g, err := d.try(ctx, req, st, d.lockID(req.Key))
+	return g, classify(ctx, err)
 }
 
 func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
@@ -110,8 +110,15 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 // by the server, in arrival order, within a round trip of the release. When ctx
 // ends the wait is cancelled with a cancel request and the connection cleared
 // before Acquire returns ctx.Err(): a lock granted as the wait ended is not left
-// behind.
+// behind. When no connection may wait (max_lock_conns-1 already do), it makes
+// one attempt without a queue place and returns driver.ErrLocked if the key is
+// held: the portable layer tries again after its backoff.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	g, err := d.acquire(ctx, req)
+	return g, classify(ctx, err)
+}
+
+func (d *Driver) acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
@@ -123,35 +130,39 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, err
 	}
 	id := d.lockID(req.Key)
-	var backoff time.Duration
 	// A key found held a moment ago is waited for at once; any other is first
 	// tried on a connection shared with other locks, so that a burst of
 	// acquires of free keys does not open a connection per caller.
-	skipTry := d.contended(id)
-	for {
-		if !skipTry {
-			g, err := d.try(ctx, req, st, id)
-			if !errors.Is(err, driver.ErrLocked) {
-				return g, err
-			}
-			d.markContended(id)
+	tried := false
+	if !d.contended(id) {
+		g, err := d.try(ctx, req, st, id)
+		if !errors.Is(err, driver.ErrLocked) {
+			return g, err
 		}
-		w, err := d.connForWait(ctx)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if w != nil {
-			return d.wait(ctx, w, req, st, id)
-		}
-		// Every connection the cap allows is taken: wait until one may be had,
-		// or after a backoff try again without a queue place.
-		freed, err := d.pause(ctx, &backoff)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		skipTry = freed
+		d.markContended(id)
+		tried = true
 	}
+	w, err := d.connForWait(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if w != nil {
+		return d.wait(ctx, w, req, st, id)
+	}
+	// Every connection the cap allows is taken, and at least one must stay
+	// free of waits (a holder may need one more lock).
+	if !tried {
+		g, err := d.try(ctx, req, st, id)
+		if !errors.Is(err, driver.ErrLocked) {
+			return g, err
+		}
+	}
+	return driver.Grant{}, errNoWaitConn
 }
+
+// errNoWaitConn is driver.ErrLocked from an Acquire that found the key held
+// and no connection to wait on.
+var errNoWaitConn = fmt.Errorf("%w (and every lock connection the driver may open is in use, so the wait is not queued on the server)", driver.ErrLocked)
 
 // contendedFor is how long a key found held is waited for without a try first.
 const contendedFor = time.Second
@@ -176,37 +187,6 @@ func (d *Driver) markContended(id int64) {
 	d.mu.Lock()
 	d.recent[uint64(id)%contendedSlots] = contention{id, time.Now()}
 	d.mu.Unlock()
-}
-
-// Backoff of an Acquire that found no connection to wait on.
-const (
-	minBackoff = 5 * time.Millisecond
-	maxBackoff = 250 * time.Millisecond
-)
-
-// pause waits until a connection to wait on may have become free (freed), the
-// backoff passed, or ctx ended.
-func (d *Driver) pause(ctx context.Context, backoff *time.Duration) (freed bool, err error) {
-	if *backoff == 0 {
-		*backoff = minBackoff
-	}
-	wait := *backoff/2 + rand.N(*backoff/2+1)
-	if *backoff *= 2; *backoff > maxBackoff {
-		*backoff = maxBackoff
-	}
-	d.mu.Lock()
-	ch := d.freedChLocked()
-	d.mu.Unlock()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true, nil
-	case <-t.C:
-		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
 }
 
 // wait takes id on w, a connection picked to wait on, blocking in the server's
@@ -324,8 +304,12 @@ func (a *waitAbort) cancel() {
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
 		err := a.c.conn.PgConn().CancelRequest(cctx)
+		// pgx does not say whether the server acknowledged the request (it
+		// closes the connection once it has read it); a request that took
+		// all its time was not, and the server is not answering.
+		unanswered := cctx.Err() != nil
 		cancel()
-		if err != nil {
+		if err != nil || unanswered {
 			break
 		}
 		t := time.NewTimer(cancelWait)

@@ -27,6 +27,9 @@ type lockConn struct {
 	rtt  time.Duration
 	dead atomic.Bool // the session is gone or untrusted; set with d.mu held
 
+	cleaned <-chan struct{} // closed once pgx has let go of the connection's resources
+	watchID int32           // the connection's id in d.watch, guarded by the watch's mutex
+
 	abort atomic.Pointer[waitAbort] // ends the blocking statement in flight, if any
 
 	// Guarded by mu.
@@ -67,27 +70,40 @@ const (
 	cancelAttempts = 3
 	// closeTimeout bounds the goodbye on a connection being closed.
 	closeTimeout = time.Second
+	// closeBudget bounds how long Close gives the server to take waits out of
+	// its queue before it closes every socket; cleanupBudget how long it then
+	// waits for pgx to let go of the closed connections (at once, normally).
+	closeBudget   = 500 * time.Millisecond
+	cleanupBudget = 250 * time.Millisecond
 )
 
-// errSessionLost wraps the error by which the driver learned that a session ended.
-func errSessionLost(err error) error {
-	return fmt.Errorf("pgadvisory: lock session lost (the server releases its locks): %w", err)
-}
-
-// dial opens a lock connection: a pool connection hijacked from the pool and set
-// up as a lock session.
+// dial opens a lock connection and sets it up as a lock session, within ctx
+// and the connect timeout.
 func (d *Driver) dial(ctx context.Context) (*lockConn, error) {
-	pc, err := d.pool.Acquire(ctx)
+	conn, err := d.connect(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgadvisory: connect: %w", err)
+		return nil, withCtxErr(ctx, fmt.Errorf("pgadvisory: connect: %w", err))
 	}
-	conn := pc.Hijack()
-	c := &lockConn{d: d, conn: conn, net: conn.PgConn().Conn(), locks: map[int64]*holding{}}
-	if err := c.setup(ctx); err != nil {
+	c := &lockConn{d: d, conn: conn, net: conn.PgConn().Conn(), cleaned: conn.PgConn().CleanupDone(), locks: map[int64]*holding{}}
+	sctx, cancel := context.WithTimeout(ctx, d.connectTimeout())
+	err = c.setup(sctx)
+	cancel()
+	if err != nil {
 		c.closeConn()
-		return nil, err
+		return nil, withCtxErr(ctx, err)
 	}
 	return c, nil
+}
+
+// withCtxErr makes err, from a step that ctx may have cut short, match ctx's
+// error if ctx has ended: pgx reports a dial or read cut short by ctx's
+// deadline as a timeout of its own, sometimes before ctx itself says it has
+// ended.
+func withCtxErr(ctx context.Context, err error) error {
+	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
 }
 
 // setup tags the session, reads its backend pid and its server's start time, and
@@ -111,7 +127,8 @@ func (c *lockConn) setup(ctx context.Context) error {
 		mode = pgx.QueryExecModeExec
 	}
 	begin := time.Now()
-	done := c.watch(ctx)
+	// The session holds nothing yet: it is given up as soon as ctx ends.
+	done := c.watchWithin(ctx, 0)
 	err := c.conn.QueryRow(context.Background(), setupSQL, mode, c.d.tag, c.d.settings[0], c.d.settings[1]).
 		Scan(&pid, &start, &recovery, &app, &n, &sync)
 	done(err == nil)
@@ -132,9 +149,10 @@ func (c *lockConn) closeConn() {
 	if c.conn == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	_ = c.conn.Close(ctx)
-	cancel()
+	if w := c.d.watch.Load(); w != nil {
+		w.remove(c)
+	}
+	closeQuickly(c.conn)
 	c.conn = nil
 }
 
@@ -159,10 +177,15 @@ func (c *lockConn) usable() error {
 // statement and the session. The returned function must be called when the
 // statement completed, with whether it succeeded.
 func (c *lockConn) watch(ctx context.Context) func(ok bool) {
+	return c.watchWithin(ctx, stmtGrace)
+}
+
+// watchWithin is watch with the given grace.
+func (c *lockConn) watchWithin(ctx context.Context, grace time.Duration) func(ok bool) {
 	if ctx.Done() == nil {
 		return func(bool) {}
 	}
-	w := &stmtWatch{net: c.net}
+	w := &stmtWatch{net: c.net, grace: grace}
 	w.stop = context.AfterFunc(ctx, w.ctxDone)
 	return w.finish
 }
@@ -171,6 +194,7 @@ func (c *lockConn) watch(ctx context.Context) func(ok bool) {
 // variable its closures would share.
 type stmtWatch struct {
 	net      net.Conn
+	grace    time.Duration
 	stop     func() bool
 	mu       sync.Mutex
 	timer    *time.Timer
@@ -182,7 +206,7 @@ func (w *stmtWatch) ctxDone() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.finished {
-		w.timer = time.AfterFunc(stmtGrace, w.cutNow)
+		w.timer = time.AfterFunc(w.grace, w.cutNow)
 	}
 }
 
@@ -405,7 +429,6 @@ func (d *Driver) kill(c *lockConn, cause error) {
 	}
 	c.locks = map[int64]*holding{}
 	d.broadcastLocked()
-	d.freedLocked()
 	d.mu.Unlock()
 	for _, f := range lost {
 		f(cause)
@@ -419,4 +442,30 @@ func (d *Driver) removeLocked(c *lockConn) {
 			return
 		}
 	}
+}
+
+// errServerClosed is how a session ends when the server closes its connection.
+var errServerClosed = errors.New("the server closed the connection (a restart or crash of the server, or its backend was terminated)")
+
+// sessionEnded gives up c, whose connection the server closed: every lock it
+// held is reported lost now rather than at the next refresh. The connection is
+// closed here if idle; a statement in flight fails on the closed connection,
+// and its caller closes it.
+func (d *Driver) sessionEnded(c *lockConn) {
+	d.kill(c, errSessionLost(errServerClosed))
+	if c.mu.TryLock() {
+		c.unlock()
+	}
+}
+
+// ctxEnded returns ctx's error, or context.DeadlineExceeded once its deadline
+// has passed (a socket deadline taken from ctx can fire before ctx's own timer).
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

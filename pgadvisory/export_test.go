@@ -29,3 +29,24 @@ func ExecOnLockSessionsForTest(d *Driver, sql string) error {
 	}
 	return nil
 }
+
+// BusyConnsForTest returns how many lock connections of d have a statement in
+// flight (a wait, a ping, a lock or unlock).
+func BusyConnsForTest(d *Driver) int {
+	d.mu.Lock()
+	conns := append([]*lockConn(nil), d.conns...)
+	d.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if c.mu.TryLock() {
+			c.mu.Unlock()
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// ContendedForTest reports whether d found the key held a moment ago (and so
+// waits for it without a try first).
+func ContendedForTest(d *Driver, key string) bool { return d.contended(d.lockID(key)) }

@@ -23,9 +23,7 @@ func TestLocksOnAReplacedServerAreLost(t *testing.T) {
 	defer cancel()
 	oldServer, newServer := testserver.StartPostgres(t), testserver.StartPostgres(t)
 	p := startSwitch(t, addr(t, oldServer.URL()))
-	// Without fencing the driver's pool keeps no idle connection to the old
-	// server (it would hand one out as the next lock session, and that session
-	// would not see the failover: the old server is alive in this test).
+	// Without fencing, every connection the driver opens is a lock session.
 	viaSwitch := withParam(t, withHost(t, oldServer.URL(), p.addr()), "fencing", "false")
 
 	_, locker := openDriver(t, viaSwitch, lock.WithTTL(time.Hour)) // no refresh in the way

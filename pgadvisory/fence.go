@@ -80,11 +80,14 @@ func (d *Driver) errFenceGone(err error) error {
 // returns its OID.
 func (d *Driver) resolveFence(ctx context.Context) (uint32, error) {
 	name := d.fenceName()
-	conn, err := d.pool.Acquire(ctx)
+	// A few statements on a connection of its own, bounded like opening one.
+	ctx, cancel := context.WithTimeout(ctx, d.connectTimeout())
+	defer cancel()
+	conn, err := d.connect(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgadvisory: connect: %w", err)
 	}
-	defer conn.Release()
+	defer closeQuickly(conn)
 	lookup := func() (*uint32, error) {
 		var oid *uint32
 		if err := conn.QueryRow(ctx, `SELECT to_regclass($1)::oid`, name).Scan(&oid); err != nil {
@@ -96,7 +99,7 @@ func (d *Driver) resolveFence(ctx context.Context) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	user := d.pool.Config().ConnConfig.User
+	user := d.cfg.ConnConfig.User
 	howTo := fmt.Sprintf("a user allowed to create it can run once: "+createFenceSQL+"; GRANT USAGE ON SEQUENCE %[1]s TO %s; or fencing can be turned off (fencing=false)",
 		name, pgx.Identifier{user}.Sanitize())
 	if oid == nil {
@@ -107,7 +110,7 @@ func (d *Driver) resolveFence(ctx context.Context) (uint32, error) {
 		if err := conn.QueryRow(ctx, `SELECT parse_ident($1)`, name).Scan(&parts); err != nil {
 			return 0, fmt.Errorf("%w: name %s: %w", ErrFenceSequence, name, err)
 		}
-		err := createFence(ctx, conn.Conn(), pgx.Identifier(parts).Sanitize())
+		err := createFence(ctx, conn, pgx.Identifier(parts).Sanitize())
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505"):

@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -74,4 +75,39 @@ func roleURL(srv *testserver.Server, role, password string) string {
 	u, _ := url.Parse(srv.URL())
 	u.User = url.UserPassword(role, password)
 	return u.String()
+}
+
+// eventually waits until cond holds, polling, and fails the test if it does
+// not within timeout. It orders a test after a state it can observe, where a
+// sleep would only guess.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waiters counts the sessions queued (not granted) for the advisory lock id.
+func waiters(t testing.TB, conn *pgx.Conn, id int64) int {
+	t.Helper()
+	var n int
+	err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND NOT granted`, id).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitQueued waits until n sessions are queued on the server for the lock id.
+func waitQueued(t testing.TB, dsn string, id int64, n int) {
+	t.Helper()
+	conn := connect(t, dsn)
+	eventually(t, 10*time.Second, fmt.Sprintf("%d sessions queued for lock id %d", n, id), func() bool {
+		return waiters(t, conn, id) >= n
+	})
 }

@@ -182,10 +182,11 @@ func TestCollidingKeysInOneProcessExcludeEachOther(t *testing.T) {
 		b, err = locker.Acquire(ctx, "key-b")
 		got <- err
 	}()
+	waitQueued(t, dsn, id, 1)
 	select {
 	case err := <-got:
 		t.Fatalf("Acquire of a colliding key returned (%v) while the other key was held", err)
-	case <-time.After(200 * time.Millisecond): // time must pass to show it waits
+	default: // it waits in the server's queue
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -221,12 +222,13 @@ func TestCollidingKeysInOneProcessExcludeEachOther(t *testing.T) {
 	}
 }
 
-// A backend ended by an operator takes only its own locks with it: locks that
-// live on the driver's other connections stay held.
+// A backend ended by an operator takes only its own locks with it, and they
+// are reported lost at once (not at the next refresh): locks that live on the
+// driver's other connections stay held.
 func TestTerminatedBackendLosesOnlyItsLocks(t *testing.T) {
 	ctx := context.Background()
 	dsn := testserver.Postgres(t)
-	d, locker := openDriver(t, dsn, lock.WithTTL(time.Second))
+	d, locker := openDriver(t, dsn) // the default TTL: no refresh within the test's bound
 	// Two locks taken by waiting, each on a connection of its own.
 	other := lock.New(mustOpen(t, dsn))
 	defer other.Close()
@@ -245,7 +247,7 @@ func TestTerminatedBackendLosesOnlyItsLocks(t *testing.T) {
 			}
 			got <- l
 		}()
-		time.Sleep(50 * time.Millisecond) // let it queue
+		waitQueued(t, dsn, pgadvisory.LockID(pgadvisory.DefaultPrefix, key), 1)
 		if err := blocker.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -264,13 +266,17 @@ func TestTerminatedBackendLosesOnlyItsLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid); err != nil {
+	// Without a timeout, pg_terminate_backend returns once it has signalled the
+	// backend; the backend then exits (releasing its locks) and its socket closes.
+	began := time.Now()
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-held[0].Lost():
-	case <-time.After(2 * time.Second):
-		t.Fatal("Lost() of the lock on the terminated backend did not close")
+		t.Logf("Lost() closed %v after pg_terminate_backend was sent", time.Since(began).Round(10*time.Microsecond))
+	case <-time.After(promptLoss):
+		t.Fatalf("Lost() of the lock on the terminated backend did not close within %v", promptLoss)
 	}
 	if err := held[1].Refresh(ctx); err != nil {
 		t.Fatalf("the lock on another connection: %v", err)
@@ -290,8 +296,9 @@ func mustOpen(t testing.TB, dsn string, opts ...pgadvisory.Option) *pgadvisory.D
 }
 
 // With every connection the cap allows in use, more waiters do not block on a
-// connection (which could deadlock a holder that needs one more lock): they
-// retry without a queue place, and all are served.
+// connection (which could deadlock a holder that needs one more lock): the
+// driver answers them ErrLocked, the portable layer tries again after its
+// backoff, and all are served.
 func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 	ctx := context.Background()
 	dsn := testserver.Postgres(t)
@@ -335,7 +342,9 @@ func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 			_ = l.Release(ctx)
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // let them queue or poll
+	// Two wait in the server's queue (the cap less the holder's connection);
+	// the others try again without a queue place.
+	waitQueued(t, dsn, pgadvisory.LockID(pgadvisory.DefaultPrefix, t.Name()), 2)
 	if n := pgadvisory.ConnsForTest(d); n > 3 {
 		t.Errorf("%d lock connections, above the cap of 3", n)
 	}
@@ -349,7 +358,9 @@ func TestWaitersBeyondTheConnectionCapAreServed(t *testing.T) {
 		}
 		second <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, 10*time.Second, "the holder found the second key held", func() bool {
+		return pgadvisory.ContendedForTest(d, t.Name()+"/second")
+	})
 	if err := busy.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

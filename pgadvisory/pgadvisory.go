@@ -26,13 +26,14 @@
 //	postgres://host/db?fencing=false
 //
 // The URL is parsed by pgxpool.ParseConfig, so every libpq connection parameter
-// works (sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
-// target_session_attrs, service, ...), as do pgxpool's pool_* parameters, the
+// works (sslmode, sslrootcert, sslcert, sslkey, connect_timeout (default 10s
+// here), target_session_attrs, service, ...), as do pgxpool's pool_*
+// parameters (read and ignored: the driver opens its own connections), the
 // PG* environment variables and ~/.pgpass. Any other parameter is sent to the
 // server as a session setting (search_path=app), and the server refuses names it
-// does not know. The portable parameters (ttl, auto_refresh, prefix) are read by
-// package lock and never reach PostgreSQL. The driver's own parameters, removed
-// before pgx sees the URL:
+// does not know. The portable parameters (ttl, auto_refresh, prefix,
+// open_timeout, close_timeout) are read by package lock and never reach
+// PostgreSQL. The driver's own parameters, removed before pgx sees the URL:
 //
 //   - max_lock_conns (default 10, at least 2): the most dedicated lock
 //     connections the driver opens (WithMaxConns).
@@ -86,9 +87,10 @@
 //
 // # Connections
 //
-// A session lock belongs to the connection that took it, so the driver takes
-// connections out of the pool (pgxpool.Conn.Hijack) and never returns them: the
-// pool stays whole for the program's queries. Many locks share one connection: a
+// A session lock belongs to the connection that took it, so the driver opens
+// connections of its own for locks, with the pool's configuration (and its
+// BeforeConnect and AfterConnect hooks) but outside the pool: the pool stays
+// whole for the program's queries. Many locks share one connection: a
 // lock costs a map entry, not a connection or a goroutine, and a new connection
 // is opened only when the existing ones are busy or hold locks_per_conn locks
 // each, up to max_lock_conns. Holding 10,000 locks takes five connections.
@@ -112,9 +114,11 @@
 // (pg_advisory_unlock_all) before Acquire returns, so a lock granted just as the
 // wait was cancelled is not left behind. At most max_lock_conns-1 connections
 // wait at once; further waiters (and a holder that needs one more lock while
-// all are taken) retry with backoff until a connection frees up, so a burst of
-// waiters cannot exhaust the server's connections or deadlock the process, at
-// the price of FIFO order for those waiters.
+// all are taken) make one attempt without a queue place and, finding the key
+// held, are answered lock.ErrLocked, which the portable layer's Acquire tries
+// again after its backoff (WithBackoff): a burst of waiters cannot exhaust the
+// server's connections or deadlock the process, at the price of FIFO order for
+// those waiters.
 //
 // Lock connections are tagged with an application_name unique to the Driver
 // (ApplicationName), so they can be found in pg_stat_activity. Their session
@@ -128,6 +132,22 @@
 // on where it was off.
 //
 // # Lost locks
+//
+// A server crash or restart (or pg_terminate_backend) ends the sessions, and the
+// server forgets their locks at once: another client may take them the next
+// moment. The driver watches the socket of every lock connection for the
+// server's close (Linux, epoll; one goroutine per Driver, woken by nothing
+// else), and reports every lock of a closed session lost as soon as the kernel
+// sees the close, not at the next refresh (TTL/3): on the development machine
+// about 2 ms after pg_terminate_backend is sent, and within 0.1 ms of the last
+// process of a killed server being gone. Elsewhere than on Linux, the refresh
+// below finds the loss within the TTL, when another client may already hold
+// the lock. A server that goes silent without closing (frozen, or cut off by
+// the network) is found by the refresh too: a frozen server grants no lock
+// meanwhile, and one cut off drops a silent session only after its
+// tcp_user_timeout (30 s, below), so with a TTL of at most 30 s Lost closes
+// first; with a longer TTL a cut-off holder may learn it after another client
+// took the lock.
 //
 // A lock here cannot expire, so the TTL does not bound how long it lives; it
 // bounds how long the lock is trusted without a confirmed check of its session
@@ -143,6 +163,29 @@
 // is given up and its locks reported lost too, and a standby
 // (pg_is_in_recovery) is refused. A lock taken by waiting counts as confirmed
 // one round trip before its grant arrived.
+//
+// # Errors and deadlines
+//
+// The driver makes one attempt at each call and reports. Failures a later
+// attempt may not meet match lock.ErrUnavailable (driver.ErrUnavailable): the
+// server unreachable, a connection refused, reset or timed out, SQLSTATE class
+// 08, 57P01 admin_shutdown, 57P02, 57P03 cannot_connect_now, 53300
+// too_many_connections, 57014, 40001 and 40P01; the portable Acquire retries
+// them until its context ends, so a waiter outlives a server restart shorter
+// than its context. Everything else is permanent and fails at once:
+// authentication (28xxx), permission (42501), a missing database (3D000), an
+// unknown setting, an unusable fencing sequence, a standby, a transaction
+// pooler.
+//
+// Open connects (dial, TLS, authentication, session setup) within its context,
+// so a wrong password fails there, redacted; each attempt to open a session is
+// also bounded by connect_timeout (default 10s, where pgx would wait about two
+// minutes for a server whose SYNs are dropped). A lock statement runs past its
+// context by at most a second before its session is given up (cancelling it on
+// the server could end a statement of another lock on the same session). Close
+// never waits on a server that does not answer: it cancels waits on the server,
+// gives that at most half a second, then closes every socket the driver opened
+// (200 ms with a frozen server on the development machine).
 //
 // # Fencing
 //
@@ -225,8 +268,8 @@ var ErrTransactionPooler = fmt.Errorf("pgadvisory: statements of one connection 
 // lock.Open; its methods implement driver.Driver, driver.Acquirer and
 // driver.BatchRefresher.
 type Driver struct {
-	pool     *pgxpool.Pool
-	ownPool  bool // opened from a URL: Close closes the pool
+	cfg      *pgxpool.Config // sessions are opened with its ConnConfig and hooks
+	sockets  sockets         // every connection dialed, closed by Close
 	o        options
 	tag      string             // application_name of the lock sessions
 	settings [2][]string        // session settings of lock sessions: names, values
@@ -242,15 +285,15 @@ type Driver struct {
 	mu       sync.Mutex
 	closed   bool
 	conns    []*lockConn
-	creating int                        // connections being opened, counted against the cap
-	byOwner  map[ownerKey]*holding      // every held lock
-	ids      map[int64]idUse            // held lock ids across all connections
-	epoch    time.Time                  // the server's start time, seen by the first connection
-	pooler   error                      // set when a transaction pooler was detected: every acquire fails
-	recent   [contendedSlots]contention // keys recently found held, waited for without a try
-	changed  chan struct{}              // closed and replaced when a connection may have become usable
-	freed    chan struct{}              // closed and replaced when a connection to wait on may be had
-	sweeper  *time.Timer                // closes connections idle too long; nil when none is due
+	creating int                          // connections being opened, counted against the cap
+	byOwner  map[ownerKey]*holding        // every held lock
+	ids      map[int64]idUse              // held lock ids across all connections
+	epoch    time.Time                    // the server's start time, seen by the first connection
+	pooler   error                        // set when a transaction pooler was detected: every acquire fails
+	recent   [contendedSlots]contention   // keys recently found held, waited for without a try
+	changed  chan struct{}                // closed and replaced when a connection may have become usable
+	sweeper  *time.Timer                  // closes connections idle too long; nil when none is due
+	watch    atomic.Pointer[sessionWatch] // started with the first connection; nil before, or where there is none
 }
 
 type ownerKey struct{ key, owner string }
@@ -275,34 +318,37 @@ var (
 	_ driver.BatchRefresher = (*Driver)(nil)
 )
 
-// New returns a Driver that takes its lock connections out of pool (they are
-// hijacked, not borrowed, so the pool's capacity for queries is not reduced).
-// Closing the Driver does not close the pool. New does not connect; the first
-// lock does. It fails only for an invalid option.
+// New returns a Driver that opens its lock connections with pool's
+// configuration (connection string, TLS, BeforeConnect and AfterConnect hooks)
+// but outside the pool, so the pool's capacity for queries is not reduced and
+// no connection of the pool ever holds a lock. Closing the Driver does not close
+// the pool. New does not connect; the first lock does. It fails only for an
+// invalid option.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, errors.New("pgadvisory: New with a nil pool")
 	}
-	return newDriver(pool, false, defaultOptions().apply(opts))
+	return newDriver(pool.Config(), defaultOptions().apply(opts))
 }
 
-func newDriver(pool *pgxpool.Pool, own bool, o options) (*Driver, error) {
+// newDriver makes a Driver for cfg, which it keeps (pass a copy).
+func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	cfg := pool.Config().ConnConfig
+	params := cfg.ConnConfig.RuntimeParams
 	d := &Driver{
-		pool:     pool,
-		ownPool:  own,
+		cfg:      cfg,
 		o:        o,
-		tag:      applicationName(cfg.RuntimeParams["application_name"]),
-		settings: sessionSettings(cfg.RuntimeParams),
+		tag:      applicationName(params["application_name"]),
+		settings: sessionSettings(params),
 		byOwner:  map[ownerKey]*holding{},
 		ids:      map[int64]idUse{},
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
 	d.closing, d.stop = context.WithCancel(context.Background())
+	d.sockets.init()
 	return d, nil
 }
 
@@ -466,28 +512,13 @@ func (d *Driver) changedLocked() <-chan struct{} {
 	return d.changed
 }
 
-// freedLocked wakes the acquires that found no connection to wait on; d.mu is
-// held.
-func (d *Driver) freedLocked() {
-	if d.freed != nil {
-		close(d.freed)
-		d.freed = nil
-	}
-}
-
-// freedChLocked returns the channel freedLocked closes; d.mu is held.
-func (d *Driver) freedChLocked() <-chan struct{} {
-	if d.freed == nil {
-		d.freed = make(chan struct{})
-	}
-	return d.freed
-}
-
-// Close closes every lock connection, which ends their sessions: the server
-// releases the locks still held, as it would for a process that ended, and each
-// is reported lost. Waiting Acquire calls return driver.ErrClosed. A pool the
-// Driver opened from a URL is closed; a pool given to New is not. Later calls
-// return driver.ErrClosed; closing twice returns nil.
+// Close ends every lock session: the server releases the locks still held, as
+// it would for a process that ended, and each is reported lost. Waiting Acquire
+// calls return driver.ErrClosed; their waits are cancelled on the server first,
+// so they leave its lock queue at once. Close does not wait for a server that
+// does not answer: after at most closeBudget it closes every socket the driver
+// opened. A pool given to New is not closed. Later calls return
+// driver.ErrClosed; closing twice returns nil.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -512,26 +543,70 @@ func (d *Driver) Close() error {
 	d.byOwner = map[ownerKey]*holding{}
 	d.ids = map[int64]idUse{}
 	d.broadcastLocked()
-	d.freedLocked()
+	watch := d.watch.Load()
 	d.mu.Unlock()
 
-	for _, c := range conns {
-		if a := c.abort.Load(); a != nil {
-			go a.abort()
-		}
-	}
+	// A wait is cancelled on the server, so that it leaves the lock queue now:
+	// a session whose socket is only closed stays queued until the server
+	// next checks on its client, and may be granted the lock meanwhile.
+	var aborts sync.WaitGroup
 	for _, c := range conns {
 		c.dead.Store(true)
-		c.mu.Lock() // a waiter lets go once its cancelled wait has returned
+		if a := c.abort.Load(); a != nil {
+			aborts.Add(1)
+			go func() {
+				defer aborts.Done()
+				a.abort()
+			}()
+		}
+	}
+	aborted := make(chan struct{})
+	go func() {
+		aborts.Wait()
+		close(aborted)
+	}()
+	// Any other statement in flight is cut: its session ends anyway.
+	for _, c := range conns {
+		if c.mu.TryLock() {
+			c.closeConn()
+			c.mu.Unlock()
+		} else if c.abort.Load() == nil {
+			_ = c.net.SetDeadline(time.Unix(1, 0))
+		}
+	}
+	t := time.NewTimer(closeBudget)
+	select {
+	case <-aborted:
+	case <-t.C:
+		// The server does not answer the cancels: stop waiting for it.
+		d.sockets.closeAll()
+	}
+	t.Stop()
+	for _, c := range conns {
+		c.mu.Lock() // a waiter lets go once its wait has returned
 		c.closeConn()
 		c.mu.Unlock()
+	}
+	// Sockets still open belong to pgx's clean-up of failed connections
+	// (their cancel requests), which a silent server would keep for seconds.
+	d.sockets.closeAll()
+	<-aborted
+	// pgx's clean-up ends at once now that its sockets are closed; wait for
+	// it, within a bound, so that no goroutine of the driver's outlives Close.
+	cleanup, cancel := context.WithTimeout(context.Background(), cleanupBudget)
+	for _, c := range conns {
+		select {
+		case <-c.cleaned:
+		case <-cleanup.Done():
+		}
+	}
+	cancel()
+	if watch != nil {
+		watch.close()
 	}
 	cause := fmt.Errorf("%w: the driver was closed, which ended its sessions", driver.ErrNotHeld)
 	for _, f := range lost {
 		f(cause)
-	}
-	if d.ownPool {
-		d.pool.Close()
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 	// A private server, because one property restarts it.
 	srv := testserver.StartPostgres(t)
 	dsn := srv.URL()
-	conformance.Run(t, conformance.Harness{
+	conformance.Run(t, withFaults(conformance.Harness{
 		// Each client is a Driver with its own pool and sessions, as a separate
 		// process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },
@@ -26,7 +26,10 @@ func TestConformance(t *testing.T) {
 			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
 		},
 		RestartBackend: func(context.Context) error { return srv.Restart(true) },
-	})
+	}, []*testserver.Server{srv}, dsn,
+		func(ctx context.Context, u string) (driver.Driver, error) { return pgadvisory.Open(ctx, u) },
+		// Session locks never outlive a restart, data kept or not.
+		func(context.Context) error { return srv.Restart(true) }, 0))
 }
 
 // Without fencing the driver needs no sequence, and Token must refuse.

@@ -48,7 +48,15 @@ func (d *Driver) addConn(c *lockConn, waiting bool) error {
 	c.waiting = waiting
 	d.conns = append(d.conns, c)
 	d.broadcastLocked()
+	w := d.watch.Load()
+	if w == nil {
+		w = newSessionWatch(d.sessionEnded)
+		d.watch.Store(w)
+	}
 	d.mu.Unlock()
+	if w != nil {
+		w.add(c)
+	}
 	if len(stale) > 0 {
 		cause := errSessionLost(fmt.Errorf("the server's start time changed from %v to %v (restarted, or failed over to another server)", stale[0].start, c.start))
 		for _, s := range stale {
@@ -79,7 +87,6 @@ func (d *Driver) letGo(c *lockConn) {
 			if d.sweeper == nil && !d.closed && d.idleCountLocked() > keepIdle {
 				d.sweeper = time.AfterFunc(idleTimeout, d.sweep)
 			}
-			d.freedLocked()
 		}
 		d.broadcastLocked()
 	}
@@ -210,7 +217,6 @@ func (d *Driver) open(ctx context.Context, waiting bool) (*lockConn, error) {
 		d.mu.Lock()
 		d.creating--
 		d.broadcastLocked()
-		d.freedLocked()
 		d.mu.Unlock()
 		return nil, err
 	}

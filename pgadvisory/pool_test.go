@@ -59,7 +59,7 @@ func TestDriverOnAPoolLeavesThePoolItsCapacity(t *testing.T) {
 		}
 		waited <- l
 	}()
-	time.Sleep(50 * time.Millisecond) // let it queue
+	waitQueued(t, dsn, pgadvisory.LockID(t.Name(), "busy"), 1)
 
 	// The pool still has both its connections for the program, and none of
 	// the pool's connections holds an advisory lock.
@@ -108,9 +108,25 @@ func TestLockSessionsIgnoreTimeoutsThatWouldEndThem(t *testing.T) {
 	u := withParam(t, dsn, "statement_timeout", "100ms")
 	u = withParam(t, u, "lock_timeout", "50ms")
 	u = withParam(t, u, "idle_session_timeout", "200ms")
-	_, locker := openDriver(t, u)
+	d, locker := openDriver(t, u)
 	other := lock.New(mustOpen(t, dsn))
 	defer other.Close()
+	admin := connect(t, dsn)
+	// past reports whether every session of d in the given state has been
+	// in it for longer than age, by the server's clock.
+	past := func(state string, age time.Duration) func() bool {
+		return func() bool {
+			var n, old int
+			err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE now() - state_change > $3 * interval '1 millisecond')
+				FROM pg_stat_activity WHERE application_name = $1 AND state = $2`,
+				d.ApplicationName(), state, age.Milliseconds()).Scan(&n, &old)
+			if err != nil {
+				t.Error(err)
+				return true
+			}
+			return n > 0 && old == n
+		}
+	}
 
 	held, err := locker.Acquire(ctx, t.Name()+"/held")
 	if err != nil {
@@ -120,13 +136,26 @@ func TestLockSessionsIgnoreTimeoutsThatWouldEndThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := time.AfterFunc(500*time.Millisecond, func() { _ = blocker.Release(ctx) })
-	defer release.Stop()
-	l, err := locker.Acquire(ctx, t.Name()) // waits 500ms: past both timeouts
-	if err != nil {
-		t.Fatalf("a wait longer than the URL's statement_timeout and lock_timeout: %v", err)
+	type result struct {
+		l   *lock.Lock
+		err error
 	}
-	time.Sleep(400 * time.Millisecond) // idle past idle_session_timeout
+	got := make(chan result, 1)
+	go func() {
+		l, err := locker.Acquire(ctx, t.Name())
+		got <- result{l, err}
+	}()
+	// The wait runs past both timeouts before the lock is released.
+	eventually(t, 10*time.Second, "the wait running for 300ms", past("active", 300*time.Millisecond))
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("a wait longer than the URL's statement_timeout and lock_timeout: %v", r.err)
+	}
+	l := r.l
+	eventually(t, 10*time.Second, "the sessions idle for 400ms", past("idle", 400*time.Millisecond))
 	for _, x := range []*lock.Lock{held, l} {
 		if err := x.Refresh(ctx); err != nil {
 			t.Errorf("a lock session idle past the URL's idle_session_timeout: %v", err)

@@ -42,7 +42,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		d.kill(c, cause)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
 	case err != nil:
-		return fmt.Errorf("pgadvisory: unlock: %w", err) // the lock stays held
+		return classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err)) // the lock stays held
 	case ok.null:
 		cause := d.pooled(c, 0)
 		d.kill(c, cause)
@@ -75,7 +75,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err != nil {
 		return err
 	}
-	return d.confirm(h, h.c.ping(ctx))
+	return classify(ctx, d.confirm(h, h.c.ping(ctx)))
 }
 
 func (d *Driver) lookup(req *driver.Request) (*holding, error) {
@@ -133,7 +133,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	wg.Wait()
 	for i, h := range hs {
 		if h != nil {
-			errs[i] = d.confirm(h, pings[seen[h.c]])
+			errs[i] = classify(ctx, d.confirm(h, pings[seen[h.c]]))
 		}
 	}
 	return errs

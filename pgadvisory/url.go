@@ -35,12 +35,14 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 	return openURL(ctx, cfg.URL, []Option{WithPrefix(cfg.Prefix)})
 }
 
-// Open returns a Driver with a pool of its own for a postgres:// or
-// postgresql:// URL (see URL format in the package documentation), without the
-// portable parameters of lock.Open. It connects once, so a wrong address,
-// password or parameter is reported here; Close closes the pool. Options given
-// here are overridden by the URL's parameters. No error contains the URL's
-// password.
+// Open returns a Driver for a postgres:// or postgresql:// URL (see URL format
+// in the package documentation), without the portable parameters of
+// lock.Open. It opens the first lock session, within ctx and the connect
+// timeout (connect_timeout, default 10s) for each step (dial, TLS,
+// authentication, session setup), so a wrong address, password or parameter is
+// reported here: an unreachable server as driver.ErrUnavailable, a refused
+// login or unknown database as a permanent error. Options given here are
+// overridden by the URL's parameters. No error contains the URL's password.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -59,10 +61,10 @@ var driverParams = []string{"fence_create", "fence_sequence", "fencing", "locks_
 
 // portableParams belong to lock.Open, which removes them before a driver sees
 // the URL.
-var portableParams = []string{"auto_refresh", "prefix", "ttl"}
+var portableParams = []string{"auto_refresh", "close_timeout", "open_timeout", "prefix", "ttl"}
 
 func acceptedParams() string {
-	return strings.Join(driverParams, ", ") + " (this driver); ttl, auto_refresh, prefix (lock.Open); " +
+	return strings.Join(driverParams, ", ") + " (this driver); ttl, auto_refresh, prefix, open_timeout, close_timeout (lock.Open); " +
 		"and whatever pgx accepts: libpq connection parameters such as sslmode, pgxpool's pool_* parameters, and PostgreSQL settings sent to the server"
 }
 
@@ -96,13 +98,8 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%w: pgadvisory: %w", driver.ErrInvalidURL, err))
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	d, err := newDriver(cfg, o)
 	if err != nil {
-		return fail(fmt.Errorf("pgadvisory: %w", err))
-	}
-	d, err := newDriver(pool, true, o)
-	if err != nil {
-		pool.Close()
 		return fail(err)
 	}
 	if err := d.warm(ctx); err != nil {
@@ -111,7 +108,10 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
 			err = fmt.Errorf("%w: %w; accepted parameters: %s", driver.ErrInvalidURL, err, acceptedParams())
 		}
-		return fail(err)
+		// A server that cannot be reached (or not in time, or is starting
+		// up) is ErrUnavailable; a wrong password, a missing database or
+		// permission stays permanent.
+		return fail(classify(context.Background(), err))
 	}
 	return d, nil
 }

@@ -14,7 +14,7 @@ import (
 func TestConformance(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin := adminClient(t, srv.URL())
-	conformance.Run(t, conformance.Harness{
+	conformance.Run(t, withFaults(conformance.Harness{
 		// Each client is a driver with its own connections, as a separate
 		// process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, srv.URL()) },
@@ -26,5 +26,7 @@ func TestConformance(t *testing.T) {
 			return sever(ctx, admin, d.(*Driver))
 		},
 		RestartBackend: func(context.Context) error { return srv.Restart(false) },
-	})
+	}, []*testserver.Server{srv}, srv.URL(),
+		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
+		func(context.Context) error { return srv.Restart(false) }, 0))
 }

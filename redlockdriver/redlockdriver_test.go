@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 	servers := testserver.RedisServers(t, 5)
 	admin := admins(t, servers)
 	u := redlockURL(servers)
-	conformance.Run(t, conformance.Harness{
+	conformance.Run(t, withFaults(conformance.Harness{
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {
 			d, err := openURL(ctx, u)
 			if err != nil {
@@ -40,5 +40,15 @@ func TestConformance(t *testing.T) {
 			}
 			return errors.Join(errs...)
 		},
-	})
+	}, servers, u,
+		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
+		// A majority of the servers come back empty: enough for another
+		// client to take the lock, which the holder must learn.
+		func(context.Context) error {
+			var errs []error
+			for _, s := range servers[:3] {
+				errs = append(errs, s.Restart(false))
+			}
+			return errors.Join(errs...)
+		}, 0))
 }

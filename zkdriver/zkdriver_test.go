@@ -21,8 +21,9 @@ import (
 func TestConformance(t *testing.T) {
 	fastReaper(t)
 	srv := testserver.StartZooKeeper(t)
-	url := srv.URL() + "?session_timeout=4s"
-	conformance.Run(t, conformance.Harness{
+	const sessionTimeout = 4 * time.Second
+	url := srv.URL() + "?session_timeout=" + sessionTimeout.String()
+	conformance.Run(t, withFaults(conformance.Harness{
 		// Each client is a Driver of its own: its own connection and session,
 		// as a separate process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openDriver(ctx, url) },
@@ -30,7 +31,11 @@ func TestConformance(t *testing.T) {
 		// client lives on.
 		Sever:          severer(srv.Addr()),
 		RestartBackend: func(context.Context) error { return srv.Restart(true) },
-	})
+	}, []*testserver.Server{srv}, url,
+		func(ctx context.Context, u string) (driver.Driver, error) { return openDriver(ctx, u) },
+		// Sessions survive a restart that keeps the data; a server that lost
+		// it (a replaced machine) has forgotten every session and its nodes.
+		func(context.Context) error { return srv.Restart(false) }, sessionTimeout))
 }
 
 // The suite again with Drivers from New, over connections the test makes (as a

@@ -1,0 +1,256 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+)
+
+// holderEnv carries a holder process's instructions (a JSON holderSpec).
+const holderEnv = "DISTLOCK_CONFORMANCE_HOLDER"
+
+type holderSpec struct {
+	URL string        `json:"url"`
+	Key string        `json:"key"`
+	TTL time.Duration `json:"ttl"`
+}
+
+// HolderMain turns the test binary into a holder process when the suite started
+// it as one, and returns at once otherwise. The fault properties about holder
+// processes that are frozen (SIGSTOP) or killed run the test binary again for
+// the holder: a real process with its own connections, opened from Harness.URL
+// through lock.Open. Call it first in TestMain of every package that runs the
+// suite with a Harness.URL:
+//
+//	func TestMain(m *testing.M) {
+//		conformance.HolderMain()
+//		goleak.VerifyTestMain(m)
+//	}
+//
+// A holder opens the URL, acquires the key, writes "held TOKEN BEGAN" on its
+// standard output (BEGAN: when it started to acquire, in Unix nanoseconds) and
+// holds the lock, refreshed, until its standard input closes; then it releases
+// and exits.
+func HolderMain() {
+	spec := os.Getenv(holderEnv)
+	if spec == "" {
+		return
+	}
+	os.Exit(runHolder(spec))
+}
+
+func runHolder(raw string) int {
+	var spec holderSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		fmt.Printf("error bad %s: %v\n", holderEnv, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL))
+	if err != nil {
+		fmt.Printf("error %s\n", oneLine(err))
+		return 1
+	}
+	defer lk.Close()
+	began := time.Now()
+	l, err := lk.Acquire(ctx, spec.Key)
+	if err != nil {
+		fmt.Printf("error %s\n", oneLine(err))
+		return 1
+	}
+	var tok uint64
+	if lk.Capabilities().Fencing {
+		tok = l.Token()
+	}
+	fmt.Printf("held %d %d\n", tok, began.UnixNano())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the suite is done with us
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	_ = l.Release(rctx)
+	return 0
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// holderProc is a running holder process.
+type holderProc struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	done  chan struct{} // closed once the process was reaped
+	token uint64
+	began time.Time // when it started to acquire: its lock is valid at least TTL - drift from then
+}
+
+func (e *env) needHolderProcesses() {
+	if e.h.URL == "" {
+		e.Skip("Harness.URL is empty: the suite cannot open the backend in a holder process")
+	}
+}
+
+// startHolder starts a holder process of key and returns once it holds the lock.
+// The process is killed at the end of the property.
+func (e *env) startHolder(key string, ttl time.Duration) *holderProc {
+	e.Helper()
+	spec, _ := json.Marshal(holderSpec{URL: e.h.URL, Key: key, TTL: ttl})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		e.Fatalf("holder process: %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		e.Fatalf("holder process: %v", err)
+	}
+	// The kernel kills the holder if the test binary dies first (it may be
+	// frozen, and could not notice). Pdeathsig follows the starting thread, so
+	// the starting goroutine keeps its thread until the holder has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &holderProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer close(p.done)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		e.Fatalf("starting a holder process: %v", err)
+	}
+	e.Cleanup(func() {
+		p.kill()
+	})
+
+	lines := make(chan string, 1)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	var line string
+	var ok bool
+	select {
+	case line, ok = <-lines:
+	case <-t.C:
+		e.Fatalf("the holder process did not acquire %q within 30s", key)
+	}
+	go func() { // drain the rest so the holder never blocks on a full pipe
+		for range lines {
+		}
+	}()
+	f := strings.Fields(line)
+	switch {
+	case !ok:
+		e.Fatalf("the holder process exited without holding: does TestMain call conformance.HolderMain() first?")
+	case len(f) == 3 && f[0] == "held":
+		tok, err1 := strconv.ParseUint(f[1], 10, 64)
+		ns, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			e.Fatalf("holder process: bad line %q", line)
+		}
+		p.token, p.began = tok, time.Unix(0, ns)
+	default:
+		e.Fatalf("holder process: %s", line)
+	}
+	return p
+}
+
+func (p *holderProc) signal(sig syscall.Signal) error {
+	return p.cmd.Process.Signal(sig)
+}
+
+// kill kills the holder (frozen or not) and waits until it was reaped.
+func (p *holderProc) kill() {
+	_ = p.signal(syscall.SIGKILL)
+	_ = p.stdin.Close()
+	<-p.done
+}
+
+// A holder process frozen (SIGSTOP) while it holds a lock, as a process in a
+// long pause: nobody else may get the lock before the holder's validity ran out
+// (it would still believe it holds it); after that, on expiring backends,
+// another client gets it. On session backends the server keeps the lock of a
+// frozen but connected process, until its session times out where there is such
+// a timeout (ZooKeeper).
+func testFrozenHolderProcessIsSupersededAfterValidity(e *env) {
+	e.needHolderProcesses()
+	h := e.startHolder(e.key, e.ttl)
+	if err := h.signal(syscall.SIGSTOP); err != nil {
+		e.Fatalf("freezing the holder process: %v", err)
+	}
+	frozen := time.Now()
+	validUntil := h.began.Add(e.ttl - driver.Drift(e.ttl)) // at least
+	b := e.client()
+	bound := e.ttl + e.h.SessionTimeout + lossSlack
+	ctx, cancel := e.boundedCtx(bound)
+	defer cancel()
+	l, err := b.Acquire(ctx, e.key)
+	got := time.Now()
+	switch {
+	case err == nil:
+		if got.Before(validUntil) {
+			e.Errorf("another client acquired %v before the frozen holder's validity ran out", validUntil.Sub(got))
+		}
+		if e.caps.Fencing && e.token(l) <= h.token {
+			e.Errorf("token %d after the frozen holder's %d: fencing tokens must strictly increase", e.token(l), h.token)
+		}
+		e.figure("frozen-holder-superseded-after", got.Sub(frozen))
+		e.release(l)
+	case ctx.Err() != nil && e.ctx.Err() == nil:
+		if e.caps.Expiring {
+			e.Errorf("no other client acquired within %v of freezing the holder of an expiring lock (TTL %v)", bound, e.ttl)
+		} else {
+			e.Logf("the backend keeps the lock of a frozen, connected holder beyond %v (session-bound)", bound)
+		}
+	default:
+		e.Fatalf("Acquire while the holder process is frozen: %v", err)
+	}
+}
+
+// A holder process killed while it holds a lock stops blocking others: at once
+// on session backends that see the connection drop (or after their session
+// timeout), after the TTL on expiring ones.
+func testKilledHolderProcessStopsBlockingOthers(e *env) {
+	e.needHolderProcesses()
+	h := e.startHolder(e.key, e.ttl)
+	h.kill()
+	killed := time.Now()
+	bound := e.h.SessionTimeout + lossSlack
+	if e.caps.Expiring {
+		bound += e.ttl
+	}
+	b := e.client()
+	ctx, cancel := e.boundedCtx(bound)
+	defer cancel()
+	l, err := b.Acquire(ctx, e.key)
+	if err != nil {
+		e.Fatalf("Acquire after the holder process was killed: %v (bound %v)", err, bound)
+	}
+	e.figure("killed-holder-superseded-after", time.Since(killed))
+	if e.caps.Fencing && e.token(l) <= h.token {
+		e.Errorf("token %d after the killed holder's %d: fencing tokens must strictly increase", e.token(l), h.token)
+	}
+	e.release(l)
+}

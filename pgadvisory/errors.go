@@ -1,0 +1,103 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/distlock/lock/driver"
+)
+
+// The driver makes one attempt and reports; the portable layer decides whether
+// to try again. What the driver tells it is whether a failure is transient:
+// such errors are marked with driver.ErrUnavailable, every other one is
+// permanent (authentication 28xxx, permission 42501, an unknown database or
+// setting, a fencing sequence that cannot be used, a standby, a transaction
+// pooler).
+
+// sessionLostError is how the driver learned that a lock session ended. The
+// server released the session's locks; for an acquire under way it means only
+// that this attempt failed, and a new session may succeed.
+type sessionLostError struct{ err error }
+
+func (e *sessionLostError) Error() string {
+	return "pgadvisory: lock session lost (the server releases its locks): " + e.err.Error()
+}
+
+func (e *sessionLostError) Unwrap() error { return e.err }
+
+// errSessionLost wraps the error by which the driver learned that a session ended.
+func errSessionLost(err error) error { return &sessionLostError{err} }
+
+// transientCode reports whether a SQLSTATE means the server could not serve the
+// request now, so that a later attempt (on a new session) may succeed.
+func transientCode(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"): // connection exception
+		return true
+	}
+	switch code {
+	case "57P01", // admin_shutdown: a fast shutdown, or pg_terminate_backend
+		"57P02", // crash_shutdown: another backend crashed, the server restarts
+		"57P03", // cannot_connect_now: starting up, shutting down, in recovery
+		"53300", // too_many_connections: others may disconnect
+		"57014", // query_canceled: a late cancel request of an ended wait
+		"40001", // serialization_failure
+		"40P01": // deadlock_detected
+		return true
+	}
+	return false
+}
+
+// transient reports whether err is a failure a later attempt may not meet: the
+// server was unreachable, went away, or was not ready.
+func transient(err error) bool {
+	var sl *sessionLostError
+	if errors.As(err, &sl) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The server answered: its code decides, whatever else is wrapped.
+		return transientCode(pgErr.Code)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.IsTimeout || dnsErr.IsTemporary // a host that does not exist is configuration
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || pgconn.Timeout(err) {
+		return true
+	}
+	var opErr *net.OpError // dial, read and write failures
+	return errors.As(err, &opErr)
+}
+
+// classify marks a transient err with driver.ErrUnavailable and returns every
+// other error as it is. Errors that already carry a verdict (a driver
+// sentinel) and the caller's own context ending are left alone.
+func classify(ctx context.Context, err error) error {
+	switch {
+	case err == nil,
+		errors.Is(err, driver.ErrUnavailable), errors.Is(err, driver.ErrLocked),
+		errors.Is(err, driver.ErrNotHeld), errors.Is(err, driver.ErrClosed),
+		errors.Is(err, driver.ErrUnsupported), errors.Is(err, driver.ErrInvalidURL),
+		errors.Is(err, context.Canceled),
+		ctx.Err() != nil && errors.Is(err, ctx.Err()),
+		!transient(err):
+		return err
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+}
