@@ -14,6 +14,8 @@ import (
 // A vote is what one acquire round learned from the servers.
 type vote struct {
 	yes      int       // servers where the lock is ours
+	yesBy    []bool    // by server, whether it is one of them
+	backs    uint64    // Driver.backs when the round was sent
 	start    time.Time // the latest moment from which every yes server keeps the lock for the TTL
 	answered int       // servers that answered at all
 	holders  []holder  // other owners seen, with how many servers each holds
@@ -47,9 +49,10 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 		args = append(args, d.inbox, millis(lease))
 	}
 	keys := []string{k.lock, k.waiters}
+	backs := d.backs.Load()
 	start := time.Now()
 	r := d.send(opAcquire, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
-	v := vote{start: start, errs: make([]error, len(d.servers))}
+	v := vote{start: start, errs: make([]error, len(d.servers)), yesBy: make([]bool, len(d.servers)), backs: backs}
 	for i := range v.errs {
 		v.errs[i] = errTimeout
 	}
@@ -94,6 +97,7 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 	v.answered++
 	if n, ok := rep.val.(int64); ok && n == acqTaken {
 		v.yes++
+		v.yesBy[rep.server] = true
 		return
 	}
 	vals, _ := rep.val.([]any)
@@ -106,6 +110,7 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 		// Ours already (a retry): it lives pttl from when the server read it,
 		// which was after start.
 		v.yes++
+		v.yesBy[rep.server] = true
 		if pttl, ok := vals[1].(int64); ok && pttl >= 0 {
 			if s := start.Add(redisproto.FromMillis(pttl) - req.TTL); s.Before(v.start) {
 				v.start = s
@@ -230,6 +235,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req *request) (driver.Grant, er
 	v := d.attempt(ctx, k, req, false, 0)
 	o := d.judge(v, req)
 	if o == won {
+		d.record(req, v)
 		return driver.Grant{Start: v.start}, nil
 	}
 	d.giveBack(k, req, v, o == late)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // Fan-out: every request of a Redlock round goes to all N servers at once. Each
@@ -24,6 +26,8 @@ const (
 	opRelease
 	opRefresh
 	opPing
+	opCheck // is the lock the owner's here? changes nothing
+	opInfo  // INFO server, for the server's run_id
 )
 
 func (o op) script() *redis.Script {
@@ -32,6 +36,8 @@ func (o op) script() *redis.Script {
 		return acquireScript
 	case opRelease:
 		return releaseScript
+	case opCheck:
+		return checkScript
 	default:
 		return refreshScript
 	}
@@ -60,6 +66,12 @@ type server struct {
 	client redis.UniversalClient
 	name   string // for errors: its address, never its password
 	jobs   chan job
+	dials  *redisproto.DialWatch
+	// Under Driver.mu: identify says that INFO reaches the one server
+	// process behind the client, so that its run_id tells a restart (see
+	// held.go), and seen is that run_id as last read.
+	identify bool
+	seen     seenID
 }
 
 const (
@@ -135,9 +147,12 @@ func (d *Driver) run(s *server, batch []job) {
 		j := live[0]
 		var v any
 		var err error
-		if j.op == opPing {
+		switch j.op {
+		case opPing:
 			v, err = s.client.Ping(ctx).Result()
-		} else {
+		case opInfo:
+			v, err = s.client.Info(ctx, "server").Result()
+		default:
 			v, err = j.op.script().Run(ctx, s.client, j.keys, j.args...).Result()
 		}
 		j.reply <- reply{server: s.idx, call: j.call, val: v, err: timeoutErr(err)}
@@ -146,9 +161,12 @@ func (d *Driver) run(s *server, batch []job) {
 	cmds := make([]redis.Cmder, len(live))
 	pipe := s.client.Pipeline()
 	for i, j := range live {
-		if j.op == opPing {
+		switch j.op {
+		case opPing:
 			cmds[i] = pipe.Ping(ctx)
-		} else {
+		case opInfo:
+			cmds[i] = pipe.Info(ctx, "server")
+		default:
 			cmds[i] = j.op.script().EvalSha(ctx, pipe, j.keys, j.args...)
 		}
 	}
@@ -174,6 +192,8 @@ func (d *Driver) run(s *server, batch []job) {
 		case *redis.Cmd:
 			v = c.Val()
 		case *redis.StatusCmd:
+			v = c.Val()
+		case *redis.StringCmd:
 			v = c.Val()
 		}
 		j.reply <- reply{server: s.idx, call: j.call, val: v, err: timeoutErr(err)}

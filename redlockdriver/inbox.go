@@ -12,9 +12,12 @@ import (
 // The inbox is the driver's pub/sub channel, subscribed once on each server
 // (one connection per server), on which release.lua announces the release of a
 // lock the driver registered as waiting for. The subscriptions start with the
-// first Acquire that has to wait, and each is read by one goroutine until
-// Close. Each time a subscription is confirmed (first, or after a reconnect)
-// every waiting head looks again, since an announcement may have been missed.
+// first Acquire that has to wait, or when the driver first holds a lock (they
+// are also how it sees a server crash), and each is read by one goroutine
+// until Close. Each time a subscription is confirmed (first, or after a
+// reconnect) every waiting head looks again, since an announcement may have
+// been missed, and the held locks are checked, since the server may have
+// restarted without them (see held.go).
 type subscription struct {
 	started bool
 	conns   []*redis.PubSub // by server; nil while dialling
@@ -32,8 +35,10 @@ const (
 	// inboxIdle is how long a reader waits for a message before it pings the
 	// server, and then for the answer before it gives the connection up.
 	inboxIdle = 15 * time.Second
-	// inboxBackoffMax caps the pause between attempts while a server is away.
-	inboxBackoffMax = time.Second
+	// inboxBackoffMax caps the pause between attempts while a server is away;
+	// with locks held, it is most of the delay between a server's return and
+	// the check that reports the locks a majority lost.
+	inboxBackoffMax = 100 * time.Millisecond
 )
 
 // subscribe starts the subscriptions the first time, and reports whether a
@@ -140,7 +145,7 @@ func (d *Driver) read(s *server, ps *redis.PubSub) {
 }
 
 // setUp records whether server i's subscription is confirmed; a confirmation
-// wakes every waiter to look again.
+// wakes every waiter to look again and checks the held locks.
 func (d *Driver) setUp(i int, up bool) {
 	d.mu.Lock()
 	if d.sub.up[i] != up {
@@ -151,9 +156,13 @@ func (d *Driver) setUp(i int, up bool) {
 			d.sub.nup--
 		}
 	}
+	if up {
+		d.backs.Add(1) // with up[i], so a check is known to be owed
+	}
 	d.mu.Unlock()
 	if up {
 		d.wakeAll()
+		d.checkSoon()
 	}
 }
 

@@ -33,10 +33,16 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	defer d.calls.Done()
 	type tally struct {
 		ok, not   int
+		okBy      []bool // by server, whether it extended the lock
 		firstErr  error
 		permanent bool // a server refused for a reason that will not pass
 	}
 	t := make([]tally, len(reqs))
+	okBy := make([][]bool, len(reqs))
+	for i := range t {
+		okBy[i] = make([]bool, len(d.servers))
+		t[i].okBy = okBy[i]
+	}
 	keys := make([][]string, len(reqs))
 	timeout := time.Duration(0)
 	for i, r := range reqs {
@@ -48,14 +54,24 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
 	}
+	wait := d.readmitting(reqs)
+	waiting := 0 // answers still wanted from those servers
+	for _, w := range wait {
+		if w {
+			waiting += len(reqs)
+		}
+	}
 	r := d.send(opRefresh, dl, len(reqs), func(c int) ([]string, []any) {
 		return keys[c], []any{reqs[c].Owner, millis(reqs[c].TTL)}
 	})
 	decided := 0
-	for decided < len(reqs) {
+	for decided < len(reqs) || waiting > 0 {
 		rep, ok := r.next()
 		if !ok {
 			break
+		}
+		if wait[rep.server] {
+			waiting--
 		}
 		x := &t[rep.call]
 		before := x.ok >= d.quorum || x.not > len(d.servers)-d.quorum
@@ -67,6 +83,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 			x.permanent = x.permanent || !isTransient(rep.err)
 		case n == 1:
 			x.ok++
+			x.okBy[rep.server] = true
 		default:
 			x.not++
 		}
@@ -93,10 +110,11 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 			}
 		}
 	}
+	d.extended(reqs, okBy, time.Now().Add(timeout))
 	// A lost lock may still hold a minority of servers: give them back, so it
 	// does not weigh on the next holder's majority.
 	for _, req := range lost {
-		d.forgetUndecided(req)
+		d.forget(req)
 		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
 	}
 	return errs

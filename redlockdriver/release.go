@@ -46,6 +46,9 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	d.mu.Lock()
 	t, retry := d.undecided[req]
 	delete(d.undecided, req)
+	// The servers' checks leave a lock being released alone: its own deletes
+	// would look like a loss, and its holder is letting it go anyway.
+	delete(d.held, req)
 	d.mu.Unlock()
 	if !retry {
 		t = d.newTally()
@@ -58,14 +61,6 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	d.undecided[req] = t
 	d.mu.Unlock()
 	return t.result(d)
-}
-
-// forgetUndecided drops what an undecided Release learned about a lock that
-// has ended otherwise (its refresh found it lost).
-func (d *Driver) forgetUndecided(req *request) {
-	d.mu.Lock()
-	delete(d.undecided, req)
-	d.mu.Unlock()
 }
 
 // Per-server outcomes of a release.

@@ -17,10 +17,13 @@ var (
 	releaseLua string
 	//go:embed refresh.lua
 	refreshLua string
+	//go:embed check.lua
+	checkLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
 	refreshScript = redis.NewScript(refreshLua)
+	checkScript   = redis.NewScript(checkLua)
 )
 
 // Results of acquire.lua.

@@ -121,6 +121,17 @@ func (d *Driver) check(ctx context.Context, names []string) error {
 	if answered < d.quorum {
 		return fmt.Errorf("%w: connect: %d of %d servers answered, %d needed: %s", ErrNoQuorum, answered, len(d.servers), d.quorum, strings.Join(why, "; "))
 	}
+	// Read each server's run_id, so that the first locks know which process
+	// granted them even on a server that answers late (see identities). A
+	// server that does not tell (an ACL without INFO) is checked by key alone.
+	up := make([]bool, len(d.servers))
+	for i, err := range errs {
+		up[i] = err == nil
+	}
+	d.identities(up, dl, ctx.Done())
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redlockdriver: connect: %w", context.Cause(ctx))
+	}
 	return nil
 }
 

@@ -166,6 +166,7 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		o := d.judge(v, req)
 		if o == won {
 			acquired = true
+			d.record(req, v)
 			return driver.Grant{Start: v.start}, nil
 		}
 		if o != held || v.yes > 0 {

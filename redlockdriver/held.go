@@ -1,0 +1,428 @@
+package redlockdriver
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Loss seen when a server comes back. A driver that holds a lock keeps its
+// inbox subscription on every server (see inbox.go), and a server that
+// crashes or restarts breaks it. Each time a subscription is confirmed again
+// the driver checks every lock it holds on every server: a server votes for a
+// lock while the key still holds the owner and the server is the process
+// (run_id) that granted or last extended the lock there. When more servers
+// than a majority can spare no longer vote, the lock is reported lost through
+// Request.Lost at once, and what is left of it is given back, rather than at
+// its next refresh.
+
+// ErrForgotten is what a lock reports (wrapped, with driver.ErrNotHeld and the
+// servers' reasons) when the driver found, as servers came back, that fewer
+// than a majority of them still hold it: they restarted without it (no
+// persistence), restarted at all (a new run_id; its data may be older than
+// the lock's last extension), or were replaced.
+var ErrForgotten = errors.New("redlockdriver: a majority of the servers forgot the lock (restarted or replaced)")
+
+// A heldLock is what the driver remembers of a lock it holds: by server, the
+// run_id of the process that granted or last extended it there ("" when not
+// known: the server did not say yes, is not a plain *redis.Client, or did not
+// tell its run_id in time).
+type heldLock struct {
+	ids []string
+}
+
+// A seenID is the run_id last read from a server, with the number of
+// connections the driver had dialled to it before the INFO that read it was
+// sent.
+type seenID struct {
+	id    string
+	dials uint64
+}
+
+// checkState coalesces the checks (under Driver.mu): one runs at a time, and
+// a server that comes back during a check makes another run after it.
+type checkState struct {
+	running bool
+	again   bool
+	through uint64 // Driver.backs when the last completed check started
+}
+
+// checkTimeout bounds a check of the held locks; a server that does not
+// answer within it leaves its vote unknown (the lock's refresh decides). It
+// also bounds how long Close waits for a check under way.
+const checkTimeout = time.Second
+
+// record remembers a lock just granted by the servers that voted yes in v,
+// with their run_ids, and makes sure the subscriptions run: they are how the
+// driver sees a server crash while it holds the lock. If a server came back
+// while the round was under way, the held locks are checked again, this one
+// included.
+func (d *Driver) record(req *request, v vote) {
+	// The run_ids, from the cache where it is trusted (the common case: one
+	// pass under the lock), else by asking the servers that said yes. A
+	// server that had not answered when the round ended (once a majority said
+	// yes) may have granted the lock since: it gets the cached run_id when
+	// that is trusted (an INFO now would keep the grant waiting for a server
+	// that may be frozen), and is checked by key alone otherwise.
+	ids := make([]string, len(d.servers))
+	ask := false
+	d.mu.Lock()
+	for i, s := range d.servers {
+		switch {
+		case !s.identify || !(v.yesBy[i] || errors.Is(v.errs[i], errTimeout)):
+		case d.trusted(s):
+			ids[i] = s.seen.id
+		case v.yesBy[i]:
+			ask = true
+		}
+	}
+	if !ask {
+		d.held[req] = &heldLock{ids: ids}
+	}
+	subscribed := d.sub.started
+	d.mu.Unlock()
+	if ask {
+		asked := d.identities(v.yesBy, time.Now().Add(d.timeoutFor(req.TTL)), d.ctx.Done())
+		for i, id := range asked {
+			if v.yesBy[i] {
+				ids[i] = id
+			}
+		}
+		d.mu.Lock()
+		d.held[req] = &heldLock{ids: ids}
+		d.mu.Unlock()
+	}
+	if !subscribed {
+		d.subscribe()
+	}
+	if d.backs.Load() != v.backs {
+		d.checkSoon()
+	}
+}
+
+// forget drops a lock that ended (released, found lost).
+func (d *Driver) forget(req *request) {
+	d.mu.Lock()
+	delete(d.held, req)
+	delete(d.undecided, req)
+	d.mu.Unlock()
+}
+
+// extended notes that servers have just extended locks (ok[c][i]: server i
+// extended reqs[c]): each is, from now on, the process that holds the lock
+// there. A lock extended again on a server that restarted with its key thus
+// counts there again.
+func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
+	asked := make([]bool, len(d.servers))
+	ask := false
+	d.mu.Lock()
+	for c, req := range reqs {
+		h := d.held[req]
+		if h == nil {
+			continue
+		}
+		for i, yes := range ok[c] {
+			switch s := d.servers[i]; {
+			case !yes:
+			case !s.identify:
+				h.ids[i] = ""
+			case d.trusted(s):
+				h.ids[i] = s.seen.id
+			default:
+				asked[i], ask = true, true
+			}
+		}
+	}
+	d.mu.Unlock()
+	if !ask {
+		return
+	}
+	ids := d.identities(asked, deadline, d.ctx.Done())
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c, req := range reqs {
+		if h := d.held[req]; h != nil {
+			for i, yes := range ok[c] {
+				if yes && asked[i] {
+					h.ids[i] = ids[i]
+				}
+			}
+		}
+	}
+}
+
+// readmitting returns, by server, whether a lock among reqs is held there by
+// a process that is no longer the server's (it restarted with the lock's key):
+// a refresh waits for such a server's answer, as extending the lock there
+// makes it vote again.
+func (d *Driver) readmitting(reqs []*request) []bool {
+	out := make([]bool, len(d.servers))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, req := range reqs {
+		h := d.held[req]
+		if h == nil {
+			continue
+		}
+		for i, s := range d.servers {
+			if h.ids[i] != "" && s.seen.id != "" && h.ids[i] != s.seen.id {
+				out[i] = true
+			}
+		}
+	}
+	return out
+}
+
+// identities returns the run_id of each server in which that has just
+// answered a request, "" where it cannot tell.
+//
+// Every request travels on a connection, and a connection talks to the one
+// server process that accepted it. When no connection to a server was dialled
+// since its cached run_id was read (its dial count is where it was before
+// that INFO was sent), the request travelled on a connection that was open
+// before that INFO, to the process that answered it: the cached run_id is the
+// right one, at no cost. Otherwise (a restart made the client dial again, or
+// its pool grew) the servers are asked now, in one round. Each server's
+// worker serves its jobs in order, so that INFO is answered after the
+// request ran, even one that had not been answered yet: it names the process
+// that ran the request or a later one, and a later one only makes the server
+// look restarted (no vote), never the reverse. Limit: a request answered just
+// before a restart, with a cached run_id read just after it on a connection
+// dialled before the restart (a concurrent check), can be attributed to the
+// new process; that process then still has the key (a restart that loses it
+// is seen by the key check), so only the "restarted" vote is missed.
+func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{}) []string {
+	ids := make([]string, len(d.servers))
+	ask := make([]bool, len(d.servers))
+	n := 0
+	d.mu.Lock()
+	for i, s := range d.servers {
+		switch {
+		case !in[i] || !s.identify:
+		case d.trusted(s):
+			ids[i] = s.seen.id
+		default:
+			ask[i] = true
+			n++
+		}
+	}
+	d.mu.Unlock()
+	if n == 0 {
+		return ids
+	}
+	dials := d.dialCounts()
+	r := d.sendTo(opInfo, deadline, func(i int) bool { return ask[i] }, nil, nil)
+	for {
+		rep, ok := r.nextUntil(done)
+		if !ok {
+			break
+		}
+		if id := d.sawInfo(rep, dials); id != "" {
+			ids[rep.server] = id
+		}
+	}
+	r.stop()
+	return ids
+}
+
+// trusted reports whether s's cached run_id is that of the process behind
+// every connection to it (none was dialled since it was read); d.mu is held.
+func (d *Driver) trusted(s *server) bool {
+	return s.seen.id != "" && s.seen.dials == s.dials.Dials()
+}
+
+// dialCounts reads every server's dial count, before INFO requests are queued.
+func (d *Driver) dialCounts() []uint64 {
+	out := make([]uint64, len(d.servers))
+	for i, s := range d.servers {
+		out[i] = s.dials.Dials()
+	}
+	return out
+}
+
+// sawInfo caches the run_id in an INFO reply, sent when the server's dial
+// count was dials[server], and returns it ("" if the reply has none).
+func (d *Driver) sawInfo(rep reply, dials []uint64) string {
+	if rep.err != nil && !isTransient(rep.err) {
+		// Refused for good (an ACL without INFO): the server's locks are
+		// checked by key alone, and INFO is not asked again.
+		d.mu.Lock()
+		d.servers[rep.server].identify = false
+		d.mu.Unlock()
+		return ""
+	}
+	info, _ := rep.val.(string)
+	if rep.err != nil || info == "" {
+		return ""
+	}
+	id := parseRunID(info)
+	if id != "" {
+		d.mu.Lock()
+		d.servers[rep.server].seen = seenID{id: id, dials: dials[rep.server]}
+		d.mu.Unlock()
+	}
+	return id
+}
+
+// parseRunID returns the run_id in the reply of INFO server, or "".
+func parseRunID(info string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// checkSoon starts a check of the held locks, or asks the one under way to
+// run again when it ends.
+func (d *Driver) checkSoon() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+	case d.checking.running:
+		d.checking.again = true
+	case len(d.held) == 0:
+		d.checking.through = d.backs.Load()
+	default:
+		d.checking.running = true
+		d.calls.Add(1) // Close waits for it, and ends its wait
+		go d.checks()
+	}
+}
+
+// checks runs checkHeld until no server came back during the last one.
+func (d *Driver) checks() {
+	defer d.calls.Done()
+	for {
+		d.checkHeld()
+		d.mu.Lock()
+		if !d.checking.again || d.closed {
+			d.checking.running, d.checking.again = false, false
+			d.mu.Unlock()
+			return
+		}
+		d.checking.again = false
+		d.mu.Unlock()
+	}
+}
+
+// checkHeld asks every server, for every held lock, whether the key still holds
+// the owner, and (after those, on the same worker) for its run_id; reports
+// through Request.Lost each lock that fewer than a majority still vote for;
+// and gives back what is left of those.
+func (d *Driver) checkHeld() {
+	d.mu.Lock()
+	backs := d.backs.Load()
+	reqs := make([]*request, 0, len(d.held))
+	ids := make([][]string, 0, len(d.held))
+	for r, h := range d.held {
+		reqs = append(reqs, r)
+		ids = append(ids, append([]string(nil), h.ids...))
+	}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.checking.through = backs
+		d.mu.Unlock()
+	}()
+	if len(reqs) == 0 {
+		return
+	}
+
+	// One job per lock and server, then one INFO per server.
+	n := len(reqs) * len(d.servers)
+	identify := make([]bool, len(d.servers))
+	d.mu.Lock()
+	for i, s := range d.servers {
+		if identify[i] = s.identify; identify[i] {
+			n++
+		}
+	}
+	d.mu.Unlock()
+	info := len(reqs) // the call index of the INFO jobs
+	r := &round{replies: make(chan reply, n), pending: n}
+	dials := d.dialCounts()
+	deadline := time.Now().Add(checkTimeout)
+	for _, s := range d.servers {
+		for c, req := range reqs {
+			d.enqueue(s, job{op: opCheck, keys: []string{d.keys(req.Key).lock}, args: []any{req.Owner},
+				deadline: deadline, call: c, reply: r.replies})
+		}
+		if identify[s.idx] {
+			d.enqueue(s, job{op: opInfo, deadline: deadline, call: info, reply: r.replies})
+		}
+	}
+	r.timer = time.NewTimer(time.Until(deadline))
+	const (
+		unknown int8 = iota
+		holds
+		gone
+	)
+	state := make([][]int8, len(reqs))
+	for c := range state {
+		state[c] = make([]int8, len(d.servers))
+	}
+	now := make([]string, len(d.servers)) // run_ids read now
+	for {
+		rep, ok := r.nextUntil(d.ctx.Done())
+		if !ok {
+			break
+		}
+		switch {
+		case rep.call == info:
+			now[rep.server] = d.sawInfo(rep, dials)
+		case rep.err != nil:
+		case rep.val == int64(1):
+			state[rep.call][rep.server] = holds
+		default:
+			state[rep.call][rep.server] = gone
+		}
+	}
+	r.stop()
+	if d.ctx.Err() != nil {
+		return // Close ends the locks
+	}
+
+	for c, req := range reqs {
+		var why []string
+		for i := range d.servers {
+			switch {
+			case state[c][i] == gone:
+				why = append(why, fmt.Sprintf("server %d (%s): not held", i+1, d.servers[i].name))
+			case state[c][i] == holds && ids[c][i] != "" && now[i] != "" && ids[c][i] != now[i]:
+				why = append(why, fmt.Sprintf("server %d (%s): restarted (run_id changed)", i+1, d.servers[i].name))
+			}
+		}
+		if len(why) <= len(d.servers)-d.quorum {
+			continue
+		}
+		d.mu.Lock()
+		_, held := d.held[req]
+		delete(d.held, req)
+		delete(d.undecided, req)
+		d.mu.Unlock()
+		if !held {
+			continue // released meanwhile
+		}
+		if req.Lost != nil {
+			req.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, ErrForgotten, strings.Join(why, "; ")))
+		}
+		// What is left of it on a minority would weigh on the next holder's
+		// majority: give it back, and tell the waiters.
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
+	}
+}
+
+// identifiable reports whether INFO on c reaches the one server that holds
+// the locks (a Cluster's INFO goes to any node, and a Ring is refused).
+func identifiable(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.Client)
+	return ok
+}
