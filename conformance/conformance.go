@@ -18,7 +18,7 @@
 // # Faults
 //
 // The fault properties need optional hooks of the Harness and are skipped, naming
-// the hook, without them: a silent partition of one client (a Toxiproxy-based TCP
+// the hook, without them: a silent partition of one client (a TCP
 // proxy in front of Servers, reached through NewDriverThrough), a frozen server
 // (Freeze, Thaw), restarts with and without the locks (RestartBackend,
 // RestartLosingLocks), and holder processes that are frozen or killed (URL, with

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/lock/internal/faultproxy"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -75,25 +76,33 @@ func freezeDistlock(t *testing.T, ttl time.Duration) func(a *proc) {
 }
 
 // partitioned is the loss on an expiring backend: A reaches the servers through
-// proxies that then hold all traffic, while the servers run on and free A's lock
+// proxies that then drop all traffic, while the servers run on and free A's lock
 // TTL after the last refresh they saw. urlA is built by forURL from the proxies'
 // addresses.
 func partitioned(t *testing.T, servers []string, forURL func(addrs []string) string) (urlA string, lose func(*proc), heal func()) {
-	var proxies []*partitionProxy
+	var proxies []*faultproxy.Proxy
 	var addrs []string
 	for _, s := range servers {
-		p := startProxy(t, s)
+		p, err := faultproxy.Start(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
 		proxies = append(proxies, p)
 		addrs = append(addrs, p.Addr())
 	}
 	lose = func(*proc) {
 		for _, p := range proxies {
-			p.Partition()
+			if err := p.Blackhole(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	heal = func() {
 		for _, p := range proxies {
-			p.Heal()
+			if err := p.Heal(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	return forURL(addrs), lose, heal
