@@ -94,7 +94,8 @@ func testInvalidKeysAreRejected(e *env) {
 			e.Errorf("Do(%s key) = %v, want ErrInvalidKey", name, err)
 		}
 	}
-	if _, err := a.Acquire(nil, e.key); !errors.Is(err, lock.ErrInvalidArgument) { //nolint:staticcheck
+	//lint:ignore SA1012 the property is that a nil context is refused
+	if _, err := a.Acquire(nil, e.key); !errors.Is(err, lock.ErrInvalidArgument) {
 		e.Errorf("Acquire(nil ctx) = %v, want ErrInvalidArgument", err)
 	}
 	if err := a.Do(e.ctx, e.key, nil); !errors.Is(err, lock.ErrInvalidArgument) {
@@ -102,10 +103,12 @@ func testInvalidKeysAreRejected(e *env) {
 	}
 	// Nothing changed: the Locker still works and the key is free.
 	l := e.acquire(a, e.key)
-	if err := l.Release(nil); !errors.Is(err, lock.ErrInvalidArgument) { //nolint:staticcheck
+	//lint:ignore SA1012 the property is that a nil context is refused
+	if err := l.Release(nil); !errors.Is(err, lock.ErrInvalidArgument) {
 		e.Errorf("Release(nil ctx) = %v, want ErrInvalidArgument", err)
 	}
-	if err := l.Refresh(nil); !errors.Is(err, lock.ErrInvalidArgument) { //nolint:staticcheck
+	//lint:ignore SA1012 the property is that a nil context is refused
+	if err := l.Refresh(nil); !errors.Is(err, lock.ErrInvalidArgument) {
 		e.Errorf("Refresh(nil ctx) = %v, want ErrInvalidArgument", err)
 	}
 	e.requireLocked(b, e.key, "a Release with a nil context must not release")

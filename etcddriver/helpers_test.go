@@ -3,7 +3,6 @@ package etcddriver_test
 import (
 	"context"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -70,16 +69,6 @@ func sever(ctx context.Context, c *clientv3.Client, d driver.Driver) error {
 		}
 	}
 	return nil
-}
-
-// sharedEtcd is the server the package's tests share, or a private one when no
-// URL is given, so that the conformance suite can restart it.
-func sharedEtcd(t testing.TB) (url string, restart func(context.Context) error) {
-	if os.Getenv("DISTLOCK_TEST_ETCD_URL") != "" {
-		return testserver.Etcd(t), nil
-	}
-	s := testserver.StartEtcd(t)
-	return s.URL(), func(context.Context) error { return s.Restart(true) }
 }
 
 func waitClosed(t testing.TB, ch <-chan struct{}, bound time.Duration, what string) {

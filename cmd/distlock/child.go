@@ -103,18 +103,6 @@ func (r *runner) terminate(cmd *exec.Cmd, wasLost *bool) <-chan time.Time {
 	return time.After(r.grace)
 }
 
-// lostBeforeStart ends a run whose lock could not be confirmed before the
-// command started.
-func (r *runner) lostBeforeStart(l *lock.Lock, err error) int {
-	r.release(l)
-	if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
-		r.errorf("lost the lock %q on %s before %s started", r.cfg.key, r.locker, r.cfg.argv[0])
-		return exitLost
-	}
-	r.errorf("could not confirm the lock %q before %s started: %v", r.cfg.key, r.cfg.argv[0], err)
-	return exitUnavailable
-}
-
 // exitStatus is the status a shell would report for the command: its exit code,
 // or 128 plus the signal that killed it.
 func exitStatus(ps *os.ProcessState) int {
