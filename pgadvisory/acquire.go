@@ -29,23 +29,36 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	return g, classify(ctx, err)
 }
 
+// try makes one attempt at id on a connection shared with other locks. The
+// statement runs in a goroutine of the driver's (see runFor): when ctx ends
+// first, try returns ctx's error at once, and a lock granted after that is
+// given back.
 func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
 	for {
 		c, err := d.connForTry(ctx, id, req.Shared)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		g, again, err := d.tryOn(ctx, c, req, st, id)
-		d.letGo(c)
-		if !again {
-			return g, err
+		r, err, _ := runFor(d, ctx, settleWait, func(hand *handoff[tried]) (tried, error) {
+			defer d.letGo(c)
+			g, again, err := d.tryOn(ctx, hand, c, req, st, id)
+			return tried{g, again}, err
+		})
+		if !r.again {
+			return r.g, err
 		}
 	}
 }
 
+// tried is the outcome of tryOn.
+type tried struct {
+	g     driver.Grant
+	again bool
+}
+
 // tryOn tries to take id on c. again reports that c turned out unusable for id
 // and another connection should be picked.
-func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
+func (d *Driver) tryOn(ctx context.Context, hand *handoff[tried], c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
 	c.mu.Lock()
 	defer c.unlock()
 	d.mu.Lock()
@@ -75,6 +88,10 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 		return driver.Grant{}, false, cause
 	case tok.v == 0:
 		return driver.Grant{}, false, driver.ErrLocked
+	case !hand.deliver():
+		// The caller stopped waiting and will never know of this lock.
+		d.giveBack(c, id, req.Shared)
+		return driver.Grant{}, false, ctx.Err()
 	}
 	g, err = d.register(c, req, id, uint64(tok.v), start)
 	return g, false, err
@@ -93,16 +110,23 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // not sent
 	}
-	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
-	ok, uerr := c.exec(uctx, unlockFor(shared), id)
-	cancel()
-	if uerr != nil || ok.null {
-		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
-	}
+	d.giveBack(c, id, shared)
 	if fenceGone(err) {
 		return d.errFenceGone(err)
 	}
 	return fmt.Errorf("pgadvisory: lock statement: %w", err)
+}
+
+// giveBack unlocks id on c (c.mu held), which c held for no one before the
+// statement that may have taken it, so the unlock cannot drop anyone else's
+// lock. If that fails, c is given up: its session may hold a lock nobody knows.
+func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	ok, uerr := c.exec(uctx, unlockFor(shared), id)
+	cancel()
+	if uerr != nil || ok.null {
+		d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+	}
 }
 
 // Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
@@ -110,7 +134,9 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 // by the server, in arrival order, within a round trip of the release. When ctx
 // ends the wait is cancelled with a cancel request and the connection cleared
 // before Acquire returns ctx.Err(): a lock granted as the wait ended is not left
-// behind. When no connection may wait (max_lock_conns-1 already do), it makes
+// behind; against a server that does not answer the cancel, Acquire returns
+// when ctx ends and the driver ends the wait in the background. When no
+// connection may wait (max_lock_conns-1 already do), it makes
 // one attempt without a queue place and returns driver.ErrLocked if the key is
 // held: the portable layer tries again after its backoff.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
@@ -190,9 +216,21 @@ func (d *Driver) markContended(id int64) {
 }
 
 // wait takes id on w, a connection picked to wait on, blocking in the server's
-// lock queue.
+// lock queue. The wait runs in a goroutine of the driver's (see runFor): when
+// ctx ends, wait returns at once, and the wait is cancelled (and w cleared)
+// without the caller.
 func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
-	defer d.letGo(w)
+	g, err, gaveUp := runFor(d, ctx, settleWait, func(hand *handoff[driver.Grant]) (driver.Grant, error) {
+		defer d.letGo(w)
+		return d.waitOn(ctx, hand, w, req, st, id)
+	})
+	if gaveUp {
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
+	return g, err
+}
+
+func (d *Driver) waitOn(ctx context.Context, hand *handoff[driver.Grant], w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
 	w.mu.Lock()
 	defer w.unlock()
 	if err := w.usable(); err != nil {
@@ -210,13 +248,16 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
 	if err == nil && !tok.null && !ended {
-		// The server granted the lock at most about one round trip before the
-		// answer arrived; the validity of the lock counts from then.
-		granted := received.Add(-w.rtt)
-		if granted.Before(start) {
-			granted = start
+		if hand.deliver() {
+			// The server granted the lock at most about one round trip before
+			// the answer arrived; the validity of the lock counts from then.
+			granted := received.Add(-w.rtt)
+			if granted.Before(start) {
+				granted = start
+			}
+			return d.register(w, req, id, uint64(tok.v), granted)
 		}
-		return d.register(w, req, id, uint64(tok.v), granted)
+		ended = true // the caller stopped waiting: give the lock back below
 	}
 	if err == nil && tok.null {
 		cause := d.pooled(w, 0)

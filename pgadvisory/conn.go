@@ -62,6 +62,7 @@ const (
 	// before the session is given up as unresponsive. Statements on lock
 	// sessions are never cancelled on the server (that could end a statement
 	// of another lock), so an answer that does not come means a dead peer.
+	// The caller does not wait for it: it has returned (see runFor).
 	stmtGrace = time.Second
 	// cancelWait is how long a cancelled wait may take to return after a cancel
 	// request was delivered before the request is sent again; after
@@ -177,7 +178,7 @@ func (c *lockConn) usable() error {
 // statement and the session. The returned function must be called when the
 // statement completed, with whether it succeeded.
 func (c *lockConn) watch(ctx context.Context) func(ok bool) {
-	return c.watchWithin(ctx, stmtGrace)
+	return c.watchWithin(ctx, c.d.grace)
 }
 
 // watchWithin is watch with the given grace.
@@ -361,7 +362,8 @@ func (c *lockConn) broken(err error) bool {
 // ping confirms that c's session is alive and the same. A caller that arrives
 // while a ping is queued but not yet sent joins it, so refreshes of many locks on
 // one connection share a round trip without trusting an answer older than their
-// own call.
+// own call. The ping runs in a goroutine of the driver's (see runFor): a caller
+// whose context ends returns at once, and the ping goes on without it.
 func (c *lockConn) ping(ctx context.Context) error {
 	c.pingMu.Lock()
 	p := c.nextPing
@@ -371,22 +373,42 @@ func (c *lockConn) ping(ctx context.Context) error {
 		c.nextPing = p
 	}
 	c.pingMu.Unlock()
-	if !leader {
-		select {
-		case <-p.done:
+	if leader {
+		send := func() {
+			c.mu.Lock()
+			c.pingMu.Lock()
+			c.nextPing = nil
+			c.pingMu.Unlock()
+			p.err = c.pingLocked(ctx)
+			c.unlock()
+			close(p.done)
+		}
+		if ctx.Done() == nil {
+			send()
 			return p.err
-		case <-ctx.Done():
-			return ctx.Err()
+		}
+		if !c.d.goJob(send) {
+			c.pingMu.Lock()
+			if c.nextPing == p {
+				c.nextPing = nil
+			}
+			c.pingMu.Unlock()
+			p.err = errClosed
+			close(p.done)
+			return p.err
 		}
 	}
-	c.mu.Lock()
-	c.pingMu.Lock()
-	c.nextPing = nil
-	c.pingMu.Unlock()
-	p.err = c.pingLocked(ctx)
-	c.unlock()
-	close(p.done)
-	return p.err
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return errNoAnswer("ping", ctx.Err())
+	}
 }
 
 func (c *lockConn) pingLocked(ctx context.Context) error {
