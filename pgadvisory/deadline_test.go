@@ -304,15 +304,23 @@ func TestEveryCallReturnsWhenItsContextEndsAgainstAFrozenServer(t *testing.T) {
 		late time.Duration // past the context's deadline
 	}
 	results := make([]chan result, len(calls))
-	for i, c := range calls {
+	start := func(i int) {
 		results[i] = make(chan result, 1)
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, limit)
 			defer cancel()
 			dl, _ := cctx.Deadline()
-			err := c.call(cctx)
+			err := calls[i].call(cctx)
 			results[i] <- result{err, time.Since(dl)}
 		}()
+	}
+	// The wait first, so that it has the idle connection to itself (a try
+	// could take it otherwise); the others then queue on the one that holds
+	// the locks.
+	start(len(calls) - 1)
+	eventually(t, 5*time.Second, "the wait in flight", func() bool { return pgadvisory.BusyConnsForTest(d) == 1 })
+	for i := range calls[:len(calls)-1] {
+		start(i)
 	}
 	for i, c := range calls {
 		select {

@@ -4,15 +4,15 @@ package pgadvisory
 //
 // A statement on a lock session cannot be cancelled on the server without
 // risk to the session's other locks (a cancel request ends whatever the
-// session runs when it arrives), and a goroutine blocked reading the answer
-// cannot leave without closing the connection, which ends the session. So
-// the work of a call that needs a session (waiting for the session, the
-// statement, and what the answer means for the driver's books) runs in a
-// goroutine of the driver's, and the caller waits for its outcome or for its
-// context, whichever comes first. Work whose caller left finishes on its own:
-// the server answers, or the session is cut stmtGrace after the context ended
-// (see lockConn.watch) and its locks are reported lost; Close ends it without
-// the server and waits for it, so that none outlives the Driver.
+// session runs when it arrives), and closing the connection ends the session.
+// So a statement whose caller's context ends before its answer goes on without
+// the caller: reading the answer, and what it means for the driver's books,
+// move to a goroutine of the driver's (roundTrip in flight.go, which reads in
+// the caller's goroutine until then; runFor, for the query modes pgx runs,
+// from the start), and the caller returns. Work whose caller left finishes on
+// its own: the server answers, or the session is cut stmtGrace after the
+// context ended and its locks are reported lost; Close ends it without the
+// server and waits for it, so that none outlives the Driver.
 //
 // Work whose outcome would give its caller something to undo (a lock) asks the
 // handoff, before committing to it, whether the caller will receive it, and
@@ -59,8 +59,9 @@ const settleWait = 50 * time.Millisecond
 // runFor runs work for a caller whose context is ctx and returns its outcome,
 // or, if ctx ends first and the work does not finish within linger after that,
 // ctx's error with gaveUp set while the work goes on in the background. A
-// context that cannot end runs the work in the caller's goroutine. After Close
-// has begun nothing is started: errClosed.
+// context that cannot end runs the work in the caller's goroutine, and so does
+// a caller that comes after Close has begun (Close cuts every socket, so the
+// work cannot wait on the server).
 func runFor[T any](d *Driver, ctx context.Context, linger time.Duration, work func(*handoff[T]) (T, error)) (v T, err error, gaveUp bool) {
 	h := &handoff[T]{}
 	if ctx.Done() == nil {
@@ -73,8 +74,18 @@ func runFor[T any](d *Driver, ctx context.Context, linger time.Duration, work fu
 		h.val, h.err = work(h)
 		close(h.done)
 	}) {
-		return v, errClosed, false
+		// Close has begun and cuts every socket: the work ends at once.
+		h.state.Store(handDelivered)
+		v, err = work(h)
+		return v, err, false
 	}
+	return h.await(ctx, linger)
+}
+
+// await waits for the outcome of work running in the background for a caller
+// whose context is ctx: if ctx ends first, it waits linger more, then gives
+// up (gaveUp) unless the outcome was already claimed for the caller.
+func (h *handoff[T]) await(ctx context.Context, linger time.Duration) (v T, err error, gaveUp bool) {
 	select {
 	case <-h.done:
 		return h.val, h.err, false
@@ -115,6 +126,13 @@ func (d *Driver) goJob(f func()) bool {
 		f()
 	}()
 	return true
+}
+
+// errBusy is the error of a Refresh or Release whose context ended while the
+// session was busy with another statement: nothing was sent.
+func errBusy(what string, ctxErr error) error {
+	return fmt.Errorf("%w: pgadvisory: %s not sent: the lock's session was busy with another statement until the context ended: %w",
+		driver.ErrUnavailable, what, ctxErr)
 }
 
 // errNoAnswer is the error of a Refresh or Release whose context ended before

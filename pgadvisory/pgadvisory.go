@@ -187,10 +187,12 @@
 // Every call returns when its context ends, whatever the server does: Refresh
 // and Release at once (within a millisecond or two against a frozen server on
 // the development machine), TryAcquire and Acquire after giving the server at
-// most 50 ms more to settle what they started. A statement on a lock session
-// cannot be cancelled on the server (the cancel could end a statement of
-// another lock on the same session), so one still unanswered when its caller
-// returns goes on in the background, owned by the driver. If it is answered,
+// most 50 ms more to settle what they started. A call that finds its session
+// busy with another lock's statement waits for it only while its context
+// lasts, and sends nothing if it ends. A statement on a lock session cannot be
+// cancelled on the server (the cancel could end a statement of another lock
+// on the same session), so one still unanswered when its caller returns goes
+// on in the background, owned by the driver. If it is answered,
 // its outcome goes into the driver's books (a lock granted to an acquire that
 // has returned is given back at once; a wait is cancelled and its session
 // cleared); if it is not answered a second after its context ended, its

@@ -53,66 +53,87 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		}
 		p := &pendingRelease{done: make(chan struct{})}
 		h.release = p
-		c := h.c
-		c.users++
+		h.c.users++
 		d.mu.Unlock()
-		_, err, gaveUp := runFor(d, ctx, 0, func(hand *handoff[struct{}]) (struct{}, error) {
-			defer d.letGo(c)
-			return struct{}{}, d.unlock(ctx, hand, h, p)
-		})
-		if gaveUp {
-			return errNoAnswer("unlock", err)
-		}
-		return err
+		return d.unlock(ctx, h, p)
 	}
 }
 
 // unlock sends the unlock of h and enters its outcome in the books: h is
 // forgotten if the lock is gone (freed, or lost with its session), or kept
-// held if the unlock failed on a live session. If the caller has stopped
-// waiting, a lock that is gone stays in byOwner, marked gone, to tell a later
-// Release.
-func (d *Driver) unlock(ctx context.Context, hand *handoff[struct{}], h *holding, p *pendingRelease) (out error) {
+// held if the unlock was not sent or failed on a live session. If the caller
+// has stopped waiting, a lock that is gone stays in byOwner, marked gone, to
+// tell a later Release.
+func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) error {
 	c := h.c
-	gone := true
-	defer func() {
-		d.mu.Lock()
-		delivered := hand.deliver()
-		h.release = nil
-		if gone {
-			if !delivered && !d.closed && d.byOwner[h.k] == h {
-				d.unbookLocked(h)
-				h.gone, h.outcome = true, out
-			} else {
-				d.forgetLocked(h)
-			}
-			d.broadcastLocked()
-		}
-		d.mu.Unlock()
+	done := func() {
+		c.unlock()
+		d.letGo(c)
 		close(p.done)
-	}()
-	c.mu.Lock()
-	defer c.unlock()
-	if !d.holds(h) {
+	}
+	if err := c.mu.LockContext(ctx); err != nil {
+		d.mu.Lock()
+		h.release = nil
+		d.mu.Unlock()
+		d.letGo(c)
+		close(p.done)
+		return errBusy("unlock", err)
+	}
+	if !d.holds(h) || c.dead.Load() {
+		d.settle(nil, h, true, nil)
+		done()
 		return fmt.Errorf("%w: its session was lost", driver.ErrNotHeld)
 	}
-	ok, err := c.exec(ctx, unlockFor(h.shared), h.id)
-	switch {
-	case c.broken(err):
-		cause := errSessionLost(err)
-		d.kill(c, cause)
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
-	case err != nil:
-		gone = false // the lock stays held
-		return classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err))
-	case ok.null:
-		cause := d.pooled(c, 0)
-		d.kill(c, cause)
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
-	case ok.v == 0:
-		return fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
+	if err := ctx.Err(); err != nil {
+		d.settle(nil, h, false, nil)
+		done()
+		return err
 	}
-	return nil
+	_, err, gaveUp := roundTrip(d, ctx, 0, c, unlockFor(h.shared), h.id, nil,
+		func(hand *handoff[struct{}], ok result, err error) (struct{}, error) {
+			gone := true
+			var out error
+			switch {
+			case c.broken(err):
+				cause := errSessionLost(err)
+				d.kill(c, cause)
+				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case err != nil:
+				gone = false // the lock stays held
+				out = classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err))
+			case ok.null:
+				cause := d.pooled(c, 0)
+				d.kill(c, cause)
+				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case ok.v == 0:
+				out = fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
+			}
+			d.settle(hand, h, gone, out)
+			return struct{}{}, out
+		}, done)
+	if gaveUp {
+		return errNoAnswer("unlock", err)
+	}
+	return err
+}
+
+// settle enters the outcome of an unlock of h in the books (see unlock); hand
+// is nil when the caller is there to hear it.
+func (d *Driver) settle(hand *handoff[struct{}], h *holding, gone bool, out error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delivered := hand == nil || hand.deliver()
+	h.release = nil
+	if !gone {
+		return
+	}
+	if !delivered && !d.closed && d.byOwner[h.k] == h {
+		d.unbookLocked(h)
+		h.gone, h.outcome = true, out
+	} else {
+		d.forgetLocked(h)
+	}
+	d.broadcastLocked()
 }
 
 // holds reports whether h is still a held lock.
