@@ -29,6 +29,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	return g, classify(ctx, err)
 }
 
+// try makes one attempt at id on a connection shared with other locks. When
+// ctx ends before the answer, try returns ctx's error soon after (settleWait at
+// most), and a lock granted after that is given back (see roundTrip).
 func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
 	for {
 		c, err := d.connForTry(ctx, id, req.Shared)
@@ -36,47 +39,64 @@ func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatement
 			return driver.Grant{}, err
 		}
 		g, again, err := d.tryOn(ctx, c, req, st, id)
-		d.letGo(c)
 		if !again {
 			return g, err
 		}
 	}
 }
 
-// tryOn tries to take id on c. again reports that c turned out unusable for id
-// and another connection should be picked.
+// tryOn tries to take id on c, and lets go of c. again reports that c turned
+// out unusable for id and another connection should be picked.
 func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
-	c.mu.Lock()
-	defer c.unlock()
+	if err := c.mu.LockContext(ctx); err != nil {
+		d.letGo(c)
+		return driver.Grant{}, false, err
+	}
+	done := func() {
+		c.unlock()
+		d.letGo(c)
+	}
 	d.mu.Lock()
-	if c.dead.Load() {
+	if c.dead.Load() || c.conn == nil {
 		d.mu.Unlock()
+		done()
 		return driver.Grant{}, true, nil
 	}
 	if h := c.locks[id]; h != nil {
 		// Taken on c by another owner since c was picked. The session would
 		// grant it again (session locks count), so never ask it.
 		d.mu.Unlock()
+		done()
 		if !h.shared || !req.Shared {
 			return driver.Grant{}, false, errHeldHere
 		}
 		return driver.Grant{}, true, nil
 	}
 	d.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		done()
+		return driver.Grant{}, false, err
+	}
 
 	start := time.Now()
-	tok, err := c.exec(ctx, st.tryFor(req.Shared), id)
-	switch {
-	case err != nil:
-		return driver.Grant{}, false, d.failed(ctx, c, id, req.Shared, err)
-	case tok.null:
-		cause := d.pooled(c, 0)
-		d.kill(c, cause)
-		return driver.Grant{}, false, cause
-	case tok.v == 0:
-		return driver.Grant{}, false, driver.ErrLocked
-	}
-	g, err = d.register(c, req, id, uint64(tok.v), start)
+	g, err, _ = roundTrip(d, ctx, settleWait, c, st.tryFor(req.Shared), id, nil,
+		func(hand *handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
+			switch {
+			case err != nil:
+				return driver.Grant{}, d.failed(ctx, c, id, req.Shared, err)
+			case tok.null:
+				cause := d.pooled(c, 0)
+				d.kill(c, cause)
+				return driver.Grant{}, cause
+			case tok.v == 0:
+				return driver.Grant{}, driver.ErrLocked
+			case !hand.deliver():
+				// The caller stopped waiting and will never know of this lock.
+				d.giveBack(c, id, req.Shared)
+				return driver.Grant{}, ctx.Err()
+			}
+			return d.register(c, req, id, uint64(tok.v), start)
+		}, done)
 	return g, false, err
 }
 
@@ -93,16 +113,23 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // not sent
 	}
-	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
-	ok, uerr := c.exec(uctx, unlockFor(shared), id)
-	cancel()
-	if uerr != nil || ok.null {
-		d.kill(c, errSessionLost(fmt.Errorf("undoing a failed lock statement: %v", uerr)))
-	}
+	d.giveBack(c, id, shared)
 	if fenceGone(err) {
 		return d.errFenceGone(err)
 	}
 	return fmt.Errorf("pgadvisory: lock statement: %w", err)
+}
+
+// giveBack unlocks id on c (c.mu held), which c held for no one before the
+// statement that may have taken it, so the unlock cannot drop anyone else's
+// lock. If that fails, c is given up: its session may hold a lock nobody knows.
+func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	ok, uerr := c.exec(uctx, unlockFor(shared), id)
+	cancel()
+	if uerr != nil || ok.null {
+		d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+	}
 }
 
 // Acquire blocks until req.Owner holds req.Key. It waits in PostgreSQL's own lock
@@ -110,7 +137,9 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 // by the server, in arrival order, within a round trip of the release. When ctx
 // ends the wait is cancelled with a cancel request and the connection cleared
 // before Acquire returns ctx.Err(): a lock granted as the wait ended is not left
-// behind. When no connection may wait (max_lock_conns-1 already do), it makes
+// behind; against a server that does not answer the cancel, Acquire returns
+// when ctx ends and the driver ends the wait in the background. When no
+// connection may wait (max_lock_conns-1 already do), it makes
 // one attempt without a queue place and returns driver.ErrLocked if the key is
 // held: the portable layer tries again after its backoff.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
@@ -190,33 +219,56 @@ func (d *Driver) markContended(id int64) {
 }
 
 // wait takes id on w, a connection picked to wait on, blocking in the server's
-// lock queue.
+// lock queue. When ctx ends the wait is cancelled on the server and w cleared;
+// if the server has not done so settleWait later, wait returns and the driver
+// finishes in the background (see roundTrip).
 func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
-	defer d.letGo(w)
-	w.mu.Lock()
-	defer w.unlock()
+	if err := w.mu.LockContext(ctx); err != nil {
+		d.letGo(w)
+		return driver.Grant{}, d.waitEnded(ctx)
+	}
+	done := func() {
+		w.unlock()
+		d.letGo(w)
+	}
 	if err := w.usable(); err != nil {
+		done()
 		return driver.Grant{}, err
 	}
 	if ctx.Err() != nil {
+		done()
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
 	start := time.Now()
-	// waitRow itself sends nothing once Close has begun.
-	tok, err := w.waitRow(ctx, d.closing, st.waitFor(req.Shared), id)
-	if err == errNotSent {
+	a := &waitAbort{c: w, returned: make(chan struct{})}
+	g, err, gaveUp := roundTrip(d, ctx, settleWait, w, st.waitFor(req.Shared), id, a,
+		func(hand *handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
+			if err == errNotSent {
+				return driver.Grant{}, d.waitEnded(ctx)
+			}
+			return d.waited(ctx, hand, w, req, id, start, tok, err)
+		}, done)
+	if gaveUp {
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
+	return g, err
+}
+
+// waited acts on the answer to a wait on w (w.mu held).
+func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error) (driver.Grant, error) {
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
 	if err == nil && !tok.null && !ended {
-		// The server granted the lock at most about one round trip before the
-		// answer arrived; the validity of the lock counts from then.
-		granted := received.Add(-w.rtt)
-		if granted.Before(start) {
-			granted = start
+		if hand.deliver() {
+			// The server granted the lock at most about one round trip before
+			// the answer arrived; the validity of the lock counts from then.
+			granted := received.Add(-w.rtt)
+			if granted.Before(start) {
+				granted = start
+			}
+			return d.register(w, req, id, uint64(tok.v), granted)
 		}
-		return d.register(w, req, id, uint64(tok.v), granted)
+		ended = true // the caller stopped waiting: give the lock back below
 	}
 	if err == nil && tok.null {
 		cause := d.pooled(w, 0)
@@ -252,14 +304,10 @@ func (d *Driver) waitEnded(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// errNotSent is waitRow's error when Close came first.
-var errNotSent = errors.New("pgadvisory: wait not sent: the driver is closing")
-
-// waitRow runs a blocking lock statement on c (c.mu held) and returns its value
-// (NULL for the wrong session). When ctx ends, or Close begins, it ends the
-// statement early (see waitAbort).
-func (c *lockConn) waitRow(ctx, closing context.Context, s *stmt, id int64) (result, error) {
-	a := &waitAbort{c: c, returned: make(chan struct{})}
+// waitRow runs a blocking lock statement on c (c.mu held) in a query mode the
+// connection string chose, and returns its value (NULL for the wrong session).
+// When ctx ends, or Close begins, a ends the statement early.
+func (c *lockConn) waitRow(ctx, closing context.Context, a *waitAbort, s *stmt, id int64) (result, error) {
 	// Close aborts the waits it finds here after it marked closing, and
 	// closing is checked after a is stored: either Close finds a or a sees
 	// that Close began.
@@ -268,8 +316,6 @@ func (c *lockConn) waitRow(ctx, closing context.Context, s *stmt, id int64) (res
 	if closing.Err() != nil {
 		return result{}, errNotSent
 	}
-	// One registration, creating no context: the caller's context is new for
-	// each call and would make its children map for a derived one.
 	stop := context.AfterFunc(ctx, a.abort)
 	r, err := c.run(s, id)
 	close(a.returned)
@@ -288,6 +334,7 @@ func (c *lockConn) waitRow(ctx, closing context.Context, s *stmt, id int64) (res
 // socket. Its first call does that; later ones wait for the first to finish.
 type waitAbort struct {
 	c        *lockConn
+	f        *flight // the statement's flight, if it has one; set before the abort can run
 	once     sync.Once
 	returned chan struct{} // closed when the statement returned
 	cut      bool          // the socket was cut
@@ -320,8 +367,13 @@ func (a *waitAbort) cancel() {
 		case <-t.C:
 		}
 	}
+	// The session does not answer: give it up.
 	a.cut = true
-	_ = a.c.net.SetDeadline(time.Unix(1, 0)) // the session does not answer: give it up
+	if a.f != nil {
+		a.f.cutNow() // and the read is not resumed
+	} else {
+		_ = a.c.net.SetDeadline(time.Unix(1, 0))
+	}
 }
 
 // clear releases every advisory lock of a waiting session (c.mu held), retrying

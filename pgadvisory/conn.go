@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -20,10 +19,10 @@ import (
 // waits for one lock in PostgreSQL's queue, holding nothing else.
 type lockConn struct {
 	d    *Driver
-	mu   sync.Mutex // held for every statement: one at a time on a session
-	conn *pgx.Conn  // guarded by mu; nil once closed
-	net  net.Conn   // conn's socket, for cutting it from another goroutine
-	pid  int32      // pg_backend_pid() at setup; every lock statement checks it
+	mu   connMutex // held for every statement: one at a time on a session
+	conn *pgx.Conn // guarded by mu; nil once closed
+	net  net.Conn  // conn's socket, for cutting it from another goroutine
+	pid  int32     // pg_backend_pid() at setup; every lock statement checks it
 	rtt  time.Duration
 	dead atomic.Bool // the session is gone or untrusted; set with d.mu held
 
@@ -62,6 +61,7 @@ const (
 	// before the session is given up as unresponsive. Statements on lock
 	// sessions are never cancelled on the server (that could end a statement
 	// of another lock), so an answer that does not come means a dead peer.
+	// The caller does not wait for it: it has returned (see runFor).
 	stmtGrace = time.Second
 	// cancelWait is how long a cancelled wait may take to return after a cancel
 	// request was delivered before the request is sent again; after
@@ -84,7 +84,7 @@ func (d *Driver) dial(ctx context.Context) (*lockConn, error) {
 	if err != nil {
 		return nil, withCtxErr(ctx, fmt.Errorf("pgadvisory: connect: %w", err))
 	}
-	c := &lockConn{d: d, conn: conn, net: conn.PgConn().Conn(), cleaned: conn.PgConn().CleanupDone(), locks: map[int64]*holding{}}
+	c := &lockConn{d: d, mu: newConnMutex(), conn: conn, net: conn.PgConn().Conn(), cleaned: conn.PgConn().CleanupDone(), locks: map[int64]*holding{}}
 	sctx, cancel := context.WithTimeout(ctx, d.connectTimeout())
 	err = c.setup(sctx)
 	cancel()
@@ -177,7 +177,7 @@ func (c *lockConn) usable() error {
 // statement and the session. The returned function must be called when the
 // statement completed, with whether it succeeded.
 func (c *lockConn) watch(ctx context.Context) func(ok bool) {
-	return c.watchWithin(ctx, stmtGrace)
+	return c.watchWithin(ctx, c.d.grace)
 }
 
 // watchWithin is watch with the given grace.
@@ -261,57 +261,18 @@ var binaryFormat = []int16{1, 1, 1}
 
 // run sends s with the lock id id (unused by statements without parameters)
 // and reads its value; c.mu is held. The statement is prepared on the session
-// the first time, then costs a Bind and an Execute with its arguments in
-// binary, without pgx's type mapping. A session that already has the
-// statement before it was prepared, or no longer has it after, is not the one
-// the connection was set up on (a transaction pooler is in between): that
-// reads as NULL, nothing done.
+// the first time (in the same exchange), then costs a Bind and an Execute with
+// its arguments in binary, without pgx's type mapping (see conclude).
 func (c *lockConn) run(s *stmt, id int64) (result, error) {
 	if !c.prepare {
 		return c.runUnprepared(s, id)
 	}
-	pg := c.conn.PgConn()
-	if c.prepared&s.bit == 0 {
-		if _, err := pg.Prepare(context.Background(), s.name, s.sql, s.oids); err != nil {
-			if pgCode(err) == "42P05" { // duplicate_prepared_statement
-				return result{null: true}, nil
-			}
-			return result{}, err
-		}
-		c.prepared |= s.bit
+	a := &answer{}
+	err := c.send(s, id, a)
+	if err == nil {
+		err = c.receive(a)
 	}
-	n := len(s.oids)
-	binary.BigEndian.PutUint64(c.idArg[:], uint64(id))
-	if n == 3 {
-		binary.BigEndian.PutUint32(c.fenceArg[:], c.d.fence)
-	}
-	rr := pg.ExecPrepared(context.Background(), s.name, c.params[:n], binaryFormat[:n], binaryFormat[:1])
-	var r result
-	rows := 0
-	var err error
-	for rr.NextRow() {
-		rows++
-		r, err = decode(rr.FieldDescriptions()[0].DataTypeOID, rr.Values()[0])
-	}
-	if _, cerr := rr.Close(); cerr != nil {
-		if pgCode(cerr) == "26000" { // invalid_sql_statement_name
-			return result{null: true}, nil
-		}
-		return result{}, cerr
-	}
-	if err == nil && rows != 1 {
-		err = fmt.Errorf("pgadvisory: %s returned %d rows", s.name, rows)
-	}
-	return r, err
-}
-
-// pgCode is the SQLSTATE of a server error, or "".
-func pgCode(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
+	return c.conclude(s, a, err)
 }
 
 // decode reads a binary value of type oid.
@@ -361,39 +322,82 @@ func (c *lockConn) broken(err error) bool {
 // ping confirms that c's session is alive and the same. A caller that arrives
 // while a ping is queued but not yet sent joins it, so refreshes of many locks on
 // one connection share a round trip without trusting an answer older than their
-// own call.
+// own call. A caller whose context ends returns at once; a ping already sent goes
+// on without it (see roundTrip).
 func (c *lockConn) ping(ctx context.Context) error {
-	c.pingMu.Lock()
-	p := c.nextPing
-	leader := p == nil
-	if leader {
-		p = &pingCall{done: make(chan struct{})}
-		c.nextPing = p
-	}
-	c.pingMu.Unlock()
-	if !leader {
+	for {
+		c.pingMu.Lock()
+		p := c.nextPing
+		leader := p == nil
+		if leader {
+			p = &pingCall{done: make(chan struct{})}
+			c.nextPing = p
+		}
+		c.pingMu.Unlock()
+		if leader {
+			return c.lead(ctx, p)
+		}
 		select {
 		case <-p.done:
+			if p.err == errPingNotSent {
+				continue // its leader left before the session was free: lead the next
+			}
 			return p.err
 		case <-ctx.Done():
-			return ctx.Err()
+			return errNoAnswer("ping", ctx.Err())
 		}
 	}
-	c.mu.Lock()
+}
+
+// errPingNotSent tells the callers that joined a ping that its leader left
+// before it could send it.
+var errPingNotSent = errors.New("pgadvisory: ping not sent")
+
+// lead sends the ping p, which later callers may have joined.
+func (c *lockConn) lead(ctx context.Context, p *pingCall) error {
+	if err := c.mu.LockContext(ctx); err != nil {
+		c.pingMu.Lock()
+		if c.nextPing == p {
+			c.nextPing = nil
+		}
+		c.pingMu.Unlock()
+		p.err = errPingNotSent
+		close(p.done)
+		return errBusy("ping", err)
+	}
 	c.pingMu.Lock()
 	c.nextPing = nil
 	c.pingMu.Unlock()
-	p.err = c.pingLocked(ctx)
-	c.unlock()
-	close(p.done)
-	return p.err
+	if c.dead.Load() || c.conn == nil {
+		p.err = errSessionLost(errors.New("connection given up"))
+		c.unlock()
+		close(p.done)
+		return p.err
+	}
+	if err := ctx.Err(); err != nil {
+		p.err = err
+		c.unlock()
+		close(p.done)
+		return err
+	}
+	_, err, gaveUp := roundTrip(c.d, ctx, 0, c, pingStmt, 0, nil,
+		func(_ *handoff[struct{}], r result, err error) (struct{}, error) {
+			p.err = c.pinged(r, err)
+			return struct{}{}, p.err
+		},
+		func() {
+			c.unlock()
+			close(p.done)
+		})
+	if gaveUp {
+		return errNoAnswer("ping", err)
+	}
+	return err
 }
 
-func (c *lockConn) pingLocked(ctx context.Context) error {
-	if c.dead.Load() {
-		return errSessionLost(errors.New("connection given up"))
-	}
-	r, err := c.exec(ctx, pingStmt, 0)
+// pinged judges the answer to a ping (c.mu held), giving up a session that is
+// gone or not the one the connection was set up on.
+func (c *lockConn) pinged(r result, err error) error {
 	pid := int32(r.v)
 	switch {
 	case c.broken(err):

@@ -1,6 +1,9 @@
 package pgadvisory
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetLockIDForTest replaces how d maps keys to lock ids, so a test can force two
 // keys onto one id (a collision SHA-256 will not give it).
@@ -50,3 +53,17 @@ func BusyConnsForTest(d *Driver) int {
 // ContendedForTest reports whether d found the key held a moment ago (and so
 // waits for it without a try first).
 func ContendedForTest(d *Driver, key string) bool { return d.contended(d.lockID(key)) }
+
+// SetStatementGraceForTest sets how long a statement on a lock session may go
+// unanswered after its caller's context ended before the session is given up,
+// so that a test can thaw a frozen server before that happens. Call it before
+// d takes its first lock.
+func SetStatementGraceForTest(d *Driver, grace time.Duration) { d.grace = grace }
+
+// HoldingsForTest returns how many entries d's books keep by owner: held
+// locks, and unlocks whose outcome a later Release or Refresh is to learn.
+func HoldingsForTest(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.byOwner)
+}

@@ -17,8 +17,14 @@ func (d *Driver) statements(ctx context.Context) (*lockStatements, error) {
 	if s := d.stmts.Load(); s != nil {
 		return s, nil
 	}
-	d.fenceMu.Lock()
-	defer d.fenceMu.Unlock()
+	// One caller resolves it; the others wait for that within their own
+	// contexts, not the resolver's.
+	select {
+	case d.fenceSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-d.fenceSem }()
 	if s := d.stmts.Load(); s != nil {
 		return s, nil
 	}

@@ -112,7 +112,9 @@
 // one that holds nothing, which then holds the lock. A cancelled wait is ended
 // with the server's cancel request, and the connection is cleared
 // (pg_advisory_unlock_all) before Acquire returns, so a lock granted just as the
-// wait was cancelled is not left behind. At most max_lock_conns-1 connections
+// wait was cancelled is not left behind (a server that does not do this within
+// 50 ms is left to do it in the background: see Errors and deadlines). At most
+// max_lock_conns-1 connections
 // wait at once; further waiters (and a holder that needs one more lock while
 // all are taken) make one attempt without a queue place and, finding the key
 // held, are answered lock.ErrLocked, which the portable layer's Acquire tries
@@ -180,12 +182,30 @@
 // Open connects (dial, TLS, authentication, session setup) within its context,
 // so a wrong password fails there, redacted; each attempt to open a session is
 // also bounded by connect_timeout (default 10s, where pgx would wait about two
-// minutes for a server whose SYNs are dropped). A lock statement runs past its
-// context by at most a second before its session is given up (cancelling it on
-// the server could end a statement of another lock on the same session). Close
-// never waits on a server that does not answer: it cancels waits on the server,
-// gives that at most half a second, then closes every socket the driver opened
-// (200 ms with a frozen server on the development machine).
+// minutes for a server whose SYNs are dropped).
+//
+// Every call returns when its context ends, whatever the server does: Refresh
+// and Release at once (within a millisecond or two against a frozen server on
+// the development machine), TryAcquire and Acquire after giving the server at
+// most 50 ms more to settle what they started. A call that finds its session
+// busy with another lock's statement waits for it only while its context
+// lasts, and sends nothing if it ends. A statement on a lock session cannot be
+// cancelled on the server (the cancel could end a statement of another lock
+// on the same session), so one still unanswered when its caller returns goes
+// on in the background, owned by the driver. If it is answered,
+// its outcome goes into the driver's books (a lock granted to an acquire that
+// has returned is given back at once; a wait is cancelled and its session
+// cleared); if it is not answered a second after its context ended, its
+// session is given up and every lock on it reported lost. A Release that
+// returned that way (its error matches lock.ErrUnavailable and the context's
+// error) leaves the lock held in the books until the unlock is answered; a
+// later Release of the lock waits for that answer and reports it, nil if the
+// lock was freed, without sending a second unlock (which could free the same
+// lock, taken since by another owner on that session). Close never waits on a
+// server that does not answer: it cancels waits on the server, gives that at
+// most half a second, then closes every socket the driver opened, which ends
+// the statements left in flight (200 ms with a frozen server on the
+// development machine).
 //
 // # Fencing
 //
@@ -274,13 +294,15 @@ type Driver struct {
 	tag      string             // application_name of the lock sessions
 	settings [2][]string        // session settings of lock sessions: names, values
 	lockID   func(string) int64 // LockID under the prefix; a test hook may replace it
+	grace    time.Duration      // stmtGrace; a test hook may lengthen it
 
-	stmts   atomic.Pointer[lockStatements] // set once the fencing sequence is resolved
-	fenceMu sync.Mutex
-	fence   uint32 // the sequence's OID
+	stmts    atomic.Pointer[lockStatements] // set once the fencing sequence is resolved
+	fenceSem chan struct{}                  // held (one token) while the sequence is resolved
+	fence    uint32                         // the sequence's OID
 
 	closing context.Context // cancelled by Close, to end waits
 	stop    context.CancelFunc
+	jobs    sync.WaitGroup // work in flight in the driver's goroutines (see runFor)
 
 	mu       sync.Mutex
 	closed   bool
@@ -310,7 +332,20 @@ type holding struct {
 	token  uint64
 	start  time.Time
 	lost   func(error)
+
+	// Guarded by d.mu.
+	release *pendingRelease // an unlock in flight, or nil
+	// gone marks an entry kept in byOwner only to report to a later Release
+	// the outcome of an unlock whose caller gave up waiting (outcome: nil if
+	// it freed the lock). It is no longer in c.locks or ids; the next Release
+	// or Refresh of the lock removes it.
+	gone    bool
+	outcome error
 }
+
+// pendingRelease is an unlock in flight; done is closed once its outcome is in
+// the books.
+type pendingRelease struct{ done chan struct{} }
 
 var (
 	_ driver.Driver         = (*Driver)(nil)
@@ -344,6 +379,8 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		settings: sessionSettings(params),
 		byOwner:  map[ownerKey]*holding{},
 		ids:      map[int64]idUse{},
+		grace:    stmtGrace,
+		fenceSem: make(chan struct{}, 1),
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
@@ -434,7 +471,7 @@ func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
 	if d.pooler != nil {
 		return driver.Grant{}, false, d.pooler
 	}
-	if h := d.byOwner[ownerKey{req.Key, req.Owner}]; h != nil {
+	if h := d.byOwner[ownerKey{req.Key, req.Owner}]; h != nil && !h.gone {
 		return driver.Grant{Token: h.token, Start: h.start}, true, nil
 	}
 	return driver.Grant{}, false, nil
@@ -474,14 +511,23 @@ func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint
 	return driver.Grant{Token: token, Start: start}, nil
 }
 
-// forgetLocked drops h from the bookkeeping; d.mu is held.
+// forgetLocked drops h from the bookkeeping; d.mu is held. Forgetting h twice
+// is harmless.
 func (d *Driver) forgetLocked(h *holding) {
-	if h.c.locks[h.id] == h {
-		delete(h.c.locks, h.id)
-	}
 	if d.byOwner[h.k] == h {
 		delete(d.byOwner, h.k)
 	}
+	d.unbookLocked(h)
+}
+
+// unbookLocked drops h from its connection's locks and from the ids held, but
+// not from byOwner; d.mu is held. A lock is counted in ids exactly while it is
+// in its connection's locks.
+func (d *Driver) unbookLocked(h *holding) {
+	if h.c.locks[h.id] != h {
+		return // already dropped, or its connection given up
+	}
+	delete(h.c.locks, h.id)
 	u := d.ids[h.id]
 	u.n--
 	if !h.shared {
@@ -601,6 +647,9 @@ func (d *Driver) Close() error {
 		}
 	}
 	cancel()
+	// Work whose callers stopped waiting (see runFor) ends at once now that
+	// every socket is closed.
+	d.jobs.Wait()
 	if watch != nil {
 		watch.close()
 	}

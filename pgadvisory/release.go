@@ -13,56 +13,134 @@ import (
 // the session ended (the server released the lock with it), or if the server says
 // the session did not hold it (the unlock's false result). It never touches
 // another owner's lock.
+//
+// When ctx ends before the server answers, Release returns at once with an
+// error matching driver.ErrUnavailable and ctx's error, and the unlock goes on
+// in the background; the lock stays in the books until its answer comes. A
+// later Release of the lock waits for that answer and reports it (nil if the
+// lock was freed) rather than sending a second unlock, which could free the
+// same lock taken since by another owner on the same session.
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	k := ownerKey{req.Key, req.Owner}
-	d.mu.Lock()
-	if d.closed {
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return errClosed
+		}
+		h := d.byOwner[k]
+		if h == nil {
+			d.mu.Unlock()
+			return driver.ErrNotHeld
+		}
+		if h.gone {
+			delete(d.byOwner, k)
+			d.mu.Unlock()
+			return h.outcome
+		}
+		if p := h.release; p != nil {
+			// An earlier Release stopped waiting for its unlock: this one
+			// waits for the same answer, and goes by the books after it.
+			d.mu.Unlock()
+			select {
+			case <-p.done:
+				continue
+			case <-ctx.Done():
+				return errNoAnswer("unlock", ctx.Err())
+			case <-d.closing.Done():
+				return errClosed
+			}
+		}
+		p := &pendingRelease{done: make(chan struct{})}
+		h.release = p
+		h.c.users++
 		d.mu.Unlock()
-		return errClosed
+		return d.unlock(ctx, h, p)
 	}
-	h := d.byOwner[k]
-	if h == nil {
-		d.mu.Unlock()
-		return driver.ErrNotHeld
-	}
-	c := h.c
-	c.users++
-	d.mu.Unlock()
-	defer d.letGo(c)
+}
 
-	c.mu.Lock()
-	defer c.unlock()
-	if !d.holds(h) {
+// unlock sends the unlock of h and enters its outcome in the books: h is
+// forgotten if the lock is gone (freed, or lost with its session), or kept
+// held if the unlock was not sent or failed on a live session. If the caller
+// has stopped waiting, a lock that is gone stays in byOwner, marked gone, to
+// tell a later Release.
+func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) error {
+	c := h.c
+	done := func() {
+		c.unlock()
+		d.letGo(c)
+		close(p.done)
+	}
+	if err := c.mu.LockContext(ctx); err != nil {
+		d.mu.Lock()
+		h.release = nil
+		d.mu.Unlock()
+		d.letGo(c)
+		close(p.done)
+		return errBusy("unlock", err)
+	}
+	if !d.holds(h) || c.dead.Load() {
+		d.settle(nil, h, true, nil)
+		done()
 		return fmt.Errorf("%w: its session was lost", driver.ErrNotHeld)
 	}
-	ok, err := c.exec(ctx, unlockFor(h.shared), h.id)
-	switch {
-	case c.broken(err):
-		cause := errSessionLost(err)
-		d.kill(c, cause)
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
-	case err != nil:
-		return classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err)) // the lock stays held
-	case ok.null:
-		cause := d.pooled(c, 0)
-		d.kill(c, cause)
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+	if err := ctx.Err(); err != nil {
+		d.settle(nil, h, false, nil)
+		done()
+		return err
 	}
+	_, err, gaveUp := roundTrip(d, ctx, 0, c, unlockFor(h.shared), h.id, nil,
+		func(hand *handoff[struct{}], ok result, err error) (struct{}, error) {
+			gone := true
+			var out error
+			switch {
+			case c.broken(err):
+				cause := errSessionLost(err)
+				d.kill(c, cause)
+				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case err != nil:
+				gone = false // the lock stays held
+				out = classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err))
+			case ok.null:
+				cause := d.pooled(c, 0)
+				d.kill(c, cause)
+				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case ok.v == 0:
+				out = fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
+			}
+			d.settle(hand, h, gone, out)
+			return struct{}{}, out
+		}, done)
+	if gaveUp {
+		return errNoAnswer("unlock", err)
+	}
+	return err
+}
+
+// settle enters the outcome of an unlock of h in the books (see unlock); hand
+// is nil when the caller is there to hear it.
+func (d *Driver) settle(hand *handoff[struct{}], h *holding, gone bool, out error) {
 	d.mu.Lock()
-	d.forgetLocked(h)
-	d.broadcastLocked()
-	d.mu.Unlock()
-	if ok.v == 0 {
-		return fmt.Errorf("%w: pg_advisory_unlock returned false: the session did not hold the lock", driver.ErrNotHeld)
+	defer d.mu.Unlock()
+	delivered := hand == nil || hand.deliver()
+	h.release = nil
+	if !gone {
+		return
 	}
-	return nil
+	if !delivered && !d.closed && d.byOwner[h.k] == h {
+		d.unbookLocked(h)
+		h.gone, h.outcome = true, out
+	} else {
+		d.forgetLocked(h)
+	}
+	d.broadcastLocked()
 }
 
 // holds reports whether h is still a held lock.
 func (d *Driver) holds(h *holding) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return !d.closed && d.byOwner[h.k] == h
+	return !d.closed && d.byOwner[h.k] == h && !h.gone
 }
 
 // Refresh confirms that req.Owner still holds req.Key: the session holding it
@@ -88,12 +166,26 @@ func (d *Driver) lookup(req *driver.Request) (*holding, error) {
 	if h == nil {
 		return nil, driver.ErrNotHeld
 	}
+	if h.gone {
+		// Released by an unlock whose caller stopped waiting: the portable
+		// layer ends the lock on this answer and asks no more about it.
+		delete(d.byOwner, h.k)
+		return nil, fmt.Errorf("%w: released by an earlier Release that completed after its caller stopped waiting", driver.ErrNotHeld)
+	}
 	return h, nil
 }
 
 // confirm turns the outcome of a ping of h's session into h's refresh result.
 func (d *Driver) confirm(h *holding, pingErr error) error {
-	if d.holds(h) {
+	d.mu.Lock()
+	held := !d.closed && d.byOwner[h.k] == h && !h.gone
+	if h.gone && d.byOwner[h.k] == h {
+		// Freed by an unlock that completed during the ping: the portable
+		// layer ends the lock on this answer and asks no more about it.
+		delete(d.byOwner, h.k)
+	}
+	d.mu.Unlock()
+	if held {
 		return pingErr // nil, or a failure that left the session in place
 	}
 	if pingErr == nil {
