@@ -8,6 +8,7 @@ import (
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/etcddriver"
+	"github.com/distlock/lock/internal/faultharness"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -25,7 +26,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	open, _ := driver.Lookup(etcddriver.Scheme)
-	conformance.Run(t, withFaults(conformance.Harness{
+	conformance.Run(t, faultharness.With(conformance.Harness{
+		RestartLosesTokens: true, // the server comes back wiped
 		// Each client is a Driver opened from the URL, with its own etcd client and
 		// leases, as a separate process would have; closing it closes the client.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {

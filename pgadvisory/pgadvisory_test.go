@@ -10,6 +10,7 @@ import (
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/faultharness"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/pgadvisory"
 )
@@ -18,7 +19,7 @@ func TestConformance(t *testing.T) {
 	// A private server, because one property restarts it.
 	srv := testserver.StartPostgres(t)
 	dsn := srv.URL()
-	conformance.Run(t, withFaults(conformance.Harness{
+	conformance.Run(t, faultharness.With(conformance.Harness{
 		// Each client is a Driver with its own pool and sessions, as a separate
 		// process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },

@@ -6,6 +6,7 @@ import (
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/faultharness"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin := adminClient(t, srv.URL())
-	conformance.Run(t, withFaults(conformance.Harness{
+	conformance.Run(t, faultharness.With(conformance.Harness{
 		// Each client is a driver with its own connections, as a separate
 		// process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, srv.URL()) },

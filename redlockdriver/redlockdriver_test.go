@@ -7,6 +7,7 @@ import (
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/faultharness"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -16,7 +17,7 @@ func TestConformance(t *testing.T) {
 	servers := testserver.RedisServers(t, 5)
 	admin := admins(t, servers)
 	u := redlockURL(servers)
-	conformance.Run(t, withFaults(conformance.Harness{
+	conformance.Run(t, faultharness.With(conformance.Harness{
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {
 			d, err := openURL(ctx, u)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/faultharness"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/zkdriver"
 )
@@ -23,7 +24,8 @@ func TestConformance(t *testing.T) {
 	srv := testserver.StartZooKeeper(t)
 	const sessionTimeout = 4 * time.Second
 	url := srv.URL() + "?session_timeout=" + sessionTimeout.String()
-	conformance.Run(t, withFaults(conformance.Harness{
+	conformance.Run(t, faultharness.With(conformance.Harness{
+		RestartLosesTokens: true, // the server comes back wiped
 		// Each client is a Driver of its own: its own connection and session,
 		// as a separate process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openDriver(ctx, url) },

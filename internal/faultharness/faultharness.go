@@ -1,4 +1,7 @@
-package redlockdriver
+// Package faultharness gives a driver's conformance harness the fault hooks over
+// servers that internal/testserver started: every networked driver's test wires
+// them the same way.
+package faultharness
 
 import (
 	"context"
@@ -11,11 +14,11 @@ import (
 	"github.com/distlock/lock/internal/testserver"
 )
 
-// withFaults gives the suite's fault properties their hooks over private
-// servers: rawURL names them by their addresses, open opens a client from a URL.
-// Freeze stops every process of every server (SIGSTOP); restartLosingLocks
-// restarts them so that they come back without the locks they held.
-func withFaults(h conformance.Harness, servers []*testserver.Server, rawURL string,
+// With gives the suite's fault properties their hooks over private servers:
+// rawURL names them by their addresses, open opens a client from a URL. Freeze
+// stops every process of every server (SIGSTOP); restartLosingLocks restarts them
+// so that they come back without the locks they held.
+func With(h conformance.Harness, servers []*testserver.Server, rawURL string,
 	open func(ctx context.Context, rawURL string) (driver.Driver, error),
 	restartLosingLocks func(context.Context) error, sessionTimeout time.Duration) conformance.Harness {
 	h.URL = rawURL
