@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"syscall"
+
+	"github.com/distlock/lock/driver"
 )
 
 // The one place that decides whether a backend error is worth retrying. Drivers
@@ -19,24 +17,9 @@ import (
 // isTransient reports whether err is a backend failure that a later attempt may
 // not meet: the backend was unreachable or busy, and the outcome is unknown.
 func isTransient(err error) bool {
-	if errors.Is(err, ErrUnavailable) {
-		return true
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	// A driver's own per-request deadline (not the caller's, which the callers
-	// check before asking).
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	// A driver's own per-request deadline counts too (not the caller's, which
+	// the callers check before asking).
+	return errors.Is(err, ErrUnavailable) || driver.Unreachable(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // classify makes a driver's error match one of the package's sentinels: an

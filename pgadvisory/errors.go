@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -68,21 +64,8 @@ func transient(err error) bool {
 		// The server answered: its code decides, whatever else is wrapped.
 		return transientCode(pgErr.Code)
 	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return dnsErr.IsTimeout || dnsErr.IsTemporary // a host that does not exist is configuration
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || pgconn.Timeout(err) {
-		return true
-	}
-	var opErr *net.OpError // dial, read and write failures
-	return errors.As(err, &opErr)
+	return driver.Unreachable(err) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)
 }
 
 // classify marks a transient err with driver.ErrUnavailable and returns every

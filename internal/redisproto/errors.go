@@ -3,11 +3,7 @@ package redisproto
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,13 +38,7 @@ func IsTransient(err error) bool {
 		}
 		return false
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	return driver.Unreachable(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
 // Classify marks a transient failure (IsTransient) with driver.ErrUnavailable,
