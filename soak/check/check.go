@@ -5,6 +5,7 @@ package check
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"time"
@@ -20,6 +21,10 @@ const (
 	Release Kind = "release"
 	Lost    Kind = "lost"
 	Write   Kind = "write"
+	// Refresh: a refresh that succeeded; its ValidUntil extends the hold's.
+	Refresh Kind = "refresh"
+	// Forget: the backend lost every lock (restarted without its data).
+	Forget Kind = "forget"
 )
 
 // Op is one recorded operation. Times are nanoseconds on one clock shared by
@@ -37,6 +42,11 @@ type Op struct {
 	// Write: the value read and whether the resource accepted the write.
 	Read     int64 `json:"read,omitempty"`
 	Accepted bool  `json:"accepted,omitempty"`
+	// Acquire: a lower bound of the end of the validity the holder was
+	// given (its call + TTL - drift, the grant starting no earlier than the
+	// call), or 0 when refreshes may extend it. A holder frozen past it and
+	// releasing late did not hold the lock all that time.
+	ValidUntil int64 `json:"valid_until,omitempty"`
 }
 
 // Violation is one broken property, with the operations that show it.
@@ -210,36 +220,77 @@ func stale(h []Op) []Violation {
 	return vs
 }
 
-// overlaps: a holder certainly holds from its acquire's return to the call
-// that ends the hold (release invoked or loss reported). Two such intervals on
-// one key must not intersect.
+// overlaps: a holder certainly holds the lock from each confirmation it got
+// (its acquire's or a refresh's return) to the earliest of: the call that
+// ends the hold (release invoked or loss reported), the validity that
+// confirmation gave (ValidUntil), and the first Forget that may have hit it (a
+// backend restarted without its locks: holders' locks are gone, and only
+// fencing protects the resource until they learn it). Two holders' segments
+// on one key must not intersect.
 func overlaps(h []Op) []Violation {
-	type iv struct{ start, end Op }
 	type hk struct{ client, hold int }
+	type seg struct {
+		hold       hk
+		from, to   int64
+		start, end Op
+	}
+	var forgets []Op
 	starts := map[hk]Op{}
+	confirms := map[hk][]Op{}
+	ends := map[hk]Op{}
 	for _, o := range h {
-		if o.Kind == Acquire {
-			starts[hk{o.Client, o.Hold}] = o
+		k := hk{o.Client, o.Hold}
+		switch o.Kind {
+		case Forget:
+			forgets = append(forgets, o)
+		case Acquire:
+			starts[k] = o
+			confirms[k] = append(confirms[k], o)
+		case Refresh:
+			confirms[k] = append(confirms[k], o)
+		case Release, Lost:
+			if e, ok := ends[k]; !ok || o.Call < e.Call {
+				ends[k] = o
+			}
 		}
 	}
-	ivs := map[string][]iv{}
-	for _, o := range h {
-		if o.Kind != Release && o.Kind != Lost {
-			continue
+	segs := map[string][]seg{}
+	for k, s := range starts {
+		e, ended := ends[k]
+		for _, c := range confirms[k] {
+			to := int64(math.MaxInt64)
+			if ended {
+				to = e.Call
+			}
+			if c.ValidUntil != 0 && c.ValidUntil < to {
+				to = c.ValidUntil
+			}
+			for _, f := range forgets {
+				if f.Return > c.Call && f.Call < to {
+					to = f.Call
+				}
+			}
+			if to == math.MaxInt64 {
+				continue // no known end: nothing certain
+			}
+			if !ended {
+				e = Op{Kind: Release, Client: s.Client, Hold: s.Hold, Key: s.Key, Call: to, Return: to}
+			}
+			segs[s.Key] = append(segs[s.Key], seg{k, c.Return, to, s, e})
 		}
-		s, ok := starts[hk{o.Client, o.Hold}]
-		if !ok {
-			continue
-		}
-		delete(starts, hk{o.Client, o.Hold})
-		ivs[s.Key] = append(ivs[s.Key], iv{s, o})
 	}
 	var vs []Violation
-	for _, l := range ivs {
+	for _, l := range segs {
+		sort.Slice(l, func(i, j int) bool { return l[i].from < l[j].from })
+		seen := map[[2]hk]bool{}
 		for i := range l {
 			for j := i + 1; j < len(l); j++ {
 				a, b := l[i], l[j]
-				if a.start.Return < b.end.Call && b.start.Return < a.end.Call {
+				if a.hold == b.hold || seen[[2]hk{a.hold, b.hold}] {
+					continue
+				}
+				if a.from < b.to && b.from < a.to {
+					seen[[2]hk{a.hold, b.hold}] = true
 					vs = append(vs, Violation{Property: "no overlap", Detail: "two holders held the key at once", Ops: []Op{a.start, a.end, b.start, b.end}})
 				}
 			}

@@ -90,3 +90,19 @@ func TestOverlappingHoldsAreReportedOnlyWhenCertain(t *testing.T) {
 		t.Fatalf("got %v; want none", vs)
 	}
 }
+
+func TestHoldEndsAtItsValidityWhenReleasedLate(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Token: 1, Call: 0, Return: 1, ValidUntil: 3},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Token: 2, Call: 2, Return: 4},
+		{Kind: Release, Client: 0, Hold: 1, Key: "k", Call: 9, Return: 10},
+		{Kind: Release, Client: 1, Hold: 1, Key: "k", Call: 6, Return: 7},
+	}
+	if vs, _ := Check(h, Options{NoOverlap: true}); len(vs) != 0 {
+		t.Fatalf("got %v; want none", vs)
+	}
+	h[0].ValidUntil = 5
+	if vs, _ := Check(h, Options{NoOverlap: true}); props(vs) != "no overlap" {
+		t.Fatalf("got %v; want an overlap", vs)
+	}
+}
