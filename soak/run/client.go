@@ -29,6 +29,9 @@ type ClientConfig struct {
 	// GrantStart, if set, returns the Start of the grant just taken of key
 	// (zero when the driver left it to the portable layer).
 	GrantStart func(key string) time.Time
+	// NoExpiry: locks are refreshed automatically and cannot expire; a hold
+	// lasts until its release or loss (no ValidUntil is recorded).
+	NoExpiry bool
 }
 
 func now() int64 { return time.Now().UnixNano() }
@@ -66,8 +69,12 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 				from = s.UnixNano()
 			}
 		}
+		valid := from + int64(cfg.TTL-drift(cfg.TTL))
+		if cfg.NoExpiry {
+			valid = 0
+		}
 		cfg.Record(check.Op{Kind: check.Acquire, Client: cfg.ID, Hold: h, Key: key, Token: l.Token(),
-			Call: call, Return: ret, ValidUntil: from + int64(cfg.TTL-drift(cfg.TTL))})
+			Call: call, Return: ret, ValidUntil: valid})
 		lostDone, released := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(lostDone)
@@ -86,8 +93,11 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 		err = l.Refresh(fctx)
 		cancel()
 		if err == nil {
-			cfg.Record(check.Op{Kind: check.Refresh, Client: cfg.ID, Hold: h, Key: key, Call: fcall, Return: now(),
-				ValidUntil: fcall + int64(cfg.TTL-drift(cfg.TTL))})
+			valid := fcall + int64(cfg.TTL-drift(cfg.TTL))
+			if cfg.NoExpiry {
+				valid = 0
+			}
+			cfg.Record(check.Op{Kind: check.Refresh, Client: cfg.ID, Hold: h, Key: key, Call: fcall, Return: now(), ValidUntil: valid})
 			sleep(ctx, time.Duration(rng.Int63n(int64(cfg.TTL/4)+1)))
 			wctx, cancel := context.WithTimeout(ctx, cfg.TTL)
 			wcall := now()

@@ -5,7 +5,6 @@ package run
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -62,6 +61,9 @@ type InProcess struct {
 	// Forget, if set, makes the backend lose every lock at once (a server
 	// restarted without its data); the nemesis uses it as one of its faults.
 	Forget func()
+	// FreezeServer, if set, freezes the backend (SIGSTOP) and returns the
+	// function that thaws it.
+	FreezeServer func() (thaw func())
 }
 
 type localStore struct{ r *Resource }
@@ -76,13 +78,17 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 	res, rec := NewResource(), &Recorder{}
 	gates := make([]*Gate, p.Clients)
 	lockers := make([]*lock.Locker, p.Clients)
+	expiring := true
 	for i := range lockers {
 		d, err := p.NewDriver()
 		if err != nil {
 			return nil, err
 		}
 		gates[i] = NewGate(d)
-		lockers[i] = lock.New(gates[i], lock.WithTTL(p.TTL), lock.WithAutoRefresh(false))
+		// Locks that cannot expire (session-bound) need the refresher;
+		// their holds end only at release or loss.
+		expiring = d.Capabilities().Expiring
+		lockers[i] = lock.New(gates[i], lock.WithTTL(p.TTL), lock.WithAutoRefresh(!expiring))
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.Duration)
 	defer cancel()
@@ -91,7 +97,7 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = Client(rctx, lk, localStore{res}, ClientConfig{ID: i, Keys: p.Keys, TTL: p.TTL, Seed: p.Seed*1000 + int64(i), Record: rec.Record, GrantStart: gates[i].GrantStart})
+			_ = Client(rctx, lk, localStore{res}, ClientConfig{ID: i, Keys: p.Keys, TTL: p.TTL, Seed: p.Seed*1000 + int64(i), Record: rec.Record, GrantStart: gates[i].GrantStart, NoExpiry: !expiring})
 		}()
 	}
 	faults := map[string]int{}
@@ -106,6 +112,13 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 			p.Forget()
 			rec.Record(check.Op{Kind: check.Forget, Client: -1, Call: c, Return: now()})
 			faults["restart-losing-locks"]++
+			continue
+		}
+		if p.FreezeServer != nil && rng.Intn(3) == 0 {
+			thaw := p.FreezeServer()
+			faults["server-freeze"]++
+			sleep(rctx, time.Duration(rng.Int63n(int64(2*p.TTL))))
+			thaw()
 			continue
 		}
 		g := gates[rng.Intn(len(gates))]
@@ -146,7 +159,7 @@ func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, 
 	var lat []float64
 	for _, o := range h {
 		if o.Kind == check.Lost {
-			if v, ok := valid[[2]int{o.Client, o.Hold}]; ok {
+			if v, ok := valid[[2]int{o.Client, o.Hold}]; ok && v != 0 {
 				lat = append(lat, float64(o.Call-v)/1e6)
 			}
 		}
@@ -166,6 +179,5 @@ func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, 
 			return nil, err
 		}
 	}
-	_ = fmt.Sprint
 	return s, nil
 }
