@@ -6,7 +6,10 @@ replace github.com/distlock/lock => ../
 
 require github.com/anishathalye/porcupine v1.3.1
 
-require github.com/distlock/lock v0.0.0-00010101000000-000000000000
+require (
+	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
