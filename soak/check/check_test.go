@@ -1,0 +1,108 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func w(client, hold int, token uint64, call, ret, read int64, ok bool) Op {
+	return Op{Kind: Write, Client: client, Hold: hold, Key: "k", Token: token, Call: call, Return: ret, Read: read, Accepted: ok}
+}
+
+func props(vs []Violation) string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, v.Property)
+	}
+	return strings.Join(s, ",")
+}
+
+func TestSequentialFencedHistoryHasNoViolation(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Token: 1, Call: 0, Return: 1},
+		w(0, 1, 1, 2, 3, 0, true),
+		{Kind: Release, Client: 0, Hold: 1, Key: "k", Call: 4, Return: 5},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Token: 2, Call: 3, Return: 6},
+		w(1, 1, 2, 7, 8, 1, true),
+		w(0, 2, 1, 9, 10, 0, false), // a stale holder is fenced off
+		{Kind: Lost, Client: 1, Hold: 1, Key: "k", Call: 11, Return: 11},
+	}
+	vs, err := Check(h, Options{NoOverlap: true})
+	if err != nil || len(vs) != 0 {
+		t.Fatalf("got %v, %v; want no violation", vs, err)
+	}
+}
+
+func TestLostUpdateIsNotLinearizableAndIsVisualised(t *testing.T) {
+	dir := t.TempDir()
+	// Two writes in sequence both read 0: the second lost the first's update.
+	h := []Op{w(0, 1, 1, 0, 1, 0, true), w(1, 1, 2, 2, 3, 0, true)}
+	vs, err := Check(h, Options{OutDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if props(vs) != "linearizable" || len(vs[0].Ops) == 0 {
+		t.Fatalf("got %v; want one linearizability violation with its interleaving", vs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "linearizability.html")); err != nil {
+		t.Fatalf("no visualisation: %v", err)
+	}
+}
+
+func TestAcceptedStaleWriteIsReported(t *testing.T) {
+	h := []Op{w(0, 1, 2, 0, 1, 0, true), w(1, 1, 1, 2, 3, 1, true)}
+	vs, err := Check(h, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := props(vs); got != "linearizable,no stale write" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestRepeatedTokenIsReported(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Token: 5, Call: 0, Return: 1},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Token: 5, Call: 2, Return: 3},
+	}
+	vs, _ := Check(h, Options{})
+	if props(vs) != "tokens grow" {
+		t.Fatalf("got %v", vs)
+	}
+}
+
+func TestOverlappingHoldsAreReportedOnlyWhenCertain(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Token: 1, Call: 0, Return: 1},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Token: 2, Call: 2, Return: 3},
+		{Kind: Release, Client: 0, Hold: 1, Key: "k", Call: 4, Return: 5},
+		{Kind: Release, Client: 1, Hold: 1, Key: "k", Call: 6, Return: 7},
+	}
+	vs, _ := Check(h, Options{NoOverlap: true})
+	if props(vs) != "no overlap" {
+		t.Fatalf("got %v", vs)
+	}
+	// Release invoked before the other's grant returned: no certain overlap.
+	h[2].Call, h[2].Return = 2, 2
+	if vs, _ := Check(h, Options{NoOverlap: true}); len(vs) != 0 {
+		t.Fatalf("got %v; want none", vs)
+	}
+}
+
+func TestHoldEndsAtItsValidityWhenReleasedLate(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Token: 1, Call: 0, Return: 1, ValidUntil: 3},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Token: 2, Call: 2, Return: 4},
+		{Kind: Release, Client: 0, Hold: 1, Key: "k", Call: 9, Return: 10},
+		{Kind: Release, Client: 1, Hold: 1, Key: "k", Call: 6, Return: 7},
+	}
+	if vs, _ := Check(h, Options{NoOverlap: true}); len(vs) != 0 {
+		t.Fatalf("got %v; want none", vs)
+	}
+	h[0].ValidUntil = 5
+	if vs, _ := Check(h, Options{NoOverlap: true}); props(vs) != "no overlap" {
+		t.Fatalf("got %v; want an overlap", vs)
+	}
+}
