@@ -3,9 +3,9 @@ package zkdriver
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -38,9 +38,6 @@ type urlConfig struct {
 	sessionTimeout time.Duration
 	connectTimeout time.Duration
 }
-
-// acceptedParams lists the query parameters a zk:// URL may carry, for errors.
-const acceptedParams = "session_timeout, connect_timeout (and the portable ttl, auto_refresh, prefix)"
 
 // parseURL reads a zk:// URL that url.Parse has already accepted. Its errors
 // never contain the URL or its password.
@@ -88,30 +85,14 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		c.user, c.password = u.User.Username(), pass
 	}
 
-	q := u.Query()
-	var unknown []string
-	for name, vals := range q {
-		v := vals[0]
-		switch name {
-		case "session_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Millisecond || d > 24*time.Hour {
-				return bad("session_timeout=%q is not a duration between 1ms and 24h, such as 10s", v)
-			}
-			c.sessionTimeout = d
-		case "connect_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return bad("connect_timeout=%q is not a positive duration, such as 10s", v)
-			}
-			c.connectTimeout = d
-		default:
-			unknown = append(unknown, name)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return bad("unknown URL parameter %s; accepted: %s", strings.Join(unknown, ", "), acceptedParams)
+	p := driver.NewParams("zkdriver", u.Query())
+	p.Portable = "ttl, auto_refresh, prefix"
+	c.sessionTimeout = p.Duration("session_timeout", DefaultSessionTimeout, time.Millisecond, 24*time.Hour,
+		"a duration between 1ms and 24h, such as 10s")
+	c.connectTimeout = p.Duration("connect_timeout", DefaultConnectTimeout, 1, math.MaxInt64,
+		"a positive duration, such as 10s")
+	if err := p.Check(); err != nil {
+		return urlConfig{}, err
 	}
 	return c, nil
 }
