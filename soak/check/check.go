@@ -1,6 +1,11 @@
 // Package check verifies a soak history: the fenced resource is linearizable
 // (porcupine), fencing tokens grow in grant order per key, no write with a
 // stale token is accepted, and no two holders' validity intervals overlap.
+//
+// The resource fences reads as well as writes, as a store guarded by fencing
+// tokens must: a holder frozen between its read and its write (a GC pause, a
+// SIGSTOP) would otherwise write back a value read before the next holder's
+// read, and fencing the write alone cannot stop that lost update.
 package check
 
 import (
@@ -25,6 +30,13 @@ const (
 	Refresh Kind = "refresh"
 	// Forget: the backend lost every lock (restarted without its data).
 	Forget Kind = "forget"
+	// Read: a fenced read of the resource (Accepted: the token was not stale).
+	Read Kind = "read"
+	// Crash: the client's process was killed; its open holds end here.
+	Crash Kind = "crash"
+	// Fault: a fault the nemesis injected (Key names it), for the reader of
+	// a history; the properties ignore it.
+	Fault Kind = "fault"
 )
 
 // Op is one recorded operation. Times are nanoseconds on one clock shared by
@@ -40,8 +52,12 @@ type Op struct {
 	// release or loss that ends it share it.
 	Hold int `json:"hold"`
 	// Write: the value read and whether the resource accepted the write.
-	Read     int64 `json:"read,omitempty"`
+	// Read: the value returned and whether the resource accepted the read.
+	Value    int64 `json:"read,omitempty"`
 	Accepted bool  `json:"accepted,omitempty"`
+	// Late: an unfenced read or write that reached the resource after the
+	// deadline its holder sent (the end of its validity), rejected for that.
+	Late bool `json:"late,omitempty"`
 	// Acquire: a lower bound of the end of the validity the holder was
 	// given (its call + TTL - drift, the grant starting no earlier than the
 	// call), or 0 when refreshes may extend it. A holder frozen past it and
@@ -66,8 +82,8 @@ func (v Violation) String() string {
 
 func describe(o Op) string {
 	s := fmt.Sprintf("client %d hold %d %s key=%s token=%d [%d..%d]", o.Client, o.Hold, o.Kind, o.Key, o.Token, o.Call, o.Return)
-	if o.Kind == Write {
-		s += fmt.Sprintf(" read=%d accepted=%v", o.Read, o.Accepted)
+	if o.Kind == Write || o.Kind == Read {
+		s += fmt.Sprintf(" value=%d accepted=%v", o.Value, o.Accepted)
 	}
 	return s
 }
@@ -77,6 +93,10 @@ type Options struct {
 	// NoOverlap checks that validity intervals never overlap; only for
 	// backends whose safety does not depend on clock rates beyond the drift.
 	NoOverlap bool
+	// Unfenced: the backend gives no fencing tokens (every token is 0), so
+	// tokens are not checked; the resource then rejects what arrives after
+	// its holder's validity instead.
+	Unfenced bool
 	// OutDir, if set, receives porcupine's HTML visualisation of a
 	// non-linearizable key.
 	OutDir string
@@ -89,15 +109,24 @@ type state struct {
 	value int64
 }
 
-type writeIn struct{ token uint64 }
-type writeOut struct {
-	read     int64
+// in is a fenced operation on the register: a read, or a write of the value
+// its writer read plus one.
+type in struct {
+	write bool
+	token uint64
+	read  int64 // write: the value its writer read
+}
+
+type out struct {
+	value    int64 // read: the value returned
 	accepted bool
 }
 
-// model is the fenced register: a write whose token is at least the largest
-// accepted so far is accepted, reads the current value and increments it;
-// any other write is rejected and changes nothing.
+// model is the fenced register. An operation whose token is at least the
+// largest seen so far (by a read or a write) is accepted and raises it; any
+// other is rejected and changes nothing. An accepted read returns the value;
+// an accepted write must have read the current value (else an update was
+// lost) and increments it.
 var model = porcupine.Model{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 		byKey := map[string][]porcupine.Operation{}
@@ -117,19 +146,25 @@ var model = porcupine.Model{
 		return out
 	},
 	Init: func() interface{} { return state{} },
-	Step: func(st, in, out interface{}) (bool, interface{}) {
-		s, i, o := st.(state), in.(writeIn), out.(writeOut)
-		if i.token >= s.max {
-			if !o.accepted || o.read != s.value {
-				return false, s
-			}
-			return true, state{max: i.token, value: s.value + 1}
+	Step: func(st, input, output interface{}) (bool, interface{}) {
+		s, i, o := st.(state), input.(in), output.(out)
+		if i.token < s.max {
+			return !o.accepted, s
 		}
-		return !o.accepted, s
+		if !o.accepted {
+			return false, s
+		}
+		if !i.write {
+			return o.value == s.value, state{max: i.token, value: s.value}
+		}
+		return i.read == s.value, state{max: i.token, value: s.value + 1}
 	},
-	DescribeOperation: func(in, out interface{}) string {
-		i, o := in.(writeIn), out.(writeOut)
-		return fmt.Sprintf("write token=%d read=%d accepted=%v", i.token, o.read, o.accepted)
+	DescribeOperation: func(input, output interface{}) string {
+		i, o := input.(in), output.(out)
+		if i.write {
+			return fmt.Sprintf("write token=%d read=%d accepted=%v", i.token, i.read, o.accepted)
+		}
+		return fmt.Sprintf("read token=%d value=%d accepted=%v", i.token, o.value, o.accepted)
 	},
 	DescribeState: func(st interface{}) string {
 		s := st.(state)
@@ -140,15 +175,22 @@ var model = porcupine.Model{
 // Check runs every property over the history and returns the violations.
 func Check(h []Op, opt Options) ([]Violation, error) {
 	var vs []Violation
-	var writes []porcupine.Operation
+	var ops []porcupine.Operation
 	for _, o := range h {
-		if o.Kind == Write {
-			writes = append(writes, porcupine.Operation{ClientId: o.Client, Input: writeIn{o.Token},
-				Call: o.Call, Output: writeOut{o.Read, o.Accepted}, Return: o.Return, Metadata: o.Key})
+		if o.Late {
+			continue // rejected for its deadline: no effect on the register
+		}
+		switch o.Kind {
+		case Write:
+			ops = append(ops, porcupine.Operation{ClientId: o.Client, Input: in{write: true, token: o.Token, read: o.Value},
+				Call: o.Call, Output: out{accepted: o.Accepted}, Return: o.Return, Metadata: o.Key})
+		case Read:
+			ops = append(ops, porcupine.Operation{ClientId: o.Client, Input: in{token: o.Token},
+				Call: o.Call, Output: out{value: o.Value, accepted: o.Accepted}, Return: o.Return, Metadata: o.Key})
 		}
 	}
-	if len(writes) > 0 {
-		res, info := porcupine.CheckOperationsVerbose(model, writes, opt.Timeout)
+	if len(ops) > 0 {
+		res, info := porcupine.CheckOperationsVerbose(model, ops, opt.Timeout)
 		switch res {
 		case porcupine.Illegal:
 			v := Violation{Property: "linearizable", Detail: "the fenced resource's history has no linearization"}
@@ -162,9 +204,13 @@ func Check(h []Op, opt Options) ([]Violation, error) {
 					}
 				}
 				for _, w := range longest {
-					i, o := w.Input.(writeIn), w.Output.(writeOut)
-					v.Ops = append(v.Ops, Op{Kind: Write, Client: w.ClientId, Key: w.Metadata.(string), Token: i.token,
-						Call: w.Call, Return: w.Return, Read: o.read, Accepted: o.accepted})
+					i, o := w.Input.(in), w.Output.(out)
+					op := Op{Kind: Read, Client: w.ClientId, Key: w.Metadata.(string), Token: i.token,
+						Call: w.Call, Return: w.Return, Value: o.value, Accepted: o.accepted}
+					if i.write {
+						op.Kind, op.Value = Write, i.read
+					}
+					v.Ops = append(v.Ops, op)
 				}
 			}
 			if opt.OutDir != "" {
@@ -179,8 +225,10 @@ func Check(h []Op, opt Options) ([]Violation, error) {
 			return nil, fmt.Errorf("check: porcupine gave up after %v", opt.Timeout)
 		}
 	}
-	vs = append(vs, tokens(h)...)
-	vs = append(vs, stale(h)...)
+	if !opt.Unfenced {
+		vs = append(vs, tokens(h)...)
+		vs = append(vs, stale(h)...)
+	}
 	if opt.NoOverlap {
 		vs = append(vs, overlaps(h)...)
 	}
@@ -226,7 +274,8 @@ func stale(h []Op) []Violation {
 // confirmation gave (ValidUntil), and the first Forget that may have hit it (a
 // backend restarted without its locks: holders' locks are gone, and only
 // fencing protects the resource until they learn it). Two holders' segments
-// on one key must not intersect.
+// on one key must not intersect. A hold of a client whose process was killed
+// (Crash) ends at the kill at the latest.
 func overlaps(h []Op) []Violation {
 	type hk struct{ client, hold int }
 	type seg struct {
@@ -235,6 +284,7 @@ func overlaps(h []Op) []Violation {
 		start, end Op
 	}
 	var forgets []Op
+	crashes := map[int]Op{}
 	starts := map[hk]Op{}
 	confirms := map[hk][]Op{}
 	ends := map[hk]Op{}
@@ -243,6 +293,8 @@ func overlaps(h []Op) []Violation {
 		switch o.Kind {
 		case Forget:
 			forgets = append(forgets, o)
+		case Crash:
+			crashes[o.Client] = o
 		case Acquire:
 			starts[k] = o
 			confirms[k] = append(confirms[k], o)
@@ -257,7 +309,13 @@ func overlaps(h []Op) []Violation {
 	segs := map[string][]seg{}
 	for k, s := range starts {
 		e, ended := ends[k]
+		if c, ok := crashes[k.client]; ok && (!ended || c.Call < e.Call) {
+			e, ended = c, true
+		}
 		for _, c := range confirms[k] {
+			if c.Key != s.Key {
+				continue // not this hold's lock
+			}
 			to := int64(math.MaxInt64)
 			if ended {
 				to = e.Call
@@ -270,8 +328,8 @@ func overlaps(h []Op) []Violation {
 					to = f.Call
 				}
 			}
-			if to == math.MaxInt64 {
-				continue // no known end: nothing certain
+			if to == math.MaxInt64 || to <= c.Return {
+				continue // no known end (nothing certain), or none left
 			}
 			if !ended {
 				e = Op{Kind: Release, Client: s.Client, Hold: s.Hold, Key: s.Key, Call: to, Return: to}

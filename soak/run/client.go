@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/soak/check"
 )
 
-// Store is what a client needs of the protected resource (in process or
+// Store is what a client needs of the protected resource (in process, or
 // over HTTP from a client process).
 type Store interface {
-	Read(ctx context.Context, key string) (int64, error)
-	Write(ctx context.Context, client, hold int, key string, token uint64, read, call int64) (bool, error)
+	Read(ctx context.Context, client, hold int, key string, token uint64, call, deadline int64) (value int64, ok bool, err error)
+	Write(ctx context.Context, client, hold int, key string, token uint64, read, call, deadline int64) (ok bool, err error)
 }
 
 // ClientConfig is one client's loop.
@@ -26,27 +27,28 @@ type ClientConfig struct {
 	Seed int64
 	// Record receives every acquire, release and loss as it completes.
 	Record func(check.Op)
-	// GrantStart, if set, returns the Start of the grant just taken of key
-	// (zero when the driver left it to the portable layer).
-	GrantStart func(key string) time.Time
-	// NoExpiry: locks are refreshed automatically and cannot expire; a hold
-	// lasts until its release or loss (no ValidUntil is recorded).
-	NoExpiry bool
+	// Gate is the client's driver wrapper: it records refreshes for the
+	// current hold and knows each grant's Start.
+	Gate *Gate
+	// Unfenced: the backend gives no fencing tokens; the client sends token 0
+	// and, as the deadline of each read and write, the end of its validity.
+	Unfenced bool
 }
 
 func now() int64 { return time.Now().UnixNano() }
 
-// drift is the portable layer's allowance (driver.Drift: 2ms plus 1% of the TTL).
-func drift(ttl time.Duration) time.Duration { return 2*time.Millisecond + ttl/100 }
-
-// Client loops TryAcquire -> read-modify-write with the token -> release until
-// ctx ends. Locks are taken without auto-refresh and held for less than the
-// TTL, so a grant's validity ends no earlier than its call + TTL - drift.
+// Client loops TryAcquire -> refresh -> fenced read-modify-write -> release
+// until ctx ends. Holds are shorter than the TTL, except that the refresh
+// sometimes comes after it (a correct driver then reports the loss). Every
+// hold's validity is recorded: from the grant's Start (or the call, the
+// grant starting no earlier) plus the TTL less the drift, and from each
+// refresh the gate records.
 func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) error {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	hold := 0
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("soak-%d", rng.Intn(cfg.Keys))
+		cfg.Gate.SetHold(hold + 1)
 		call := now()
 		actx, cancel := context.WithTimeout(ctx, cfg.TTL)
 		l, err := lk.TryAcquire(actx, key)
@@ -60,20 +62,16 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 		ret := now()
 		hold++
 		h := hold
-		// The holder's validity, as the portable layer computes it: from
-		// the grant's Start, or from the call when the driver left it zero
-		// (the layer's own start is no earlier than ours).
 		from := call
-		if cfg.GrantStart != nil {
-			if s := cfg.GrantStart(key); !s.IsZero() {
-				from = s.UnixNano()
-			}
+		if s := cfg.Gate.GrantStart(key); !s.IsZero() {
+			from = s.UnixNano()
 		}
-		valid := from + int64(cfg.TTL-drift(cfg.TTL))
-		if cfg.NoExpiry {
-			valid = 0
+		var token uint64
+		if !cfg.Unfenced {
+			token = l.Token()
 		}
-		cfg.Record(check.Op{Kind: check.Acquire, Client: cfg.ID, Hold: h, Key: key, Token: l.Token(),
+		valid := from + int64(cfg.TTL-driver.Drift(cfg.TTL))
+		cfg.Record(check.Op{Kind: check.Acquire, Client: cfg.ID, Hold: h, Key: key, Token: token,
 			Call: call, Return: ret, ValidUntil: valid})
 		lostDone, released := make(chan struct{}), make(chan struct{})
 		go func() {
@@ -85,34 +83,40 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 			case <-released:
 			}
 		}()
-		// Hold, refresh (sometimes after the TTL has passed: a correct
-		// driver reports the loss), hold, write, release.
 		sleep(ctx, time.Duration(rng.Int63n(int64(cfg.TTL)*6/5+1)))
-		fcall := now()
 		fctx, cancel := context.WithTimeout(ctx, cfg.TTL)
 		err = l.Refresh(fctx)
 		cancel()
 		if err == nil {
-			valid := fcall + int64(cfg.TTL-drift(cfg.TTL))
-			if cfg.NoExpiry {
-				valid = 0
-			}
-			cfg.Record(check.Op{Kind: check.Refresh, Client: cfg.ID, Hold: h, Key: key, Call: fcall, Return: now(), ValidUntil: valid})
 			sleep(ctx, time.Duration(rng.Int63n(int64(cfg.TTL/4)+1)))
 			wctx, cancel := context.WithTimeout(ctx, cfg.TTL)
-			wcall := now()
-			if v, err := st.Read(wctx, key); err == nil {
-				_, _ = st.Write(wctx, cfg.ID, h, key, l.Token(), v, wcall)
+			var deadline int64
+			if cfg.Unfenced {
+				deadline = max(valid, cfg.Gate.ValidUntil())
+			}
+			if v, ok, err := st.Read(wctx, cfg.ID, h, key, token, now(), deadline); err == nil && ok {
+				_, _ = st.Write(wctx, cfg.ID, h, key, token, v, now(), deadline)
 			}
 			cancel()
 		}
+		// The hold ends when the client decides to release: it does not touch
+		// the resource after that. A Release that failed leaves the lock held
+		// (and refreshed, where the layer refreshes it): try again until it
+		// is released or known lost, so that no lock outlives its hold.
 		rcall := now()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL)
-		err = l.Release(rctx)
-		cancel()
-		if err == nil || errors.Is(err, lock.ErrLost) {
-			cfg.Record(check.Op{Kind: check.Release, Client: cfg.ID, Hold: h, Key: key, Call: rcall, Return: now()})
+		for attempt := 0; ; attempt++ {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL)
+			err = l.Release(rctx)
+			cancel()
+			if err == nil || errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrClosed) {
+				break
+			}
+			if attempt > 0 && ctx.Err() != nil {
+				break // the soak is over: Close releases what is left
+			}
+			sleep(context.WithoutCancel(ctx), cfg.TTL/10)
 		}
+		cfg.Record(check.Op{Kind: check.Release, Client: cfg.ID, Hold: h, Key: key, Call: rcall, Return: now()})
 		close(released)
 		<-lostDone
 	}

@@ -68,9 +68,13 @@ type InProcess struct {
 
 type localStore struct{ r *Resource }
 
-func (s localStore) Read(_ context.Context, key string) (int64, error) { return s.r.Read(key), nil }
-func (s localStore) Write(_ context.Context, c, h int, key string, tok uint64, read, call int64) (bool, error) {
-	return s.r.Write(c, h, key, tok, read, call), nil
+func (s localStore) Read(_ context.Context, c, h int, key string, tok uint64, call, deadline int64) (int64, bool, error) {
+	v, ok := s.r.Read(c, h, key, tok, call, deadline)
+	return v, ok, nil
+}
+
+func (s localStore) Write(_ context.Context, c, h int, key string, tok uint64, read, call, deadline int64) (bool, error) {
+	return s.r.Write(c, h, key, tok, read, call, deadline), nil
 }
 
 // Run runs the soak and checks its history.
@@ -84,9 +88,8 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
-		gates[i] = NewGate(d)
-		// Locks that cannot expire (session-bound) need the refresher;
-		// their holds end only at release or loss.
+		gates[i] = NewGate(d, i, p.TTL, rec.Record)
+		// Locks that cannot expire (session-bound) need the refresher.
 		expiring = d.Capabilities().Expiring
 		lockers[i] = lock.New(gates[i], lock.WithTTL(p.TTL), lock.WithAutoRefresh(!expiring))
 	}
@@ -97,7 +100,7 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = Client(rctx, lk, localStore{res}, ClientConfig{ID: i, Keys: p.Keys, TTL: p.TTL, Seed: p.Seed*1000 + int64(i), Record: rec.Record, GrantStart: gates[i].GrantStart, NoExpiry: !expiring})
+			_ = Client(rctx, lk, localStore{res}, ClientConfig{ID: i, Keys: p.Keys, TTL: p.TTL, Seed: p.Seed*1000 + int64(i), Record: rec.Record, Gate: gates[i]})
 		}()
 	}
 	faults := map[string]int{}
@@ -134,16 +137,16 @@ func (p InProcess) Run(ctx context.Context) (*Summary, error) {
 	for _, lk := range lockers {
 		_ = lk.Close()
 	}
-	return finish(p.Name, p.Seed, p.Clients, p.Keys, p.Duration, p.TTL, true, p.Out, append(rec.Ops(), res.Writes()...), faults)
+	return finish(p.Name, p.Seed, p.Clients, p.Keys, p.Duration, p.TTL, false, p.Out, append(rec.Ops(), res.Ops()...), faults)
 }
 
-func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, noOverlap bool, out string, h []check.Op, faults map[string]int) (*Summary, error) {
+func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, unfenced bool, out string, h []check.Op, faults map[string]int) (*Summary, error) {
 	if out != "" {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	vs, err := check.Check(h, check.Options{NoOverlap: noOverlap, OutDir: out, Timeout: time.Minute})
+	vs, err := check.Check(h, check.Options{NoOverlap: true, Unfenced: unfenced, OutDir: out, Timeout: time.Minute})
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,11 @@
 // backend and checks its history (see package run). It exits 1 on any
 // violation, 2 on a failure to run.
 //
-// So far its clients are goroutines of this process, each with its own
-// driver; client processes (kill, SIGSTOP) and the other networked backends
-// are still to come.
+// Clients are separate processes (this program with -client), each reaching
+// the backend through fault proxies of its own, except on mem, whose clients
+// are goroutines of this process sharing its in-memory store. The nemesis
+// freezes, kills and cuts off clients and freezes and restarts the servers;
+// see backends.go for each backend's faults.
 package main
 
 import (
@@ -12,33 +14,52 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/distlock/lock/driver"
+	_ "github.com/distlock/lock/etcddriver"
 	_ "github.com/distlock/lock/filedriver"
 	"github.com/distlock/lock/internal/testserver"
 	_ "github.com/distlock/lock/memdriver"
+	_ "github.com/distlock/lock/pgadvisory"
 	_ "github.com/distlock/lock/redisdriver"
+	_ "github.com/distlock/lock/redlockdriver"
 	"github.com/distlock/lock/soak/run"
+	_ "github.com/distlock/lock/zkdriver"
 )
 
-func main() { os.Exit(main1()) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-client" {
+		if err := run.ClientMain(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "locksoak client:", err)
+			os.Exit(2)
+		}
+		return
+	}
+	os.Exit(main1())
+}
 
 func main1() int {
-	backend := flag.String("backend", "mem", "mem, file or redis")
+	backend := flag.String("backend", "mem", "mem, file, redis, redlock, postgres, etcd or zookeeper")
 	keys := flag.Int("keys", 4, "keys")
 	clients := flag.Int("clients", 8, "clients")
 	dur := flag.Duration("duration", time.Minute, "how long to run")
 	seed := flag.Int64("seed", time.Now().UnixNano(), "seed of the clients' and the nemesis' choices")
 	quick := flag.Bool("quick", false, "a short run (15s)")
-	ttl := flag.Duration("ttl", 300*time.Millisecond, "lock TTL")
-	out := flag.String("out", "", "directory for summary.json, history.json and a violation's HTML (default soak-results/<backend>-<seed>)")
+	ttl := flag.Duration("ttl", 0, "lock TTL (default: the backend's, see backends.go)")
+	out := flag.String("out", "", "directory for summary.json, history.json, client logs and a violation's HTML (default soak-results/<backend>-<seed>)")
 	flag.Parse()
 	if *quick {
 		*dur = 15 * time.Second
+	}
+	b, ok := backends[*backend]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "locksoak: unknown backend %q\n", *backend)
+		return 2
+	}
+	if *ttl == 0 {
+		*ttl = b.ttl
 	}
 	if *out == "" {
 		*out = filepath.Join("soak-results", fmt.Sprintf("%s-%d", *backend, *seed))
@@ -47,65 +68,22 @@ func main1() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	p := run.InProcess{Name: *backend, Clients: *clients, Keys: *keys, TTL: *ttl, Duration: *dur, Seed: *seed, Out: *out}
-	var rawURL string
-	switch *backend {
-	case "mem":
-		rawURL = fmt.Sprintf("mem://soak-%d", *seed)
-	case "file":
-		dir, err := os.MkdirTemp("", "locksoak-file-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		defer os.RemoveAll(dir)
-		rawURL = "file://" + dir
-	case "redis":
-		s, err := testserver.Launch("redis")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		defer testserver.Shutdown()
-		defer s.Close()
-		rawURL = s.URL()
-		p.Forget = func() {
-			if err := s.Restart(false); err != nil {
-				fmt.Fprintln(os.Stderr, "nemesis: restart:", err)
-			}
-		}
-		p.FreezeServer = func() func() {
-			_ = s.Pause()
-			return func() { _ = s.Resume() }
-		}
-	default:
-		fmt.Fprintf(os.Stderr, "locksoak: backend %q is not supported yet (mem, file, redis)\n", *backend)
-		return 2
-	}
-	u, err := url.Parse(rawURL)
+	defer testserver.Shutdown()
+	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	open, ok := driver.Lookup(u.Scheme)
-	if !ok {
-		fmt.Fprintln(os.Stderr, "locksoak: no driver for", u.Scheme)
-		return 2
-	}
-	p.NewDriver = func() (driver.Driver, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return open(ctx, driver.Config{URL: u})
-	}
+	cfg := config{name: *backend, keys: *keys, clients: *clients, dur: *dur, seed: *seed, ttl: *ttl, out: *out, exe: exe}
 	start := time.Now()
-	sum, err := p.Run(context.Background())
+	sum, err := b.run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "locksoak:", err)
 		return 2
 	}
-	b, _ := json.Marshal(map[string]any{"backend": sum.Backend, "seed": sum.Seed, "ops": sum.Ops, "faults": sum.Faults,
+	line, _ := json.Marshal(map[string]any{"backend": sum.Backend, "seed": sum.Seed, "ttl": ttl.String(), "ops": sum.Ops, "faults": sum.Faults,
 		"violations": len(sum.Violations), "loss_detection_ms": sum.LossDetectionMS, "elapsed": time.Since(start).Round(time.Millisecond).String(), "out": *out})
-	fmt.Println(string(b))
+	fmt.Println(string(line))
 	for _, v := range sum.Violations {
 		fmt.Println("VIOLATION", v)
 	}
