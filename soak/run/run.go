@@ -5,6 +5,7 @@ package run
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -24,11 +25,14 @@ type Summary struct {
 	Clients    int               `json:"clients"`
 	Keys       int               `json:"keys"`
 	Duration   string            `json:"duration"`
+	TTL        string            `json:"ttl"`
+	Unfenced   bool              `json:"unfenced,omitempty"`
 	Ops        map[string]int    `json:"ops"`
 	Faults     map[string]int    `json:"faults"`
 	Violations []check.Violation `json:"violations"`
-	// LossDetection: from a hold's validity lower bound to its Lost, for
-	// holds that reported Lost (percentiles in milliseconds).
+	// LossDetectionMS: for holds that reported Lost, from the end of the
+	// validity last confirmed to the Lost (milliseconds; negative when Lost
+	// came before the validity ended).
 	LossDetectionMS map[string]float64 `json:"loss_detection_ms,omitempty"`
 }
 
@@ -150,27 +154,38 @@ func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Summary{Backend: name, Seed: seed, Clients: clients, Keys: keys, Duration: dur.String(),
+	s := &Summary{Backend: name, Seed: seed, Clients: clients, Keys: keys, Duration: dur.String(), TTL: ttl.String(), Unfenced: unfenced,
 		Ops: map[string]int{}, Faults: faults, Violations: vs}
-	valid := map[[2]int]int64{}
+	// Loss detection: from the end of the validity a hold last had
+	// confirmed (by its acquire or a refresh) to its Lost. Negative: Lost
+	// came first (the driver saw the loss before the validity ran out).
+	confirmed := map[[2]int][]check.Op{}
 	for _, o := range h {
 		s.Ops[string(o.Kind)]++
-		if o.Kind == check.Acquire {
-			valid[[2]int{o.Client, o.Hold}] = o.ValidUntil
+		if o.Kind == check.Acquire || o.Kind == check.Refresh {
+			k := [2]int{o.Client, o.Hold}
+			confirmed[k] = append(confirmed[k], o)
 		}
 	}
 	var lat []float64
 	for _, o := range h {
-		if o.Kind == check.Lost {
-			if v, ok := valid[[2]int{o.Client, o.Hold}]; ok && v != 0 {
-				lat = append(lat, float64(o.Call-v)/1e6)
+		if o.Kind != check.Lost {
+			continue
+		}
+		var valid int64
+		for _, c := range confirmed[[2]int{o.Client, o.Hold}] {
+			if c.Key == o.Key && c.Return <= o.Call {
+				valid = max(valid, c.ValidUntil)
 			}
+		}
+		if valid != 0 {
+			lat = append(lat, float64(o.Call-valid)/1e6)
 		}
 	}
 	if len(lat) > 0 {
 		sort.Float64s(lat)
 		pc := func(q float64) float64 { return lat[int(q*float64(len(lat)-1))] }
-		s.LossDetectionMS = map[string]float64{"p50": pc(0.5), "p90": pc(0.9), "p99": pc(0.99), "max": lat[len(lat)-1], "n": float64(len(lat))}
+		s.LossDetectionMS = map[string]float64{"min": lat[0], "p50": pc(0.5), "p90": pc(0.9), "p99": pc(0.99), "max": lat[len(lat)-1], "n": float64(len(lat))}
 	}
 	if out != "" {
 		b, _ := json.MarshalIndent(s, "", "  ")
@@ -183,4 +198,29 @@ func finish(name string, seed int64, clients, keys int, dur, ttl time.Duration, 
 		}
 	}
 	return s, nil
+}
+
+// Recheck checks the history a run wrote to dir again (history.json, with
+// the run's summary.json for its settings) and rewrites the summary: for a
+// checker that changed since, or to look at a run again.
+func Recheck(dir string) (*Summary, error) {
+	var old Summary
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &old); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "summary.json"), err)
+	}
+	hb, err := os.ReadFile(filepath.Join(dir, "history.json"))
+	if err != nil {
+		return nil, err
+	}
+	var h []check.Op
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "history.json"), err)
+	}
+	dur, _ := time.ParseDuration(old.Duration)
+	ttl, _ := time.ParseDuration(old.TTL)
+	return finish(old.Backend, old.Seed, old.Clients, old.Keys, dur, ttl, old.Unfenced, dir, h, old.Faults)
 }

@@ -49,7 +49,16 @@ func main1() int {
 	quick := flag.Bool("quick", false, "a short run (15s)")
 	ttl := flag.Duration("ttl", 0, "lock TTL (default: the backend's, see backends.go)")
 	out := flag.String("out", "", "directory for summary.json, history.json, client logs and a violation's HTML (default soak-results/<backend>-<seed>)")
+	recheck := flag.String("recheck", "", "check the history a run wrote to this directory again, and rewrite its summary")
 	flag.Parse()
+	if *recheck != "" {
+		sum, err := run.Recheck(*recheck)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "locksoak:", err)
+			return 2
+		}
+		return report(sum, *recheck, time.Time{})
+	}
 	if *quick {
 		*dur = 15 * time.Second
 	}
@@ -81,8 +90,18 @@ func main1() int {
 		fmt.Fprintln(os.Stderr, "locksoak:", err)
 		return 2
 	}
-	line, _ := json.Marshal(map[string]any{"backend": sum.Backend, "seed": sum.Seed, "ttl": ttl.String(), "ops": sum.Ops, "faults": sum.Faults,
-		"violations": len(sum.Violations), "loss_detection_ms": sum.LossDetectionMS, "elapsed": time.Since(start).Round(time.Millisecond).String(), "out": *out})
+	return report(sum, *out, start)
+}
+
+// report prints a run's summary line and violations, and returns the exit
+// code: 1 on a violation, 2 when nothing was checked.
+func report(sum *run.Summary, out string, start time.Time) int {
+	elapsed := ""
+	if !start.IsZero() {
+		elapsed = time.Since(start).Round(time.Millisecond).String()
+	}
+	line, _ := json.Marshal(map[string]any{"backend": sum.Backend, "seed": sum.Seed, "ttl": sum.TTL, "ops": sum.Ops, "faults": sum.Faults,
+		"violations": len(sum.Violations), "loss_detection_ms": sum.LossDetectionMS, "elapsed": elapsed, "out": out})
 	fmt.Println(string(line))
 	for _, v := range sum.Violations {
 		fmt.Println("VIOLATION", v)
@@ -92,7 +111,7 @@ func main1() int {
 		return 2
 	}
 	if len(sum.Violations) > 0 {
-		fmt.Printf("replay: locksoak -backend %s -seed %d -keys %d -clients %d -duration %s -ttl %s\n", *backend, *seed, *keys, *clients, *dur, *ttl)
+		fmt.Printf("replay: locksoak -backend %s -seed %d -keys %d -clients %d -duration %s -ttl %s\n", sum.Backend, sum.Seed, sum.Keys, sum.Clients, sum.Duration, sum.TTL)
 		return 1
 	}
 	return 0
