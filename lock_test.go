@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
 	_ "github.com/distlock/lock/memdriver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestOpenUnknownSchemeNamesItAndListsRegistered(t *testing.T) {
 	_, err := lock.Open(context.Background(), "nosuch://user:hunter2@host/x")

@@ -47,7 +47,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
@@ -221,13 +221,13 @@ type env struct {
 	driverPkg string // package name of the driver's type, for figures
 
 	// before lists the goroutines that the leak check at the end takes as given.
-	before goleak.Option
+	before leakcheck.Option
 }
 
 // acceptGoroutines takes the goroutines running now as given by the leak check:
 // for harness infrastructure (a restarted server's process waiter) that
 // legitimately outlives a property.
-func (e *env) acceptGoroutines() { e.before = goleak.IgnoreCurrent() }
+func (e *env) acceptGoroutines() { e.before = leakcheck.IgnoreCurrent() }
 
 // leakPatience is how long the leak check waits for goroutines that are on
 // their way out (goleak alone waits about half a second): a backend client's
@@ -238,11 +238,11 @@ const leakPatience = 5 * time.Second
 
 // verifyNoLeak fails t if goroutines other than the given ones are still
 // running after leakPatience.
-func verifyNoLeak(t *testing.T, given goleak.Option) {
+func verifyNoLeak(t *testing.T, given leakcheck.Option) {
 	t.Helper()
 	deadline := time.Now().Add(leakPatience)
 	for {
-		err := goleak.Find(given)
+		err := leakcheck.Find(given)
 		if err == nil {
 			return
 		}
@@ -257,7 +257,7 @@ func verifyNoLeak(t *testing.T, given goleak.Option) {
 func runProperty(t *testing.T, h Harness, property func(*env)) {
 	// Registered first, so it runs after every client is closed. The goroutines
 	// running now (the test framework's, shared test servers') are taken as given.
-	e := &env{T: t, h: h, before: goleak.IgnoreCurrent()}
+	e := &env{T: t, h: h, before: leakcheck.IgnoreCurrent()}
 	t.Cleanup(func() { verifyNoLeak(t, e.before) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), propertyTimeout)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) {
 	conformance.HolderMain() // the holder processes of the fault properties
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // The suite must be able to fail: each deliberately broken driver below runs the

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestRedactReplacesEachSecretOnceLongestFirst(t *testing.T) {
 	got := Redact("user x:xx@host token=x%78", "x", "xx", "x%78", "")

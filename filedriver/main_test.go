@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
 )
@@ -16,5 +16,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childDirEnv) != "" {
 		os.Exit(runChild())
 	}
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }

@@ -4,14 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/memdriver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/lock/internal/leakcheck"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.uber.org/goleak"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
@@ -75,7 +75,7 @@ func TestOpenHonoursItsContextAtEveryStep(t *testing.T) {
 	}
 	for name, u := range cases {
 		t.Run(name, func(t *testing.T) {
-			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			defer leakcheck.VerifyNone(t, leakcheck.IgnoreCurrent())
 			const limit = 500 * time.Millisecond
 			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
@@ -167,7 +167,7 @@ func TestCloseDoesNotWaitForAFrozenServer(t *testing.T) {
 	}
 	_ = busy
 
-	before := goleak.IgnoreCurrent()
+	before := leakcheck.IgnoreCurrent()
 	d := mustOpen(t, srv.URL())
 	locker := lock.New(d)
 	var held []*lock.Lock
@@ -218,7 +218,7 @@ func TestCloseDoesNotWaitForAFrozenServer(t *testing.T) {
 		}
 	}
 	_ = locker.Close()
-	goleak.VerifyNone(t, before)
+	leakcheck.VerifyNone(t, before)
 }
 
 // promptAfterCtx is how soon after its context ends a call must return
@@ -248,7 +248,7 @@ func TestEveryCallReturnsWhenItsContextEndsAgainstAFrozenServer(t *testing.T) {
 	}
 	_ = blocker
 
-	before := goleak.IgnoreCurrent()
+	before := leakcheck.IgnoreCurrent()
 	d := mustOpen(t, srv.URL())
 	locker := lock.New(d, lock.WithTTL(time.Minute))
 	var held []*lock.Lock
@@ -350,7 +350,7 @@ func TestEveryCallReturnsWhenItsContextEndsAgainstAFrozenServer(t *testing.T) {
 	}
 	t.Logf("Close took %v", time.Since(begin).Round(time.Millisecond))
 	_ = locker.Close()
-	goleak.VerifyNone(t, before)
+	leakcheck.VerifyNone(t, before)
 }
 
 // A Release whose context ended before the server answered leaves the lock

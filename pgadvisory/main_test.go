@@ -3,7 +3,7 @@ package pgadvisory_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/internal/testserver"
@@ -11,5 +11,5 @@ import (
 
 func TestMain(m *testing.M) {
 	conformance.HolderMain() // the holder processes of the fault properties
-	goleak.VerifyTestMain(testserver.Main(m))
+	leakcheck.VerifyTestMain(testserver.Main(m))
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
@@ -29,7 +29,7 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keep := goleak.IgnoreCurrent()
+	keep := leakcheck.IgnoreCurrent()
 	d, err := openURL(ctx, redlockURL(servers))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 	}
 	// goleak retries for about a second: far below the 5s of go-redis's
 	// dial timeout, which bounded the goroutines left before.
-	if err := goleak.Find(keep); err != nil {
+	if err := leakcheck.Find(keep); err != nil {
 		t.Errorf("goroutines outlive Close: %v", err)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/lock/internal/leakcheck"
 	"github.com/distlock/lock/internal/testserver"
-	"go.uber.org/goleak"
 )
 
 // distlockBin is the distlock run by the tests: this test binary itself, which
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	distlockBin = exe
-	goleak.VerifyTestMain(testserver.Main(m))
+	leakcheck.VerifyTestMain(testserver.Main(m))
 }
 
 func fileExists(p string) bool {

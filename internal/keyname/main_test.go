@@ -3,7 +3,7 @@ package keyname
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
 	SilenceGoRedis() // as the drivers do in their init
-	goleak.VerifyTestMain(testserver.Main(m))
+	leakcheck.VerifyTestMain(testserver.Main(m))
 }
 
 func TestEscapeLeavesNoBraceAndIsInjective(t *testing.T) {

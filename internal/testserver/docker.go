@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // containerSpec is how to run a server in Docker. docker-compose.yml uses the same
@@ -51,6 +49,23 @@ var (
 	}
 )
 
+// ContainerSpec is how the Docker source runs one server, for the test that
+// holds docker-compose.yml to the same images.
+type ContainerSpec struct {
+	Image string
+	Env   map[string]string
+	Cmd   []string
+}
+
+// Containers returns the Docker source's servers by kind.
+func Containers() map[string]ContainerSpec {
+	out := map[string]ContainerSpec{}
+	for kind, s := range map[string]containerSpec{"redis": redisImage, "postgres": postgresImage, "etcd": etcdImage, "zookeeper": zookeeperImage} {
+		out[kind] = ContainerSpec{Image: s.image, Env: s.env, Cmd: s.cmd}
+	}
+	return out
+}
+
 // errNoDocker means that no Docker engine answered.
 var errNoDocker = errors.New("no Docker engine answered")
 
@@ -59,56 +74,56 @@ var docker struct {
 	err  error
 }
 
-// dockerAvailable asks once whether a Docker engine answers, the way
-// testcontainers-go finds one (DOCKER_HOST, ~/.testcontainers.properties, the
-// default sockets).
+// dockerAvailable asks once whether a Docker engine answers the docker CLI
+// (which finds it through DOCKER_HOST, its contexts and the default socket).
+// The CLI rather than a Go client keeps the modules' requirements free of
+// Docker's (see internal/leakcheck for why that matters).
 func dockerAvailable() error {
 	docker.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+		out, err := exec.CommandContext(ctx, "docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
 		if err != nil {
-			docker.err = fmt.Errorf("%w (%s)", errNoDocker, firstLine(err.Error()))
-			return
+			docker.err = fmt.Errorf("%w (%s)", errNoDocker, firstLine(strings.TrimSpace(string(out))+" "+err.Error()))
 		}
-		_ = cli.Close()
 	})
 	return docker.err
 }
 
+// containerLabel marks the containers testserver starts: a test binary
+// killed before its cleanup leaves them, and
+// `docker rm -f $(docker ps -q --filter label=distlock.testserver)` removes them.
+const containerLabel = "distlock.testserver"
+
 // startContainer runs spec and waits until the server answers. stop removes the
-// container; testcontainers' reaper removes it too if the test binary dies.
+// container.
 func startContainer(spec containerSpec) (url string, stop func(), err error) {
 	if err := dockerAvailable(); err != nil {
 		return "", nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // includes pulling the image
 	defer cancel()
-	opts := []testcontainers.ContainerCustomizer{
-		testcontainers.WithExposedPorts(spec.port),
-		testcontainers.WithWaitStrategy(wait.ForListeningPort(spec.port).WithStartupTimeout(startTimeout)),
+	args := []string{"run", "-d", "--rm", "--label", containerLabel, "-p", "127.0.0.1::" + spec.port}
+	for k, v := range spec.env {
+		args = append(args, "-e", k+"="+v)
 	}
-	if spec.env != nil {
-		opts = append(opts, testcontainers.WithEnv(spec.env))
+	args = append(append(args, spec.image), spec.cmd...)
+	out, err := exec.CommandContext(ctx, "docker", args...).Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("docker run %s: %w%s", spec.image, err, stderrOf(err))
 	}
-	if spec.cmd != nil {
-		opts = append(opts, testcontainers.WithCmd(spec.cmd...))
-	}
-	ctr, err := testcontainers.Run(ctx, spec.image, opts...)
+	id := strings.TrimSpace(string(out))
 	stop = func() {
-		if ctr != nil {
-			_ = testcontainers.TerminateContainer(ctr)
-		}
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		_ = exec.CommandContext(sctx, "docker", "rm", "-f", id).Run()
 	}
+	out, err = exec.CommandContext(ctx, "docker", "port", id, spec.port).Output()
 	if err != nil {
 		stop()
-		return "", nil, err
+		return "", nil, fmt.Errorf("docker port %s: %w%s", spec.image, err, stderrOf(err))
 	}
-	addr, err := ctr.PortEndpoint(ctx, spec.port, "")
-	if err != nil {
-		stop()
-		return "", nil, err
-	}
+	addr := firstLine(strings.TrimSpace(string(out)))
 	url = spec.url(addr)
 	// The port opens before some servers answer (PostgreSQL's image restarts after
 	// initialising), so probe like a private server.
@@ -126,6 +141,14 @@ func startContainer(spec containerSpec) (url string, stop func(), err error) {
 		}
 		time.Sleep(probeInterval)
 	}
+}
+
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return ": " + firstLine(strings.TrimSpace(string(ee.Stderr)))
+	}
+	return ""
 }
 
 func firstLine(s string) string {

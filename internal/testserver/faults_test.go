@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Pause freezes PostgreSQL whole: the postmaster and every backend (each runs
@@ -23,15 +21,11 @@ func TestPostgresPauseStopsEveryProcess(t *testing.T) {
 	ctx := context.Background()
 	var backends []int
 	for i := 0; i < 5; i++ {
-		conn, err := pgx.Connect(ctx, s.URL())
+		conn, pid, err := pgSession(ctx, s.URL())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = conn.Close(context.Background()) })
-		var pid int
-		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
+		t.Cleanup(func() { _ = conn.Close() })
 		backends = append(backends, pid)
 	}
 	if err := s.Pause(); err != nil {
@@ -72,9 +66,8 @@ func TestPostgresPauseStopsEveryProcess(t *testing.T) {
 	// And a new connection gets no answer.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if c, err := pgx.Connect(cctx, s.URL()); err == nil {
-		_ = c.Close(ctx)
-		t.Fatal("connected to a paused server")
+	if err := pgPing(cctx, s.URL()); err == nil {
+		t.Fatal("started a session on a paused server")
 	}
 }
 

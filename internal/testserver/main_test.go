@@ -1,13 +1,9 @@
-package testserver_test
+package testserver
 
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
-	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testserver.Main(m))
-}
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(Main(m)) }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // StartPostgres starts a private PostgreSQL server for t and stops it when t ends.
@@ -162,15 +160,4 @@ func startPostgres(args []string) (*Server, error) {
 			return nil, err
 		}
 	}
-}
-
-// pgPing connects and runs SELECT 1.
-func pgPing(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	var one int
-	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }

@@ -21,7 +21,7 @@
 // a panic, a test timeout, an interrupt or SIGKILL. Every package that uses this one
 // should therefore have
 //
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testserver.Main(m)) }
+//	func TestMain(m *testing.M) { leakcheck.VerifyTestMain(testserver.Main(m)) }
 //
 // The tests share the server, so each test should use its own keys.
 //
@@ -211,13 +211,13 @@ func startPrivate(t testing.TB, b *backend, args []string) *Server {
 }
 
 // Runner runs a test binary's tests and then stops the shared servers. Main makes
-// one; its Run method fits goleak.VerifyTestMain.
+// one; its Run method fits leakcheck.VerifyTestMain.
 type Runner struct{ m *testing.M }
 
 // Main wraps m for TestMain so that the shared servers are stopped once the tests
 // have run and before goleak looks for leaked goroutines:
 //
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testserver.Main(m)) }
+//	func TestMain(m *testing.M) { leakcheck.VerifyTestMain(testserver.Main(m)) }
 //
 // or, without goleak, os.Exit(testserver.Main(m).Run()).
 func Main(m *testing.M) Runner { return Runner{m} }

@@ -1,4 +1,4 @@
-package testserver_test
+package servertest
 
 import (
 	"errors"

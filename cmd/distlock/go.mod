@@ -1,0 +1,56 @@
+module github.com/distlock/lock/cmd/distlock
+
+go 1.25.0
+
+replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../..
+
+replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../../internal/redisproto
+
+replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../../redisdriver
+
+replace github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000 => ../../redlockdriver
+
+replace github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000 => ../../pgadvisory
+
+replace github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000 => ../../etcddriver
+
+replace github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000 => ../../zkdriver
+
+require (
+	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	go.etcd.io/etcd/api/v3 v3.6.14 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.6.14 // indirect
+	go.etcd.io/etcd/client/v3 v3.6.14 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260414002931-afd174a4e478 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
+	google.golang.org/grpc v1.82.1 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+)

@@ -1,0 +1,13 @@
+package servertest
+
+import (
+	"testing"
+
+	"github.com/distlock/lock/internal/leakcheck"
+
+	"github.com/distlock/lock/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	leakcheck.VerifyTestMain(testserver.Main(m))
+}
