@@ -189,12 +189,12 @@ func (p *Params) All(name string) []string {
 	return vs
 }
 
-// Refuse rejects a parameter the driver knows but does not allow here, saying
-// why: the message is "parameter NAME WHY", so why reads as a predicate ("needs
-// TLS: use etcds://", "is refused: locks are written on the primary"). It
-// records the error only when the URL gives the parameter.
+// Refuse rejects a parameter the driver does not allow here, saying why: the
+// message is "parameter NAME WHY", so why reads as a predicate ("needs TLS: use
+// etcds://", "is refused: locks are written on the primary"). It records the
+// error only when the URL gives the parameter, and does not add the parameter
+// to the accepted list (Accept it too if it belongs there).
 func (p *Params) Refuse(name, why string) {
-	p.Accept(name)
 	if p.q.Has(name) {
 		p.fail(p.Errorf("parameter %s %s", name, why))
 	}

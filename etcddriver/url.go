@@ -198,6 +198,7 @@ func readParams(spec *clientv3.ConfigSpec, scheme string, q url.Values) error {
 		}
 	} else {
 		for _, name := range []string{"cacert", "cert", "key", "server_name"} {
+			p.Accept(name) // listed as accepted: they are, with etcds://
 			p.Refuse(name, "needs TLS: use "+SchemeTLS+"://")
 		}
 	}

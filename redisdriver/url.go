@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"sort"
@@ -48,17 +49,6 @@ type form struct {
 	topology topology
 	goScheme string   // the scheme go-redis's parser expects
 	params   []string // the go-redis parameters accepted
-}
-
-// refused returns why a go-redis parameter is refused in this form, or "".
-func (f form) refused(name string) string {
-	if name == "context_timeout_enabled" {
-		return "the driver always honours context deadlines"
-	}
-	if f.topology == sentinel {
-		return refusedSentinelParams[name]
-	}
-	return ""
 }
 
 // The query parameters each go-redis parser understands (go-redis v9.22), less
@@ -179,7 +169,7 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	if !ok {
 		return none, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
 	}
-	if err := checkParams(scheme, f, u.Query()); err != nil {
+	if err := checkParams(f, u.Query()); err != nil {
 		return none, err
 	}
 	if u.Opaque != "" {
@@ -235,28 +225,19 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	}
 }
 
-// checkParams refuses unknown parameters, listing the accepted ones.
-func checkParams(scheme string, f form, q url.Values) error {
-	var unknown, refused []string
-	for name := range q {
-		if why := f.refused(name); why != "" {
-			refused = append(refused, name+" ("+why+")")
-			continue
-		}
-		if !slices.Contains(f.params, name) {
-			unknown = append(unknown, name)
+// checkParams refuses unknown parameters, listing the accepted ones, and
+// those go-redis knows but the driver refuses, saying why.
+func checkParams(f form, q url.Values) error {
+	p := driver.NewParams("redisdriver", q)
+	p.Portable = portableParams
+	p.Refuse("context_timeout_enabled", "is refused: the driver always honours context deadlines")
+	if f.topology == sentinel {
+		for _, name := range slices.Sorted(maps.Keys(refusedSentinelParams)) {
+			p.Refuse(name, "is refused: "+refusedSentinelParams[name])
 		}
 	}
-	sort.Strings(refused)
-	sort.Strings(unknown)
-	switch {
-	case len(refused) > 0:
-		return fmt.Errorf("%w: redisdriver: parameter %s refused", driver.ErrInvalidURL, strings.Join(refused, ", "))
-	case len(unknown) > 0:
-		return fmt.Errorf("%w: redisdriver: unknown parameter %s; %s:// accepts %s, and the portable %s",
-			driver.ErrInvalidURL, strings.Join(unknown, ", "), scheme, strings.Join(f.params, ", "), portableParams)
-	}
-	return nil
+	p.Accept(f.params...) // go-redis's parser reads them
+	return p.Check()
 }
 
 func schemes() []string {
