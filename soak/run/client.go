@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/soak/check"
 )
 
@@ -36,8 +37,8 @@ type ClientConfig struct {
 
 func now() int64 { return time.Now().UnixNano() }
 
-// drift is the portable layer's allowance (driver.Drift: 2ms plus 1% of the TTL).
-func drift(ttl time.Duration) time.Duration { return 2*time.Millisecond + ttl/100 }
+// drift is the portable layer's allowance.
+func drift(ttl time.Duration) time.Duration { return driver.Drift(ttl) }
 
 // Client loops TryAcquire -> read-modify-write with the token -> release until
 // ctx ends. Locks are taken without auto-refresh and held for less than the
