@@ -237,9 +237,14 @@ func (p *Params) Check() error {
 		return nil
 	}
 	slices.Sort(unknown)
-	portable := ""
-	if p.Portable != "" {
-		portable = " (and the portable " + p.Portable + ")"
+	accepted := strings.Join(p.known, ", ")
+	switch {
+	case len(p.known) == 0 && p.Portable != "":
+		accepted = "only the portable " + p.Portable
+	case len(p.known) == 0:
+		accepted = "none"
+	case p.Portable != "":
+		accepted += " (and the portable " + p.Portable + ")"
 	}
-	return p.Errorf("unknown parameter %s; accepted: %s%s", strings.Join(unknown, ", "), strings.Join(p.known, ", "), portable)
+	return p.Errorf("unknown parameter %s; accepted: %s", strings.Join(unknown, ", "), accepted)
 }

@@ -178,3 +178,11 @@ func TestParamsErrAndRestHandTheUnreadParametersOn(t *testing.T) {
 		t.Errorf("Err = %v, want the bad value's error", err)
 	}
 }
+
+func TestParamsWithoutDriverParametersListOnlyThePortableOnes(t *testing.T) {
+	p := params(t, "colour=blue")
+	p.Portable = "ttl, prefix"
+	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "unknown parameter colour; accepted: only the portable ttl, prefix") {
+		t.Errorf("Check = %v, want the portable parameters alone as the accepted list", err)
+	}
+}
