@@ -152,19 +152,8 @@ func parseURL(u *url.URL, portablePrefix string) (*clientv3.ConfigSpec, string, 
 		return bad("a fragment (#...) means nothing here")
 	}
 	spec := &clientv3.ConfigSpec{}
-	for _, hp := range strings.Split(u.Host, ",") {
-		ep, err := endpoint(hp)
-		if err != nil {
-			return bad("%v", err)
-		}
-		spec.Endpoints = append(spec.Endpoints, ep)
-	}
-	if u.User != nil {
-		pw, _ := u.User.Password()
-		if u.User.Username() == "" || pw == "" {
-			return bad("user and password go together: want %s://user:password@host:2379", scheme)
-		}
-		spec.Auth = &clientv3.AuthConfig{Username: u.User.Username(), Password: pw}
+	if err := readAuthority(spec, u, scheme); err != nil {
+		return bad("%v", err)
 	}
 
 	if err := readParams(spec, scheme, u.Query()); err != nil {
@@ -182,6 +171,25 @@ func parseURL(u *url.URL, portablePrefix string) (*clientv3.ConfigSpec, string, 
 		prefix = "/" + strings.Trim(portablePrefix, "/")
 	}
 	return spec, prefix, nil
+}
+
+// readAuthority reads the endpoints and the credentials into spec.
+func readAuthority(spec *clientv3.ConfigSpec, u *url.URL, scheme string) error {
+	for _, hp := range strings.Split(u.Host, ",") {
+		ep, err := endpoint(hp)
+		if err != nil {
+			return err
+		}
+		spec.Endpoints = append(spec.Endpoints, ep)
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		if u.User.Username() == "" || pw == "" {
+			return fmt.Errorf("user and password go together: want %s://user:password@host:2379", scheme)
+		}
+		spec.Auth = &clientv3.AuthConfig{Username: u.User.Username(), Password: pw}
+	}
+	return nil
 }
 
 // readParams reads the query parameters into spec.
