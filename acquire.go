@@ -215,7 +215,7 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 	l.state = stateHeld
 	l.deadline = start.Add(l.ttl - l.drift)
 	if l.auto {
-		l.nextRefresh = start.Add(l.ttl / 3)
+		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
 	}
 	lk.held[l] = struct{}{}
 	lk.scheduleLocked(l)

@@ -16,7 +16,7 @@ import (
 
 // Close while many goroutines hold, wait and refresh: every call ends with success
 // or ErrClosed, every held lock is released, and no goroutine is left (TestMain
-// runs goleak).
+// runs leakcheck).
 func TestCloseUnderLoadEndsEveryCallAndReleasesEverything(t *testing.T) {
 	ctx := context.Background()
 	name := t.Name()

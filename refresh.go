@@ -64,7 +64,7 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 	if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
 		l.deadline = d
 	}
-	l.nextRefresh = start.Add(l.ttl / 3)
+	l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
 	lk.scheduleLocked(l)
 }
 
@@ -176,7 +176,7 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 		if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
 			l.deadline = d
 		}
-		l.nextRefresh = start.Add(l.ttl / 3)
+		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
 		lk.scheduleLocked(l)
 	case isNotHeld(err) && l.releasing:
 		// The refresh raced our own Release and saw its delete; Release decides.
@@ -186,19 +186,11 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 	default:
 		// Unknown outcome: try again soon; the deadline ends the lock if no
 		// attempt gets through.
-		l.nextRefresh = time.Now().Add(retryInterval(l.ttl))
+		l.nextRefresh = time.Now().Add(driver.RetryInterval(l.ttl))
 		lk.scheduleLocked(l)
 	}
 	lk.mu.Unlock()
 	runHooks(hooks, err)
-}
-
-func retryInterval(ttl time.Duration) time.Duration {
-	d := ttl / 10
-	if d < 5*time.Millisecond {
-		d = 5 * time.Millisecond
-	}
-	return d
 }
 
 // lockHeap orders held locks by their next event.

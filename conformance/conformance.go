@@ -230,7 +230,7 @@ type env struct {
 func (e *env) acceptGoroutines() { e.before = leakcheck.IgnoreCurrent() }
 
 // leakPatience is how long the leak check waits for goroutines that are on
-// their way out (goleak alone waits about half a second): a backend client's
+// their way out (leakcheck alone waits a second): a backend client's
 // Close may return before its transport goroutines have ended (gRPC ends them
 // asynchronously), which on a loaded machine takes longer. A goroutine still
 // there after that is a leak.

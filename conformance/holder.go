@@ -36,7 +36,7 @@ type holderSpec struct {
 //
 //	func TestMain(m *testing.M) {
 //		conformance.HolderMain()
-//		goleak.VerifyTestMain(m)
+//		leakcheck.VerifyTestMain(m)
 //	}
 //
 // A holder opens the URL, acquires the key, writes "held TOKEN BEGAN" on its

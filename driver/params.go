@@ -176,6 +176,47 @@ func (p *Params) List(name string, def []string) []string {
 	return items
 }
 
+// All returns every value of a parameter that may be given more than once
+// (server=a&server=b), or nil when it is not given; Unique does not apply,
+// NonEmpty does.
+func (p *Params) All(name string) []string {
+	p.Accept(name)
+	vs := p.q[name]
+	if p.NonEmpty && slices.Contains(vs, "") {
+		p.fail(p.Errorf("parameter %s is empty", name))
+		return nil
+	}
+	return vs
+}
+
+// Refuse rejects a parameter the driver does not allow here, saying why: the
+// message is "parameter NAME WHY", so why reads as a predicate ("needs TLS: use
+// etcds://", "is refused: locks are written on the primary"). It records the
+// error only when the URL gives the parameter, and does not add the parameter
+// to the accepted list (Accept it too if it belongs there).
+func (p *Params) Refuse(name, why string) {
+	if p.q.Has(name) {
+		p.fail(p.Errorf("parameter %s %s", name, why))
+	}
+}
+
+// Err returns the first bad value a getter met, without the unknown-parameter
+// check: for a driver that hands the parameters it does not read to a client
+// library, which judges them itself (see Rest).
+func (p *Params) Err() error { return p.err }
+
+// Rest returns a copy of the query without the parameters declared so far:
+// what a driver that reads some parameters hands on to its client library.
+func (p *Params) Rest() url.Values {
+	rest := url.Values{}
+	for name, vs := range p.q {
+		if !slices.Contains(p.known, name) {
+			rest[name] = slices.Clone(vs)
+		}
+	}
+	return rest
+}
+
 // Known returns the parameters declared so far, in declaration order.
 func (p *Params) Known() []string { return slices.Clone(p.known) }
 
@@ -196,9 +237,14 @@ func (p *Params) Check() error {
 		return nil
 	}
 	slices.Sort(unknown)
-	portable := ""
-	if p.Portable != "" {
-		portable = " (and the portable " + p.Portable + ")"
+	accepted := strings.Join(p.known, ", ")
+	switch {
+	case len(p.known) == 0 && p.Portable != "":
+		accepted = "only the portable " + p.Portable
+	case len(p.known) == 0:
+		accepted = "none"
+	case p.Portable != "":
+		accepted += " (and the portable " + p.Portable + ")"
 	}
-	return p.Errorf("unknown parameter %s; accepted: %s%s", strings.Join(unknown, ", "), strings.Join(p.known, ", "), portable)
+	return p.Errorf("unknown parameter %s; accepted: %s", strings.Join(unknown, ", "), accepted)
 }

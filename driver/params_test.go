@@ -126,3 +126,63 @@ func TestParamsUniqueAndNonEmpty(t *testing.T) {
 		t.Errorf("NonEmpty: Check = %v, want an empty-parameter error", err)
 	}
 }
+
+func TestParamsAllReadsEveryValueOfARepeatedParameter(t *testing.T) {
+	p := params(t, "server=a&server=b")
+	p.Unique = true // applies to single-valued getters only
+	if got := p.All("server"); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("All = %q, want [a b]", got)
+	}
+	if got := p.All("absent"); got != nil {
+		t.Errorf("All of an absent parameter = %q, want nil", got)
+	}
+	if err := p.Check(); err != nil {
+		t.Errorf("Check = %v, want nil", err)
+	}
+	p = params(t, "server=a&server=")
+	p.NonEmpty = true
+	p.All("server")
+	if err := p.Check(); !errors.Is(err, ErrInvalidURL) || !strings.Contains(err.Error(), "server is empty") {
+		t.Errorf("NonEmpty: Check = %v, want an empty-parameter error", err)
+	}
+}
+
+func TestParamsRefusedParameterIsRejectedWithTheReasonOnlyWhenGiven(t *testing.T) {
+	p := params(t, "cacert=/ca.pem")
+	p.Refuse("cacert", "needs TLS: use etcds://")
+	p.Refuse("absent", "is never allowed")
+	err := p.Check()
+	if !errors.Is(err, ErrInvalidURL) || !strings.Contains(err.Error(), "parameter cacert needs TLS: use etcds://") {
+		t.Errorf("Check = %v, want ErrInvalidURL with the reason", err)
+	}
+	if strings.Contains(err.Error(), "absent") {
+		t.Errorf("Check = %v, mentions a refused parameter the URL does not give", err)
+	}
+}
+
+func TestParamsErrAndRestHandTheUnreadParametersOn(t *testing.T) {
+	p := params(t, "fencing=false&sslmode=disable&application_name=x")
+	if p.Bool("fencing", true) {
+		t.Error("Bool = true, want false")
+	}
+	if err := p.Err(); err != nil {
+		t.Errorf("Err = %v, want nil: unread parameters are not its business", err)
+	}
+	want := url.Values{"sslmode": {"disable"}, "application_name": {"x"}}
+	if got := p.Rest(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Rest = %v, want %v", got, want)
+	}
+	p = params(t, "n=zero&other=1")
+	p.Int("n", 1, 1, 10, "a positive integer")
+	if err := p.Err(); !errors.Is(err, ErrInvalidURL) || !strings.Contains(err.Error(), `n="zero"`) {
+		t.Errorf("Err = %v, want the bad value's error", err)
+	}
+}
+
+func TestParamsWithoutDriverParametersListOnlyThePortableOnes(t *testing.T) {
+	p := params(t, "colour=blue")
+	p.Portable = "ttl, prefix"
+	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "unknown parameter colour; accepted: only the portable ttl, prefix") {
+		t.Errorf("Check = %v, want the portable parameters alone as the accepted list", err)
+	}
+}

@@ -202,9 +202,9 @@ import (
 const DefaultPrefix = "/distlock"
 
 // Option configures a Driver made with New.
-type Option func(*config)
+type Option func(*options)
 
-type config struct {
+type options struct {
 	prefix string
 	minTTL time.Duration
 }
@@ -214,14 +214,14 @@ type config struct {
 // they use the same prefix, and one prefix must not lie inside another's locks:
 // with prefixes /a and /a/b, the lock "b" of the first would contain the locks of
 // the second.
-func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithMinTTL declares the server's minimum lease TTL instead of measuring it.
 // New normally asks etcd for a one-second lease and reads the TTL it grants
 // (etcd raises short TTLs to a minimum derived from its election timeout: 2s with
 // the defaults). A wrong value does no harm beyond an error: if etcd later grants
 // a longer lease than asked, the acquisition fails with ErrUnsupported.
-func WithMinTTL(d time.Duration) Option { return func(c *config) { c.minTTL = d } }
+func WithMinTTL(d time.Duration) Option { return func(o *options) { o.minTTL = d } }
 
 // Driver takes locks in etcd. Use it through lock.New or lock.Open; its methods
 // implement driver.Driver, driver.Acquirer and driver.BatchRefresher.
@@ -283,7 +283,7 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 	if c == nil {
 		return nil, fmt.Errorf("etcddriver: nil client")
 	}
-	var cfg config
+	var cfg options
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)

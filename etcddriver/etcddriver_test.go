@@ -14,8 +14,19 @@ import (
 
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t) // private: the fault properties freeze and restart it
-	base, restart := srv.URL(), func(context.Context) error { return srv.Restart(true) }
+	base := srv.URL()
 	admin := newClient(t, base)
+	// After a restart the admin client reconnects on its own (etcd's client
+	// balancer does not wait for a request); it reconnects here, before the
+	// hook returns, so that its new transport is not taken for a goroutine the
+	// property leaked.
+	restart := func(ctx context.Context) error {
+		if err := srv.Restart(true); err != nil {
+			return err
+		}
+		_, err := admin.Get(ctx, "/distlock-conformance-warmup")
+		return err
+	}
 	// Connect the admin client now: its gRPC transport goroutines must exist before
 	// the suite's per-property leak check takes its snapshot.
 	if _, err := admin.Get(context.Background(), "/distlock-conformance-warmup"); err != nil {

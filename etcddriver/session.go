@@ -62,11 +62,6 @@ var (
 	errExpired       = fmt.Errorf("%w: etcddriver: the lock's TTL passed without a refresh", driver.ErrNotHeld)
 )
 
-// leaseDrift is the allowance for clock-rate differences between this process and
-// the etcd leader, which measures the lease: 1% of the TTL plus 2ms, as the
-// portable layer's.
-func leaseDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
-
 // session returns the live session for ttl, granting its lease on first use.
 func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
 	secs, err := d.leaseSeconds(ttl)
@@ -162,7 +157,9 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 	s.hex = leaseHex(resp.ID)
 	s.ttlSecs = resp.TTL
 	s.ttl = time.Duration(resp.TTL) * time.Second // 1 <= TTL <= s.secs <= maxLeaseSeconds: no overflow
-	s.drift = leaseDrift(s.ttl)
+	// The etcd leader measures the lease on its own clock: allow for drift as
+	// the portable layer does.
+	s.drift = driver.Drift(s.ttl)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -188,7 +185,7 @@ func (s *session) keep() {
 	defer d.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	nextKeepalive := time.Now().Add(s.ttl / 3)
+	nextKeepalive := time.Now().Add(driver.RefreshInterval(s.ttl))
 	for {
 		now := time.Now()
 		d.mu.Lock()
@@ -226,7 +223,7 @@ func (s *session) keep() {
 		if !now.Before(nextKeepalive) {
 			switch err := s.keepalive(); {
 			case err == nil:
-				nextKeepalive = time.Now().Add(s.ttl / 3)
+				nextKeepalive = time.Now().Add(driver.RefreshInterval(s.ttl))
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
 				d.mu.Lock()
 				lost := s.endLocked(errLeaseGone)
@@ -236,7 +233,7 @@ func (s *session) keep() {
 			default:
 				// Try again soon; the deadline above ends the session if no
 				// keepalive gets through in time.
-				nextKeepalive = time.Now().Add(retryInterval(s.ttl))
+				nextKeepalive = time.Now().Add(driver.RetryInterval(s.ttl))
 			}
 			continue // the keepalive took time: look at the clock again
 		}
@@ -246,7 +243,7 @@ func (s *session) keep() {
 			wake = earliest
 		}
 		if cleanup {
-			if t := now.Add(retryInterval(s.ttl)); t.Before(wake) {
+			if t := now.Add(driver.RetryInterval(s.ttl)); t.Before(wake) {
 				wake = t
 			}
 		}
@@ -262,14 +259,6 @@ func (s *session) keep() {
 }
 
 var errIdle = errors.New("etcddriver: lease retired after serving no lock for a whole TTL")
-
-func retryInterval(ttl time.Duration) time.Duration {
-	d := ttl / 20
-	if d < 20*time.Millisecond {
-		d = 20 * time.Millisecond
-	}
-	return d
-}
 
 // keepalive renews the lease once and moves the confirmed time to the moment
 // the request was sent.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -40,12 +40,6 @@ func init() {
 	driver.Register(Scheme, open)
 	driver.Register(SchemeTLS, open)
 }
-
-// urlParams are the query parameters the driver accepts, besides the portable
-// ttl, auto_refresh and prefix.
-var urlParams = []string{"cacert", "cert", "key", "server_name", "dial_timeout", "keepalive_time", "keepalive_timeout"}
-
-var tlsParams = map[string]bool{"cacert": true, "cert": true, "key": true, "server_name": true}
 
 // open is the driver.Opener of both schemes.
 func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
@@ -157,72 +151,16 @@ func parseURL(u *url.URL, portablePrefix string) (*clientv3.ConfigSpec, string, 
 	if u.Fragment != "" {
 		return bad("a fragment (#...) means nothing here")
 	}
-	spec := &clientv3.ConfigSpec{
-		DialTimeout:      DefaultDialTimeout,
-		KeepAliveTime:    DefaultKeepaliveTime,
-		KeepAliveTimeout: DefaultKeepaliveTimeout,
-	}
-	for _, hp := range strings.Split(u.Host, ",") {
-		ep, err := endpoint(hp)
-		if err != nil {
-			return bad("%v", err)
-		}
-		spec.Endpoints = append(spec.Endpoints, ep)
-	}
-	if u.User != nil {
-		pw, _ := u.User.Password()
-		if u.User.Username() == "" || pw == "" {
-			return bad("user and password go together: want %s://user:password@host:2379", scheme)
-		}
-		spec.Auth = &clientv3.AuthConfig{Username: u.User.Username(), Password: pw}
+	spec := &clientv3.ConfigSpec{}
+	if err := readAuthority(spec, u, scheme); err != nil {
+		return bad("%v", err)
 	}
 
-	q := u.Query()
-	var unknown []string
-	for name := range q {
-		if !contains(urlParams, name) {
-			unknown = append(unknown, name)
-		}
+	if err := readParams(spec, scheme, u.Query()); err != nil {
+		return nil, "", err
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return bad("unknown parameter %s; accepted: %s (and the portable ttl, auto_refresh, prefix)",
-			strings.Join(unknown, ", "), strings.Join(urlParams, ", "))
-	}
-	for name, vs := range q {
-		if len(vs) > 1 {
-			return bad("parameter %s given %d times", name, len(vs))
-		}
-		if vs[0] == "" {
-			return bad("parameter %s is empty", name)
-		}
-		if tlsParams[name] && scheme != SchemeTLS {
-			return bad("parameter %s needs TLS: use %s://", name, SchemeTLS)
-		}
-	}
-	for name, dst := range map[string]*time.Duration{
-		"dial_timeout":      &spec.DialTimeout,
-		"keepalive_time":    &spec.KeepAliveTime,
-		"keepalive_timeout": &spec.KeepAliveTimeout,
-	} {
-		if v := q.Get(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return bad("%s=%q is not a positive duration such as 5s", name, v)
-			}
-			*dst = d
-		}
-	}
-	if scheme == SchemeTLS {
-		spec.Secure = &clientv3.SecureConfig{
-			Cacert:     q.Get("cacert"),
-			Cert:       q.Get("cert"),
-			Key:        q.Get("key"),
-			ServerName: q.Get("server_name"),
-		}
-		if (spec.Secure.Cert == "") != (spec.Secure.Key == "") {
-			return bad("a client certificate needs both cert and key")
-		}
+	if spec.Secure != nil && (spec.Secure.Cert == "") != (spec.Secure.Key == "") {
+		return bad("a client certificate needs both cert and key")
 	}
 
 	prefix := strings.TrimRight(u.Path, "/")
@@ -233,6 +171,50 @@ func parseURL(u *url.URL, portablePrefix string) (*clientv3.ConfigSpec, string, 
 		prefix = "/" + strings.Trim(portablePrefix, "/")
 	}
 	return spec, prefix, nil
+}
+
+// readAuthority reads the endpoints and the credentials into spec.
+func readAuthority(spec *clientv3.ConfigSpec, u *url.URL, scheme string) error {
+	for _, hp := range strings.Split(u.Host, ",") {
+		ep, err := endpoint(hp)
+		if err != nil {
+			return err
+		}
+		spec.Endpoints = append(spec.Endpoints, ep)
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		if u.User.Username() == "" || pw == "" {
+			return fmt.Errorf("user and password go together: want %s://user:password@host:2379", scheme)
+		}
+		spec.Auth = &clientv3.AuthConfig{Username: u.User.Username(), Password: pw}
+	}
+	return nil
+}
+
+// readParams reads the query parameters into spec.
+func readParams(spec *clientv3.ConfigSpec, scheme string, q url.Values) error {
+	p := driver.NewParams("etcddriver", q)
+	p.Unique, p.NonEmpty = true, true
+	p.Portable = "ttl, auto_refresh, prefix"
+	if scheme == SchemeTLS {
+		spec.Secure = &clientv3.SecureConfig{
+			Cacert:     p.String("cacert", ""),
+			Cert:       p.String("cert", ""),
+			Key:        p.String("key", ""),
+			ServerName: p.String("server_name", ""),
+		}
+	} else {
+		for _, name := range []string{"cacert", "cert", "key", "server_name"} {
+			p.Accept(name) // listed as accepted: they are, with etcds://
+			p.Refuse(name, "needs TLS: use "+SchemeTLS+"://")
+		}
+	}
+	const positive = "a positive duration, such as 5s"
+	spec.DialTimeout = p.Duration("dial_timeout", DefaultDialTimeout, 1, math.MaxInt64, positive)
+	spec.KeepAliveTime = p.Duration("keepalive_time", DefaultKeepaliveTime, 1, math.MaxInt64, positive)
+	spec.KeepAliveTimeout = p.Duration("keepalive_timeout", DefaultKeepaliveTimeout, 1, math.MaxInt64, positive)
+	return p.Check()
 }
 
 // endpoint checks one host[:port] of the URL and adds the default port.
@@ -260,13 +242,4 @@ func endpoint(hp string) (string, error) {
 		}
 	}
 	return net.JoinHostPort(host, port), nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -70,7 +70,8 @@ func TestBadURLsAreRejectedClearly(t *testing.T) {
 		{"etcd://h/x?dial_timeout=soon", "", `dial_timeout="soon" is not a positive duration`},
 		{"etcd://h/x?keepalive_time=-1s", "", "keepalive_time"},
 		{"etcd://h/x?dial_timeout=1s&dial_timeout=2s", "", "given 2 times"},
-		{"etcd://h/x?cacert=", "", "is empty"},
+		{"etcds://h/x?cacert=", "", "cacert is empty"},
+		{"etcd://h/x?cacert=", "", "cacert needs TLS"}, // both are wrong; either is a clear answer
 		{"etcd:///x", "", "no host"},
 		{"etcd://h1,,h2/x", "", "empty host"},
 		{"etcd://h:/x", "", "empty port"},

@@ -83,13 +83,17 @@ import (
 // DefaultPrefix names the subdirectory for lock files when no prefix is given.
 const DefaultPrefix = "distlock"
 
-// Options configure a Driver made with NewWithOptions.
-type Options struct {
-	// Prefix names the subdirectory of the lock directory that holds the lock
-	// files, so they cannot clash with anything else there. Any string is
-	// accepted (it is escaped as keys are); empty means DefaultPrefix.
-	Prefix string
+// Option configures a Driver made by New.
+type Option func(*options)
+
+type options struct {
+	prefix string
 }
+
+// WithPrefix names the subdirectory of the lock directory that holds the lock
+// files, so they cannot clash with anything else there. Any string is accepted
+// (it is escaped as keys are); empty means DefaultPrefix.
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // Driver locks keys with flock(2) on files in one directory. Use it through
 // lock.New or lock.Open; its methods implement driver.Driver.
@@ -121,10 +125,13 @@ var _ driver.Driver = (*Driver)(nil)
 // New returns a Driver for lock files under dir (a relative dir is made absolute),
 // in the DefaultPrefix subdirectory, creating both if missing. It coordinates with
 // every Driver and lock.Open("file://...") on the same directory and prefix.
-func New(dir string) (*Driver, error) { return NewWithOptions(dir, Options{}) }
-
-// NewWithOptions is New with options.
-func NewWithOptions(dir string, o Options) (*Driver, error) {
+func New(dir string, opts ...Option) (*Driver, error) {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
 	if platformErr != nil {
 		return nil, platformErr
 	}
@@ -135,7 +142,7 @@ func NewWithOptions(dir string, o Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filedriver: %w", err)
 	}
-	prefix := o.Prefix
+	prefix := o.prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"path"
-	"sort"
 	"strings"
 
 	"github.com/distlock/lock/driver"
@@ -22,7 +21,7 @@ func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewWithOptions(dir, Options{Prefix: cfg.Prefix})
+	return New(dir, WithPrefix(cfg.Prefix))
 }
 
 // parseURL returns the directory a file URL names. The portable layer has already
@@ -31,13 +30,10 @@ func parseURL(u *url.URL) (string, error) {
 	if u == nil {
 		return "", fmt.Errorf("%w: filedriver: nil URL", driver.ErrInvalidURL)
 	}
-	if q := u.Query(); len(q) > 0 {
-		names := make([]string, 0, len(q))
-		for name := range q {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		return "", fmt.Errorf("%w: filedriver: unknown URL parameter %s; the file driver has none of its own (accepted: ttl, auto_refresh, prefix)", driver.ErrInvalidURL, strings.Join(names, ", "))
+	p := driver.NewParams("filedriver", u.Query())
+	p.Portable = "ttl, auto_refresh, prefix" // the driver has none of its own
+	if err := p.Check(); err != nil {
+		return "", err
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("%w: filedriver: a file URL has no user or password: want file:///path/to/dir", driver.ErrInvalidURL)

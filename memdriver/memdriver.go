@@ -27,8 +27,6 @@ package memdriver
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,25 +36,20 @@ import (
 // Scheme is the URL scheme this package registers.
 const Scheme = "mem"
 
-func init() {
-	driver.Register(Scheme, func(_ context.Context, cfg driver.Config) (driver.Driver, error) {
-		u := cfg.URL
-		if len(u.Query()) > 0 {
-			names := make([]string, 0, len(u.Query()))
-			for k := range u.Query() {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			return nil, fmt.Errorf("%w: memdriver: unknown URL parameter(s) %s: mem:// accepts only the portable ttl, auto_refresh and prefix", driver.ErrInvalidURL, strings.Join(names, ", "))
-		}
-		if u.User != nil || u.Port() != "" {
-			return nil, fmt.Errorf("%w: memdriver: want mem://name, got a user or port", driver.ErrInvalidURL)
-		}
-		name := u.Host + u.Path
-		d := New(name)
-		d.prefix = cfg.Prefix
-		return d, nil
-	})
+func init() { driver.Register(Scheme, open) }
+
+// open is the driver.Opener of mem URLs.
+func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
+	u := cfg.URL
+	p := driver.NewParams("memdriver", u.Query())
+	p.Portable = "ttl, auto_refresh, prefix" // the driver has none of its own
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	if u.User != nil || u.Port() != "" {
+		return nil, fmt.Errorf("%w: memdriver: want mem://name, got a user or port", driver.ErrInvalidURL)
+	}
+	return New(u.Host+u.Path, WithPrefix(cfg.Prefix)), nil
 }
 
 // store is the shared state of all clients of one name, playing the server.
@@ -99,9 +92,30 @@ type Driver struct {
 	closed bool
 }
 
+// Option configures a Driver made by New.
+type Option func(*options)
+
+type options struct {
+	prefix string
+}
+
+// WithPrefix sets the namespace of the driver's locks: clients of one store
+// with different prefixes never share a lock. Empty is a namespace of its own
+// (the default).
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
 // New returns a new client of the store called name. Clients of one name exclude
-// each other as clients of one server would.
-func New(name string) *Driver { return &Driver{s: storeNamed(name)} }
+// each other as clients of one server would. Unlike the other drivers' New it
+// returns no error: nothing here can fail.
+func New(name string, opts ...Option) *Driver {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return &Driver{s: storeNamed(name), prefix: o.prefix}
+}
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {

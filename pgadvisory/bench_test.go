@@ -190,7 +190,7 @@ func BenchmarkHold10000Locks(b *testing.B) {
 	ctx := context.Background()
 	for _, goroutines := range []int{1, benchGoroutines} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			d, err := pgadvisory.Open(ctx, dsn)
+			d, err := pgadvisory.OpenForTest(ctx, dsn)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -249,7 +249,7 @@ func benchLocker(b *testing.B, dsn, impl string) *lock.Locker {
 	if impl == "driver-nofence" {
 		opts = append(opts, pgadvisory.WithFencing(false))
 	}
-	d, err := pgadvisory.Open(context.Background(), dsn, opts...)
+	d, err := pgadvisory.OpenForTest(context.Background(), dsn, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

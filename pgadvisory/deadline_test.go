@@ -34,7 +34,7 @@ func urlAt(addr string) string {
 func TestOpenWithoutADeadlineGivesUpOnAnUnreachableServer(t *testing.T) {
 	addr := testserver.UnreachableAddr(t)
 	begin := time.Now()
-	d, err := pgadvisory.Open(context.Background(), urlAt(addr))
+	d, err := pgadvisory.OpenForTest(context.Background(), urlAt(addr))
 	took := time.Since(begin)
 	if err == nil {
 		_ = d.Close()
@@ -50,7 +50,7 @@ func TestOpenWithoutADeadlineGivesUpOnAnUnreachableServer(t *testing.T) {
 
 	// connect_timeout in the URL sets the bound.
 	begin = time.Now()
-	d, err = pgadvisory.Open(context.Background(), urlAt(addr)+"&connect_timeout=1")
+	d, err = pgadvisory.OpenForTest(context.Background(), urlAt(addr)+"&connect_timeout=1")
 	if took := time.Since(begin); err == nil || took > time.Second+deadlineSlack {
 		t.Errorf("Open with connect_timeout=1 = %v after %v, want an error after about 1s", err, took)
 	}
@@ -80,7 +80,7 @@ func TestOpenHonoursItsContextAtEveryStep(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
 			begin := time.Now()
-			d, err := pgadvisory.Open(ctx, u)
+			d, err := pgadvisory.OpenForTest(ctx, u)
 			took := time.Since(begin)
 			if err == nil {
 				_ = d.Close()
@@ -134,7 +134,7 @@ func TestOpenErrorsSayWhetherToRetry(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err := pgadvisory.Open(ctx, c.url)
+			_, err := pgadvisory.OpenForTest(ctx, c.url)
 			if err == nil {
 				t.Fatal("Open succeeded")
 			}

@@ -2,7 +2,11 @@ package pgadvisory
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"time"
+
+	"github.com/distlock/lock/driver"
 )
 
 // SetLockIDForTest replaces how d maps keys to lock ids, so a test can force two
@@ -66,4 +70,16 @@ func HoldingsForTest(d *Driver) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.byOwner)
+}
+
+// OpenForTest opens a Driver from a postgres URL as lock.Open's opener does,
+// with options given in code as well (the URL's parameters override them), for
+// tests that need the *Driver itself. A URL that does not parse is reported
+// without any of its text, so that no password can show.
+func OpenForTest(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgadvisory: the URL does not parse", driver.ErrInvalidURL)
+	}
+	return openURL(ctx, u, opts)
 }

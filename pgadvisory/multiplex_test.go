@@ -18,7 +18,7 @@ import (
 // openDriver opens a Driver and a Locker over it, closed at the end of the test.
 func openDriver(t testing.TB, dsn string, opts ...lock.Option) (*pgadvisory.Driver, *lock.Locker) {
 	t.Helper()
-	d, err := pgadvisory.Open(context.Background(), dsn)
+	d, err := pgadvisory.OpenForTest(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestTerminatedBackendLosesOnlyItsLocks(t *testing.T) {
 
 func mustOpen(t testing.TB, dsn string, opts ...pgadvisory.Option) *pgadvisory.Driver {
 	t.Helper()
-	d, err := pgadvisory.Open(context.Background(), dsn, opts...)
+	d, err := pgadvisory.OpenForTest(context.Background(), dsn, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,8 @@ const DefaultMaxConns = 10
 // WithLocksPerConn is not given.
 const DefaultLocksPerConn = 2000
 
-// Option configures a Driver made by New or Open.
+// Option configures a Driver made by New. (A Driver that lock.Open makes is
+// configured by the URL's parameters.)
 type Option func(*options)
 
 type options struct {
@@ -28,7 +29,7 @@ type options struct {
 	fenceCreate  bool
 	maxConns     int
 	locksPerConn int
-	err          error // the first invalid option, reported by New or Open
+	err          error // the first invalid option, reported by New or lock.Open
 }
 
 func defaultOptions() options {

@@ -179,8 +179,8 @@
 // unknown setting, an unusable fencing sequence, a standby, a transaction
 // pooler.
 //
-// Open connects (dial, TLS, authentication, session setup) within its context,
-// so a wrong password fails there, redacted; each attempt to open a session is
+// lock.Open connects (dial, TLS, authentication, session setup) within its
+// context, so a wrong password fails there, redacted; each attempt to open a session is
 // also bounded by connect_timeout (default 10s, where pgx would wait about two
 // minutes for a server whose SYNs are dropped).
 //

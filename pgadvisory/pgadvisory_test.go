@@ -22,13 +22,13 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, faultharness.With(conformance.Harness{
 		// Each client is a Driver with its own pool and sessions, as a separate
 		// process would have.
-		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, dsn) },
 		Sever: func(ctx context.Context, d driver.Driver) error {
 			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
 		},
 		RestartBackend: func(context.Context) error { return srv.Restart(true) },
 	}, []*testserver.Server{srv}, dsn,
-		func(ctx context.Context, u string) (driver.Driver, error) { return pgadvisory.Open(ctx, u) },
+		func(ctx context.Context, u string) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, u) },
 		// Session locks never outlive a restart, data kept or not.
 		func(context.Context) error { return srv.Restart(true) }, 0))
 }
@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceWithoutFencing(t *testing.T) {
 	dsn := withParam(t, testserver.Postgres(t), "fencing", "false")
 	conformance.Run(t, conformance.Harness{
-		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.Open(ctx, dsn) },
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, dsn) },
 		Sever: func(ctx context.Context, d driver.Driver) error {
 			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
 		},

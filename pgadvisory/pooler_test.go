@@ -42,7 +42,7 @@ func TestTransactionPoolerIsRefusedByName(t *testing.T) {
 		// statements are on its sessions.
 		bouncer := startPgBouncer(t, direct, "transaction")
 		viaBouncer := withParam(t, bouncer, "default_query_exec_mode", tc.mode)
-		d, err := pgadvisory.Open(ctx, viaBouncer)
+		d, err := pgadvisory.OpenForTest(ctx, viaBouncer)
 		if err != nil {
 			t.Fatalf("Open through PgBouncer: %v", err)
 		}

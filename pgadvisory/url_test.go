@@ -47,7 +47,7 @@ func TestDriverParametersAreNotSentToTheServer(t *testing.T) {
 	u = withParam(t, u, "fence_sequence", "params_test_fence")
 	u = withParam(t, u, "fence_create", "true")
 	u = withParam(t, u, "fencing", "true")
-	d, err := pgadvisory.Open(ctx, u)
+	d, err := pgadvisory.OpenForTest(ctx, u)
 	if err != nil {
 		t.Fatalf("Open with every driver parameter: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestBadParametersAreRejectedListingTheAccepted(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := pgadvisory.Open(ctx, withParam(t, dsn, c.name, c.value))
+			_, err := pgadvisory.OpenForTest(ctx, withParam(t, dsn, c.name, c.value))
 			if !errors.Is(err, driver.ErrInvalidURL) {
 				t.Fatalf("Open with %s=%s = %v, want ErrInvalidURL", c.name, c.value, err)
 			}
@@ -119,7 +119,7 @@ func TestErrorsNeverShowThePassword(t *testing.T) {
 	}
 	for name, u := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := pgadvisory.Open(ctx, u)
+			_, err := pgadvisory.OpenForTest(ctx, u)
 			if err == nil {
 				t.Fatal("Open succeeded")
 			}
@@ -139,13 +139,13 @@ func TestErrorsNeverShowThePassword(t *testing.T) {
 
 	// The wrong password is a typed authentication failure, reachable with
 	// errors.As.
-	_, err := pgadvisory.Open(ctx, cases["wrong password"])
+	_, err := pgadvisory.OpenForTest(ctx, cases["wrong password"])
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
 		t.Errorf("wrong password: %v, want a PgError with SQLSTATE 28P01 (invalid_password)", err)
 	}
 	// And the right one works.
-	d, err := pgadvisory.Open(ctx, roleURL(srv, "locker", "right-password"), pgadvisory.WithFencing(false))
+	d, err := pgadvisory.OpenForTest(ctx, roleURL(srv, "locker", "right-password"), pgadvisory.WithFencing(false))
 	if err != nil {
 		t.Fatalf("Open with the right password: %v", err)
 	}

@@ -32,9 +32,9 @@ func unescape(s string) string {
 
 // keysWithPrefix is the key layout of a driver made WithPrefix(prefix).
 func keysWithPrefix(prefix, key string) keys {
-	d := &Driver{}
-	WithPrefix(prefix)(d)
-	return d.keys(key)
+	var o options
+	WithPrefix(prefix)(&o)
+	return (&Driver{prefix: o.prefix}).keys(key)
 }
 
 var oddKeys = []string{

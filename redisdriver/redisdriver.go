@@ -283,20 +283,25 @@ var (
 )
 
 // Option configures a Driver made with New.
-type Option func(*Driver)
+type Option func(*options)
+
+type options struct {
+	prefix string // escaped
+	owned  bool   // Close closes the client
+}
 
 // WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
 // when empty).
 func WithPrefix(prefix string) Option {
-	return func(d *Driver) {
+	return func(o *options) {
 		if prefix != "" {
-			d.prefix = redisproto.Escape(prefix)
+			o.prefix = redisproto.Escape(prefix)
 		}
 	}
 }
 
 // withOwnedClient makes Close close the client (for drivers made from a URL).
-func withOwnedClient() Option { return func(d *Driver) { d.owned = true } }
+func withOwnedClient() Option { return func(o *options) { o.owned = true } }
 
 // Driver locks keys on a Redis or Valkey server, a Sentinel-managed primary or
 // a Cluster. Use it through lock.New or lock.Open; its methods implement
@@ -348,17 +353,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	}
 	d := &Driver{
 		client:  client,
-		prefix:  DefaultPrefix,
 		held:    map[*driver.Request]node{},
 		waiters: map[string]*waiter{},
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
-	for _, o := range opts {
-		if o != nil {
-			o(d)
+	o := options{prefix: DefaultPrefix}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
 	}
+	d.prefix, d.owned = o.prefix, o.owned
 	d.dialWatch = redisproto.NewDialWatch(d.owned)
 	d.countDials(client)
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"sort"
@@ -48,17 +49,6 @@ type form struct {
 	topology topology
 	goScheme string   // the scheme go-redis's parser expects
 	params   []string // the go-redis parameters accepted
-}
-
-// refused returns why a go-redis parameter is refused in this form, or "".
-func (f form) refused(name string) string {
-	if name == "context_timeout_enabled" {
-		return "the driver always honours context deadlines"
-	}
-	if f.topology == sentinel {
-		return refusedSentinelParams[name]
-	}
-	return ""
 }
 
 // The query parameters each go-redis parser understands (go-redis v9.22), less
@@ -179,7 +169,7 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	if !ok {
 		return none, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
 	}
-	if err := checkParams(scheme, f, u.Query()); err != nil {
+	if err := checkParams(f, u.Query()); err != nil {
 		return none, err
 	}
 	if u.Opaque != "" {
@@ -187,76 +177,85 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	}
 	raw := *u
 	raw.Scheme = f.goScheme
-	invalid := func(err error) error {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the whole URL
-		}
-		return redact(fmt.Errorf("%w: redisdriver: %w", driver.ErrInvalidURL, err), u)
-	}
 	switch f.topology {
 	case sentinel:
-		o, err := redis.ParseFailoverURL(raw.String())
-		if err != nil {
-			return none, invalid(err)
-		}
-		if o.MasterName == "" {
-			return none, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, scheme)
-		}
-		o.ContextTimeoutEnabled = true
-		if !u.Query().Has("dialer_retries") {
-			o.DialerRetries = 1
-		}
-		return clientOptions{sentinel: o}, nil
+		return parseSentinel(u, raw.String())
 	case cluster:
-		if p := strings.Trim(u.Path, "/"); p != "" {
-			return none, fmt.Errorf("%w: redisdriver: a cluster has only database 0; remove the path %q", driver.ErrInvalidURL, u.Path)
-		}
-		o, err := redis.ParseClusterURL(raw.String())
-		if err != nil {
-			return none, invalid(err)
-		}
-		o.ContextTimeoutEnabled = true
-		if !u.Query().Has("dialer_retries") {
-			o.DialerRetries = 1
-		}
-		return clientOptions{cluster: o}, nil
+		return parseCluster(u, raw.String())
 	default:
-		if scheme == SchemeUnix && u.Host != "" {
-			return none, fmt.Errorf("%w: redisdriver: a unix socket URL has no host: want redis+unix:///path/to/redis.sock", driver.ErrInvalidURL)
-		}
-		o, err := redis.ParseURL(raw.String())
-		if err != nil {
-			return none, invalid(err)
-		}
-		o.ContextTimeoutEnabled = true
-		o.DialerRetries = 1 // one attempt: the caller's retry policy decides
-		return clientOptions{standalone: o}, nil
+		return parseStandalone(u, raw.String())
 	}
 }
 
-// checkParams refuses unknown parameters, listing the accepted ones.
-func checkParams(scheme string, f form, q url.Values) error {
-	var unknown, refused []string
-	for name := range q {
-		if why := f.refused(name); why != "" {
-			refused = append(refused, name+" ("+why+")")
-			continue
-		}
-		if !slices.Contains(f.params, name) {
-			unknown = append(unknown, name)
+// parseSentinel reads a Sentinel URL (raw is u in go-redis's scheme).
+func parseSentinel(u *url.URL, raw string) (clientOptions, error) {
+	o, err := redis.ParseFailoverURL(raw)
+	if err != nil {
+		return clientOptions{}, invalid(err, u)
+	}
+	if o.MasterName == "" {
+		return clientOptions{}, fmt.Errorf("%w: redisdriver: %s needs master_name=NAME, the primary's name in Sentinel", driver.ErrInvalidURL, strings.ToLower(u.Scheme))
+	}
+	o.ContextTimeoutEnabled = true
+	if !u.Query().Has("dialer_retries") {
+		o.DialerRetries = 1
+	}
+	return clientOptions{sentinel: o}, nil
+}
+
+// parseCluster reads a Cluster URL (raw is u in go-redis's scheme).
+func parseCluster(u *url.URL, raw string) (clientOptions, error) {
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return clientOptions{}, fmt.Errorf("%w: redisdriver: a cluster has only database 0; remove the path %q", driver.ErrInvalidURL, u.Path)
+	}
+	o, err := redis.ParseClusterURL(raw)
+	if err != nil {
+		return clientOptions{}, invalid(err, u)
+	}
+	o.ContextTimeoutEnabled = true
+	if !u.Query().Has("dialer_retries") {
+		o.DialerRetries = 1
+	}
+	return clientOptions{cluster: o}, nil
+}
+
+// parseStandalone reads the URL of one server, over TCP or a unix socket (raw
+// is u in go-redis's scheme).
+func parseStandalone(u *url.URL, raw string) (clientOptions, error) {
+	if strings.ToLower(u.Scheme) == SchemeUnix && u.Host != "" {
+		return clientOptions{}, fmt.Errorf("%w: redisdriver: a unix socket URL has no host: want redis+unix:///path/to/redis.sock", driver.ErrInvalidURL)
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return clientOptions{}, invalid(err, u)
+	}
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = 1 // one attempt: the caller's retry policy decides
+	return clientOptions{standalone: o}, nil
+}
+
+// invalid is go-redis's parse error for u, without u's passwords.
+func invalid(err error, u *url.URL) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // url.Error repeats the whole URL
+	}
+	return redact(fmt.Errorf("%w: redisdriver: %w", driver.ErrInvalidURL, err), u)
+}
+
+// checkParams refuses unknown parameters, listing the accepted ones, and
+// those go-redis knows but the driver refuses, saying why.
+func checkParams(f form, q url.Values) error {
+	p := driver.NewParams("redisdriver", q)
+	p.Portable = portableParams
+	p.Refuse("context_timeout_enabled", "is refused: the driver always honours context deadlines")
+	if f.topology == sentinel {
+		for _, name := range slices.Sorted(maps.Keys(refusedSentinelParams)) {
+			p.Refuse(name, "is refused: "+refusedSentinelParams[name])
 		}
 	}
-	sort.Strings(refused)
-	sort.Strings(unknown)
-	switch {
-	case len(refused) > 0:
-		return fmt.Errorf("%w: redisdriver: parameter %s refused", driver.ErrInvalidURL, strings.Join(refused, ", "))
-	case len(unknown) > 0:
-		return fmt.Errorf("%w: redisdriver: unknown parameter %s; %s:// accepts %s, and the portable %s",
-			driver.ErrInvalidURL, strings.Join(unknown, ", "), scheme, strings.Join(f.params, ", "), portableParams)
-	}
-	return nil
+	p.Accept(f.params...) // go-redis's parser reads them
+	return p.Check()
 }
 
 func schemes() []string {

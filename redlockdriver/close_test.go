@@ -85,7 +85,7 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 	if err := <-errc; !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Acquire ended by Close = %v, want ErrClosed", err)
 	}
-	// goleak retries for about a second: far below the 5s of go-redis's
+	// leakcheck waits a second: far below the 5s of go-redis's
 	// dial timeout, which bounded the goroutines left before.
 	if err := leakcheck.Find(keep); err != nil {
 		t.Errorf("goroutines outlive Close: %v", err)

@@ -297,14 +297,20 @@ var (
 )
 
 // Option configures a Driver made with New.
-type Option func(*Driver)
+type Option func(*options)
+
+type options struct {
+	prefix  string // escaped
+	timeout time.Duration
+	owned   bool // Close closes the clients
+}
 
 // WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
 // when empty).
 func WithPrefix(prefix string) Option {
-	return func(d *Driver) {
+	return func(o *options) {
 		if prefix != "" {
-			d.prefix = redisproto.Escape(prefix)
+			o.prefix = redisproto.Escape(prefix)
 		}
 	}
 }
@@ -313,15 +319,15 @@ func WithPrefix(prefix string) Option {
 // (DefaultServerTimeout when zero or negative). It is lowered to a tenth of
 // the lock's TTL for short TTLs.
 func WithServerTimeout(t time.Duration) Option {
-	return func(d *Driver) {
+	return func(o *options) {
 		if t > 0 {
-			d.timeout = t
+			o.timeout = t
 		}
 	}
 }
 
 // withOwnedClients makes Close close the clients (for drivers made from a URL).
-func withOwnedClients() Option { return func(d *Driver) { d.owned = true } }
+func withOwnedClients() Option { return func(o *options) { o.owned = true } }
 
 // Driver locks keys on a majority of independent Redis servers. Use it through
 // lock.New or lock.Open; its methods implement driver.Driver, driver.Acquirer
@@ -391,8 +397,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d := &Driver{
 		servers: servers,
 		quorum:  len(servers)/2 + 1,
-		prefix:  DefaultPrefix,
-		timeout: DefaultServerTimeout,
 		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
@@ -400,11 +404,13 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 
 		undecided: map[*request]*releaseTally{},
 	}
-	for _, o := range opts {
-		if o != nil {
-			o(d)
+	o := options{prefix: DefaultPrefix, timeout: DefaultServerTimeout}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
 	}
+	d.prefix, d.timeout, d.owned = o.prefix, o.timeout, o.owned
 	for _, s := range servers {
 		// Each server's dials are counted (see identities); for owned
 		// clients Close also ends go-redis's dials in flight (see

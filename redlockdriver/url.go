@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -27,11 +27,10 @@ func init() {
 	driver.Register(Scheme, open)
 }
 
-// The parameters of a redlock URL, and of each server URL in it (go-redis
-// v9.22's ParseURL parameters, less context_timeout_enabled: the driver always
-// honours deadlines).
+// The parameters of each server URL in a redlock URL (go-redis v9.22's
+// ParseURL parameters, less context_timeout_enabled: the driver always honours
+// deadlines).
 var (
-	redlockParams   = []string{"server", "server_timeout"}
 	serverParams    = redisproto.URLParams
 	serverParamsTLS = append(slices.Clone(serverParams), "skip_verify")
 )
@@ -157,106 +156,77 @@ func parseURL(u *url.URL) (config, error) {
 	if u.Opaque != "" || u.Host != "" || u.User != nil || strings.Trim(u.Path, "/") != "" {
 		return c, fmt.Errorf("%w: redlockdriver: the servers go in server parameters: want redlock://?server=redis://host1:6379&server=redis://host2:6379&server=redis://host3:6379", driver.ErrInvalidURL)
 	}
-	q := u.Query()
-	var unknown []string
-	for name := range q {
-		if !slices.Contains(redlockParams, name) {
-			unknown = append(unknown, name)
-		}
+	p := driver.NewParams("redlockdriver", u.Query())
+	p.Unique = true // for server_timeout; server is read with All
+	p.Portable = portableParams
+	raw := p.All("server")
+	c.timeout = p.Duration("server_timeout", DefaultServerTimeout, 1, math.MaxInt64, "a positive duration, such as 50ms")
+	if err := p.Check(); err != nil {
+		return c, err
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return c, fmt.Errorf("%w: redlockdriver: unknown parameter %s; redlock:// accepts %s, and the portable %s",
-			driver.ErrInvalidURL, strings.Join(unknown, ", "), strings.Join(redlockParams, ", "), portableParams)
-	}
-	c.timeout = DefaultServerTimeout
-	if v, ok := q["server_timeout"]; ok {
-		t, err := time.ParseDuration(v[0])
-		if err != nil || t <= 0 || len(v) > 1 {
-			return c, fmt.Errorf("%w: redlockdriver: server_timeout=%q is not one positive duration such as 50ms", driver.ErrInvalidURL, v[0])
-		}
-		c.timeout = t
-	}
-	raw := q["server"]
 	if len(raw) < MinServers {
 		return c, fmt.Errorf("%w: redlockdriver: %d servers given, Redlock needs at least %d: redlock://?server=redis://host1:6379&server=redis://host2:6379&server=redis://host3:6379",
 			driver.ErrInvalidURL, len(raw), MinServers)
 	}
 	seen := map[string]int{}
 	for i, s := range raw {
-		o, name, err := parseServer(s)
+		o, name, err := parseServer(i+1, s)
 		if err != nil {
-			return c, fmt.Errorf("%w: redlockdriver: server %d (%s): %w", driver.ErrInvalidURL, i+1, name, err)
+			return c, err
 		}
 		key := fmt.Sprintf("%s/%d", o.Addr, o.DB)
 		if j, dup := seen[key]; dup {
 			return c, fmt.Errorf("%w: redlockdriver: servers %d and %d are the same server %s; Redlock needs independent servers", driver.ErrInvalidURL, j+1, i+1, key)
 		}
 		seen[key] = i
-		o.ContextTimeoutEnabled = true
-		// A round is the unit of retry: a retry inside the per-server timeout
-		// (of a command, or of a dial, which go-redis retries five times 100ms
-		// apart) would only hide why a server did not answer.
-		if _, set := serverQuery(s)["max_retries"]; !set {
-			o.MaxRetries = -1
-		}
-		o.DialerRetries = 1
 		c.servers = append(c.servers, o)
 		c.names = append(c.names, name)
 	}
 	return c, nil
 }
 
-// parseServer parses one server URL with go-redis's parser. name is the URL
-// with its password (and only its password) replaced, for messages; errors
-// never contain the password.
-func parseServer(raw string) (*redis.Options, string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// url.Error repeats the URL, password and all; say only what is wrong.
+// parseServer parses server n's URL with go-redis's parser, after checking its
+// parameters, and sets what the driver needs. name is the URL with its password
+// (and only its password) replaced, for messages; errors never contain the
+// password.
+func parseServer(n int, raw string) (*redis.Options, string, error) {
+	bad := func(name string, err error) (*redis.Options, string, error) {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			err = ue.Err
+			err = ue.Err // url.Error repeats the URL, password and all
 		}
-		return nil, driver.Redact(raw, passwords(raw)...), redactErr(err, raw)
+		return nil, name, fmt.Errorf("%w: redlockdriver: server %d (%s): %w", driver.ErrInvalidURL, n, name, redactErr(err, raw))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad(driver.Redact(raw, passwords(raw)...), err)
 	}
 	name := u.Redacted()
-	params := serverParams
+	p := driver.NewParams(fmt.Sprintf("redlockdriver: server %d (%s)", n, name), u.Query())
 	switch strings.ToLower(u.Scheme) {
 	case "redis":
+		p.Accept(serverParams...)
 	case "rediss":
-		params = serverParamsTLS
+		p.Accept(serverParamsTLS...)
 	default:
-		return nil, name, fmt.Errorf("scheme %q is not redis or rediss", u.Scheme)
+		return bad(name, fmt.Errorf("scheme %q is not redis or rediss", u.Scheme))
 	}
-	var unknown []string
-	for p := range u.Query() {
-		if !slices.Contains(params, p) {
-			unknown = append(unknown, p)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, name, fmt.Errorf("unknown parameter %s; a %s:// server URL accepts %s", strings.Join(unknown, ", "), u.Scheme, strings.Join(params, ", "))
+	if err := p.Check(); err != nil {
+		return nil, name, err
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, name, redactErr(err, raw)
+		return bad(name, err)
 	}
+	o.ContextTimeoutEnabled = true
+	// A round is the unit of retry: a retry inside the per-server timeout (of
+	// a command, or of a dial, which go-redis retries five times 100ms apart)
+	// would only hide why a server did not answer.
+	if !u.Query().Has("max_retries") {
+		o.MaxRetries = -1
+	}
+	o.DialerRetries = 1
 	return o, name, nil
-}
-
-// serverQuery is a server URL's query, or nothing if it does not parse.
-func serverQuery(raw string) url.Values {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil
-	}
-	return u.Query()
 }
 
 // redactErr removes a server URL's password from an error's message, keeping

@@ -51,7 +51,7 @@ func driverGoroutines() map[string]string {
 // not run when before was taken. The driver waits for each of its goroutines
 // to signal that it is done, so all that may remain is a goroutine running its
 // last instructions after that signal: noneLeft gives them a quarter of a
-// second (goleak waits longer), far below the seconds a goroutine left
+// second (leakcheck waits longer), far below the seconds a goroutine left
 // waiting on a frozen server would take.
 func noneLeft(t *testing.T, before map[string]string, after string) {
 	t.Helper()

@@ -25,11 +25,15 @@ type options struct {
 }
 
 // WithPrefix sets the namespace: every lock lives under /<prefix>/ (escaped as
-// one node name, as keys are). The default is DefaultPrefix.
+// one node name, as keys are). Empty means DefaultPrefix, as in every driver;
+// the prefix must be valid UTF-8.
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
-		if prefix == "" || !utf8.ValidString(prefix) {
-			o.fail(fmt.Errorf("zkdriver: prefix %q must be non-empty valid UTF-8", prefix))
+		if !utf8.ValidString(prefix) {
+			o.fail(fmt.Errorf("zkdriver: prefix %q is not valid UTF-8", prefix))
+		}
+		if prefix == "" {
+			prefix = DefaultPrefix
 		}
 		o.prefix = prefix
 	}

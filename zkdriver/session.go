@@ -39,11 +39,6 @@ const pollInterval = 50 * time.Millisecond
 // cleanRetry is the pause after a failed attempt to delete orphans.
 const cleanRetry = time.Second
 
-// expiryMargin is how long before the server could expire the session the
-// driver gives its locks up: 2% of the session timeout (clock rate drift between
-// client and server) plus 5 ms (scheduling).
-func expiryMargin(timeout time.Duration) time.Duration { return timeout/50 + 5*time.Millisecond }
-
 // orphan is a node of ours that nobody wants: a path, or any node under parent
 // with marker (a create whose outcome is unknown).
 type orphan struct {
@@ -238,7 +233,10 @@ func (d *Driver) check(now time.Time) time.Duration {
 		case h.session != live:
 			d.removeLocked(h)
 			lost = append(lost, lostLock{h.req, errSessionEnded})
-		case timeout > 0 && !now.Before(last.Add(timeout-expiryMargin(timeout))):
+		case timeout > 0 && !now.Before(last.Add(timeout-driver.Drift(timeout))):
+			// The server may expire the session a timeout after it last heard
+			// from us, on its clock: give the locks up the portable layer's
+			// drift allowance before that.
 			d.removeLocked(h)
 			lost = append(lost, lostLock{h.req, errSuspended})
 			// The session may live on: delete the node once connected again.
@@ -248,9 +246,9 @@ func (d *Driver) check(now time.Time) time.Duration {
 		}
 	}
 	if held > 0 && timeout > 0 {
-		soon(last.Add(timeout - expiryMargin(timeout)))
+		soon(last.Add(timeout - driver.Drift(timeout)))
 		if connected && !d.beating {
-			due := last.Add(timeout / 3)
+			due := last.Add(driver.RefreshInterval(timeout))
 			if !now.Before(due) {
 				d.beating = true
 				d.wg.Add(1)

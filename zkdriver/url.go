@@ -2,6 +2,7 @@ package zkdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -55,23 +56,11 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if u.Fragment != "" {
 		return bad("a zk URL has no #fragment")
 	}
-	for _, s := range strings.Split(u.Host, ",") {
-		if s == "" {
-			return bad("empty server in the host list; want zk://host:port[,host:port...]")
-		}
-		c.servers = append(c.servers, s)
+	servers, err := parseServers(u.Host)
+	if err != nil {
+		return bad("%v", err)
 	}
-	// FormatServers is go-zookeeper's own: it adds the default port 2181.
-	c.servers = zk.FormatServers(c.servers)
-	for _, s := range c.servers {
-		host, port, err := net.SplitHostPort(s)
-		if err != nil || host == "" {
-			return bad("server %q is not host:port", s)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return bad("server %q has no valid port", s)
-		}
-	}
+	c.servers = servers
 	chroot, err := parseChroot(u.Path)
 	if err != nil {
 		return bad("%v", err)
@@ -95,6 +84,29 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		return urlConfig{}, err
 	}
 	return c, nil
+}
+
+// parseServers checks the URL's host list and gives each server its port.
+func parseServers(hosts string) ([]string, error) {
+	var servers []string
+	for _, s := range strings.Split(hosts, ",") {
+		if s == "" {
+			return nil, errors.New("empty server in the host list; want zk://host:port[,host:port...]")
+		}
+		servers = append(servers, s)
+	}
+	// FormatServers is go-zookeeper's own: it adds the default port 2181.
+	servers = zk.FormatServers(servers)
+	for _, s := range servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("server %q is not host:port", s)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("server %q has no valid port", s)
+		}
+	}
+	return servers, nil
 }
 
 // parseChroot checks the URL path: "" or "/" for none, otherwise an absolute

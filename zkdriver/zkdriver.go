@@ -164,19 +164,20 @@
 // So a lock's validity ends at the earlier of two moments: the portable
 // layer's deadline (the grant or the last confirmed refresh, plus the TTL,
 // less its drift allowance) and the send time of the last request the server
-// answered plus the negotiated session timeout, less 2% and 5ms. The server
+// answered plus the negotiated session timeout, less the same drift allowance
+// (driver.Drift: 1% and 2ms). The server
 // cannot expire the session before it has gone that session timeout without
 // hearing from the client, and it heard that request after it was sent; so
 // with any TTL, Lost closes before the server may expire the session and give
-// the lock to another client, as long as the two clocks run within 2% of each
+// the lock to another client, as long as the two clocks run within 1% of each
 // other. A TTL longer than the session timeout does not extend a lock; a
 // shorter one gives it up sooner when refreshes fail. A Driver from New has
 // this bound only with WithSessionTimeout; without it, keep the TTL at most
 // the session timeout.
 //
 // A frozen server (measured with a 4s session timeout and the last answer just
-// before the freeze) makes Lost close 3.9s after the freeze, when the server
-// could first expire the session. A server restarted without its data has
+// before the freeze) makes Lost close about 3.9s after the freeze, the drift
+// allowance (42ms) before the server could first expire the session. A server restarted without its data has
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
 // transactions than the empty server). Once every server it can reach has

@@ -215,11 +215,11 @@ func startPrivate(t testing.TB, b *backend, args []string) *Server {
 type Runner struct{ m *testing.M }
 
 // Main wraps m for TestMain so that the shared servers are stopped once the tests
-// have run and before goleak looks for leaked goroutines:
+// have run and before the leak check looks for leaked goroutines:
 //
 //	func TestMain(m *testing.M) { leakcheck.VerifyTestMain(testserver.Main(m)) }
 //
-// or, without goleak, os.Exit(testserver.Main(m).Run()).
+// or, without the leak check, os.Exit(testserver.Main(m).Run()).
 func Main(m *testing.M) Runner { return Runner{m} }
 
 // Run runs the tests, stops every shared server and returns the exit code.
