@@ -8,6 +8,7 @@ require github.com/anishathalye/porcupine v1.3.1
 
 require (
 	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.22.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -58,7 +59,6 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
