@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -138,6 +139,17 @@ func (f *redisFence) write(token uint64) bool {
 	}
 	f.largest = token
 	return true
+}
+
+// redisGrant is what a contender's Acquire returned, and when.
+type redisGrant struct {
+	l   *lock.Lock
+	err error
+	at  time.Time
+	// Whether the earlier holder's Lost had closed when the Acquire
+	// returned: read in the contender's goroutine at once, so that no
+	// measurement noise can order the two.
+	aLost bool
 }
 
 // redisLostAt notes when ch closes, from a goroutine that waits for it, so

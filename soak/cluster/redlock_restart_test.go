@@ -21,16 +21,7 @@ type redlockSplit struct {
 	admins  []*redis.Client
 	a       *lock.Lock
 	lostA   func() time.Time
-	b       chan redlockGrant // B's Acquire, once it returns
-}
-
-type redlockGrant struct {
-	l   *lock.Lock
-	err error
-	at  time.Time
-	// Whether A's Lost had closed when B's Acquire returned: read in B's
-	// goroutine at once, so no measurement noise can order the two.
-	aLost bool
+	b       chan redisGrant // B's Acquire, once it returns
 }
 
 const redlockKey = "ledger"
@@ -79,12 +70,12 @@ func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration) *re
 		}
 	}
 
-	bc := make(chan redlockGrant, 1)
+	bc := make(chan redisGrant, 1)
 	bctx, cancel := context.WithTimeout(ctx, redisStep)
 	t.Cleanup(cancel)
 	go func() {
 		l, err := other.Acquire(bctx, redlockKey)
-		g := redlockGrant{l: l, err: err, at: time.Now()}
+		g := redisGrant{l: l, err: err, at: time.Now()}
 		select {
 		case <-a.Lost():
 			g.aLost = true
@@ -118,7 +109,7 @@ func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration) *re
 }
 
 // grantB waits for B's Acquire, which must succeed.
-func (s *redlockSplit) grantB(t *testing.T) redlockGrant {
+func (s *redlockSplit) grantB(t *testing.T) redisGrant {
 	t.Helper()
 	g := <-s.b // bounded by B's context
 	if g.err != nil {
