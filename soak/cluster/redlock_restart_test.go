@@ -31,7 +31,7 @@ const redlockKey = "ledger"
 // grant never reaches it: pausing it would not do, as a frozen server runs
 // the grant waiting in its socket buffer when it resumes and then holds A's
 // lock too. It is then started again empty, as it had no persistence.
-func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration) *redlockSplit {
+func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration, holderOpts ...lock.Option) *redlockSplit {
 	t.Helper()
 	servers := testserver.RedisServers(t, 3)
 	admins := make([]*redis.Client, len(servers))
@@ -39,7 +39,7 @@ func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration) *re
 		admins[i] = redisAdmin(t, s)
 	}
 	url := redlockURL(servers)
-	holder, err := lock.Open(ctx, url, lock.WithTTL(ttl))
+	holder, err := lock.Open(ctx, url, append([]lock.Option{lock.WithTTL(ttl)}, holderOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration) *re
 	// B waits once it is registered on the servers holding A's lock. It may
 	// hold the third server meanwhile: a vote that arrives after its round was
 	// decided (A's majority) is kept until its next round (the driver's
-	// choice, see wait.go), which only gives it a head start on that server.
+	// choice, see redlockdriver/wait.go), which only gives it a head start on that server.
 	redisWait(t, ctx, "B to wait for the lock", func() bool {
 		for _, a := range admins[:2] {
 			if n, err := a.Exists(ctx, redisLockKey(redlockKey)+":waiters").Result(); err != nil || n != 1 {
@@ -123,18 +123,18 @@ func (s *redlockSplit) grantB(t *testing.T) redisGrant {
 // enough to let B win a majority (the restarted server and the one A's grant
 // never reached) that overlaps A's. The driver sees the majority forgotten as
 // soon as the restarted server answers (A's Lost closes with ErrForgotten,
-// long before A's next refresh) but that check races B's grant, and Redlock
+// long before its validity ends) but that check races B's grant, and Redlock
 // has no fencing tokens to tell a resource which of the two is stale: B's
 // Token panics with ErrUnsupported. The test logs which came first.
 func TestRedlockRestartWithoutDelayEndsTheHolderButCannotFenceIt(t *testing.T) {
 	const backend = "redlock"
-	// A long TTL: A's first refresh comes 10s after its grant, so whatever
-	// ends A's lock within the scenario's seconds is the forgotten-majority
-	// check.
+	// A long TTL and no automatic refresh for A: what ends A's lock within
+	// the scenario's second is the driver's forgotten-majority check, not a
+	// refresh that happens to run in the same milliseconds.
 	const ttl = 30 * time.Second
 	redisDialProbesEnd(t)
 	ctx := redisContext(t)
-	s := startRedlockSplit(t, ctx, ttl)
+	s := startRedlockSplit(t, ctx, ttl, lock.WithAutoRefresh(false))
 
 	killed := time.Now()
 	if err := s.servers[1].Kill(); err != nil {
