@@ -84,9 +84,10 @@ func startRedlockSplit(t *testing.T, ctx context.Context, ttl time.Duration, hol
 		bc <- g
 	}()
 	// B waits once it is registered on the servers holding A's lock. It may
-	// hold the third server meanwhile: a vote that arrives after its round was
-	// decided (A's majority) is kept until its next round (the driver's
-	// choice, see redlockdriver/wait.go), which only gives it a head start on that server.
+	// hold the third server meanwhile: a vote that arrives after its round
+	// was decided (A's majority) is kept until its next round (the driver's
+	// choice, see redlockdriver/wait.go), which only gives it a head start
+	// there.
 	redisWait(t, ctx, "B to wait for the lock", func() bool {
 		for _, a := range admins[:2] {
 			if n, err := a.Exists(ctx, redisLockKey(redlockKey)+":waiters").Result(); err != nil || n != 1 {
