@@ -220,7 +220,7 @@ func TestRedlockDelayedRestartKeepsHoldersApart(t *testing.T) {
 		t.Fatalf("A's Lost still open %v after one of its two servers crashed", redisStep)
 	}
 	lostAt := s.lostA()
-	redisFigure(t, "holder-lost-after-kill", backend, lostAt.Sub(killed))
+	redisFigure(t, "holder-lost-at-deadline-after-kill", backend, lostAt.Sub(killed))
 	if d := lostAt.Sub(killed); d > ttl+time.Second {
 		// The validity deadline is less than a TTL after the last
 		// confirmed refresh, which began before the crash; the second is
