@@ -69,6 +69,12 @@ func newEtcdMember(bin string, c *Cluster, i int, args []string) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	// As root each member of a cluster runs under its own user (see Partition).
+	cred := memberCredential(n, i)
+	if err := chownTree(dir, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	client := "http://127.0.0.1:" + strconv.Itoa(c.ports[i])
 	peer := "http://127.0.0.1:" + strconv.Itoa(c.ports[n+i])
 	addr := strings.TrimPrefix(client, "http://")
@@ -89,7 +95,9 @@ func newEtcdMember(bin string, c *Cluster, i int, args []string) (*Server, error
 			"--initial-cluster-token", c.token, "--initial-cluster-state", "new",
 			"--logger", "zap", "--log-outputs", "stderr",
 		}, args...)
-		return exec.Command(bin, argv...)
+		cmd := exec.Command(bin, argv...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd
 	}
 	s.probe = func(ctx context.Context) error { return etcdHealth(ctx, client) }
 	return s, nil
