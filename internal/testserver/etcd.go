@@ -22,10 +22,11 @@ func StartEtcd(t testing.TB, args ...string) *Server {
 }
 
 // EtcdCluster starts an etcd cluster of n members on loopback ports for t, returning
-// once it has a leader, and stops it when t ends.
-func EtcdCluster(t testing.TB, n int) *Cluster {
+// once it has a leader, and stops it when t ends. args are extra flags for every
+// member, such as "--pre-vote".
+func EtcdCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, etcdBackend, func() (*Cluster, error) { return startEtcdCluster(n, nil) })
+	return startCluster(t, etcdBackend, func() (*Cluster, error) { return startEtcdCluster(n, args) })
 }
 
 func startEtcd(args []string) (*Server, error) {

@@ -173,7 +173,7 @@ func runPartition(t *testing.T, pc partitionCase) {
 	}
 	select {
 	case <-l2.Lost():
-		t.Fatal("new holder's Lost closed after the old holder's Release")
+		t.Fatalf("new holder's Lost closed by the time the old holder's Release returned (Refresh: %v)", l2.Refresh(ctx))
 	default:
 	}
 	if err := refresh(ctx, l2); err != nil {
