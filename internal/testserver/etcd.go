@@ -22,10 +22,11 @@ func StartEtcd(t testing.TB, args ...string) *Server {
 }
 
 // EtcdCluster starts an etcd cluster of n members on loopback ports for t, returning
-// once it has a leader, and stops it when t ends.
-func EtcdCluster(t testing.TB, n int) *Cluster {
+// once it has a leader, and stops it when t ends. args are extra flags for every
+// member, such as "--pre-vote".
+func EtcdCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, etcdBackend, func() (*Cluster, error) { return startEtcdCluster(n, nil) })
+	return startCluster(t, etcdBackend, func() (*Cluster, error) { return startEtcdCluster(n, args) })
 }
 
 func startEtcd(args []string) (*Server, error) {
@@ -69,6 +70,12 @@ func newEtcdMember(bin string, c *Cluster, i int, args []string) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	// As root each member of a cluster runs under its own user (see Partition).
+	cred := memberCredential(n, i)
+	if err := chownTree(dir, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	client := "http://127.0.0.1:" + strconv.Itoa(c.ports[i])
 	peer := "http://127.0.0.1:" + strconv.Itoa(c.ports[n+i])
 	addr := strings.TrimPrefix(client, "http://")
@@ -89,7 +96,9 @@ func newEtcdMember(bin string, c *Cluster, i int, args []string) (*Server, error
 			"--initial-cluster-token", c.token, "--initial-cluster-state", "new",
 			"--logger", "zap", "--log-outputs", "stderr",
 		}, args...)
-		return exec.Command(bin, argv...)
+		cmd := exec.Command(bin, argv...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd
 	}
 	s.probe = func(ctx context.Context) error { return etcdHealth(ctx, client) }
 	return s, nil

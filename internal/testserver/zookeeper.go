@@ -112,6 +112,12 @@ func newZooKeeperMember(java, classpath string, c *Cluster, i int, args []string
 	if err := os.WriteFile(cfgPath, []byte(strings.Join(cfg, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
+	// As root each server of an ensemble runs under its own user (see Partition).
+	cred := memberCredential(n, i)
+	if err := chownTree(dir, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	s := &Server{
 		name:       "zookeeper",
 		url:        "zk://" + addr,
@@ -125,6 +131,7 @@ func newZooKeeperMember(java, classpath string, c *Cluster, i int, args []string
 			"-Dzookeeper.log.dir="+dir, "-Dzookeeper.root.logger=INFO,CONSOLE",
 			"-cp", classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		return cmd
 	}
 	s.probe = func(ctx context.Context) error { return zkServing(ctx, addr) }
