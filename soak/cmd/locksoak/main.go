@@ -50,7 +50,11 @@ func main1() int {
 	ttl := flag.Duration("ttl", 0, "lock TTL (default: the backend's, see backends.go)")
 	out := flag.String("out", "", "directory for summary.json, history.json, client logs and a violation's HTML (default soak-results/<backend>-<seed>)")
 	recheck := flag.String("recheck", "", "check the history a run wrote to this directory again, and rewrite its summary")
+	table := flag.Bool("table", false, "print a Markdown table of the summaries in the directories given as arguments")
 	flag.Parse()
+	if *table {
+		return printTable(flag.Args())
+	}
 	if *recheck != "" {
 		sum, err := run.Recheck(*recheck)
 		if err != nil {
