@@ -178,7 +178,10 @@
 // Close of a driver opened from a URL returns within about a second even on
 // a server that stopped answering (SIGSTOP): waiters leave their queues if
 // they can within a second, then the client is closed, which ends every round
-// trip in flight and go-redis's own dials; no goroutine outlives Close. With a
+// trip in flight and go-redis's own dials. One goroutine may outlive Close by
+// up to a second: after 10 × GOMAXPROCS failed dials in a row, go-redis probes
+// the server once a second in the background and sees the closed client only
+// after its sleep. With a
 // client given to New, which Close leaves open, a round trip in flight ends
 // at its deadline (the client's read timeout; a second for the driver's own
 // background checks).

@@ -239,8 +239,10 @@
 // logger, set with redis.SetLogger in main, is kept; see redisdriver). Close
 // of a driver opened from a URL returns within about a second even when
 // servers stopped answering: requests still in flight are cut off by closing
-// the clients, and go-redis's own dials in flight are ended, so no goroutine
-// outlives Close. With clients given to New, a request in flight ends at its
+// the clients, and go-redis's own dials in flight are ended. One goroutine
+// may outlive Close by up to a second: after 10 × GOMAXPROCS failed dials in a
+// row to a server, go-redis probes it once a second in the background and
+// sees the closed client only after its sleep. With clients given to New, a request in flight ends at its
 // per-server deadline.
 // Locks must not be evicted: run the servers with a noeviction maxmemory
 // policy. A *redis.Ring is refused by New (its shards are not independent
