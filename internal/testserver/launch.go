@@ -25,3 +25,19 @@ func (s *Server) Close() { s.close() }
 // Shutdown ends the thread that started the servers Launch made; call it after
 // closing them all.
 func Shutdown() { stopSpawner() }
+
+// LaunchCluster starts a cluster of n members outside a test, as Launch does a
+// server: kind is "etcd" or "zookeeper"; args go to every member. The caller
+// stops it with Close.
+func LaunchCluster(kind string, n int, args ...string) (*Cluster, error) {
+	switch kind {
+	case "etcd":
+		return startEtcdCluster(n, args)
+	case "zookeeper":
+		return startZooKeeperEnsemble(n, args)
+	}
+	return nil, fmt.Errorf("testserver: unknown cluster kind %q (etcd, zookeeper)", kind)
+}
+
+// Close stops a cluster that LaunchCluster started and removes its directories.
+func (c *Cluster) Close() { c.close() }

@@ -98,6 +98,31 @@ func (c *Cluster) Partition(t testing.TB, i int) *Partition {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		skipOrFail(t, "a network partition needs iptables: "+iptablesHint)
 	}
+	p, err := c.Cut(i)
+	if p != nil {
+		t.Cleanup(func() {
+			if err := p.Heal(); err != nil {
+				t.Errorf("testserver: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		skipOrFail(t, err.Error())
+	}
+	t.Logf("testserver: member %d (%s) partitioned from the others", i, c.Members[i].Addr())
+	return p
+}
+
+// Cut is Partition for programs that are not tests (the soak): it returns an
+// error where Partition skips, and the caller heals the partition. When the
+// rules were half made, it returns the partition too, for Heal to remove them.
+func (c *Cluster) Cut(i int) (*Partition, error) {
+	if i < 0 || i >= len(c.Members) || len(c.Members) < 2 {
+		return nil, fmt.Errorf("testserver: cannot cut member %d of a %d-member cluster off", i, len(c.Members))
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("testserver: a network partition needs root (iptables rules and members under users of their own)")
+	}
 	cred := memberCredential(len(c.Members), i)
 	var own, others []string
 	for j := range c.Members {
@@ -125,19 +150,12 @@ func (c *Cluster) Partition(t testing.TB, i int) *Partition {
 		{"-A", p.chain, "-m", "connmark", "--mark", p.mark, "-j", "DROP"},
 		{"-I", "OUTPUT", "1", "-j", p.chain, "-m", "comment", "--comment", "distlock testserver partition"},
 	}
-	t.Cleanup(func() {
-		if err := p.Heal(); err != nil {
-			t.Errorf("testserver: %v", err)
-		}
-	})
 	for _, r := range rules {
 		if err := iptables(r...); err != nil {
-			skipOrFail(t, fmt.Sprintf("cannot partition member %d: %v", i, err))
+			return p, fmt.Errorf("cannot partition member %d: %w", i, err)
 		}
 	}
-	t.Logf("testserver: member %d (%s) partitioned from the others (peer ports %s | %s)",
-		i, c.Members[i].Addr(), strings.Join(own, ","), strings.Join(others, ","))
-	return p
+	return p, nil
 }
 
 // Heal ends the partition: it deletes its rules. Connections the partition stalled

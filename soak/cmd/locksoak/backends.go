@@ -39,6 +39,12 @@ var backends = map[string]backend{
 	"postgres":  {500 * time.Millisecond, func(ctx context.Context, c config) (*run.Summary, error) { return runServer(ctx, c, "postgres") }},
 	"etcd":      {2 * time.Second, func(ctx context.Context, c config) (*run.Summary, error) { return runServer(ctx, c, "etcd") }},
 	"zookeeper": {2 * time.Second, func(ctx context.Context, c config) (*run.Summary, error) { return runServer(ctx, c, "zookeeper") }},
+	"etcd-cluster": {2 * time.Second, func(ctx context.Context, c config) (*run.Summary, error) {
+		return runCluster(ctx, c, "etcd")
+	}},
+	"zookeeper-cluster": {2 * time.Second, func(ctx context.Context, c config) (*run.Summary, error) {
+		return runCluster(ctx, c, "zookeeper")
+	}},
 }
 
 func (c config) processes(rawURL string, upstreams []string, faults ...run.ServerFault) run.Processes {
@@ -191,4 +197,61 @@ func sep(u string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// runCluster: three etcd members or ZooKeeper servers, clients spread over
+// them through their proxies. The nemesis cuts one member off from the other
+// two (a real partition, iptables: needs root), long enough for leases and
+// sessions to end on the majority's side; freezes one; or restarts one with its
+// data.
+func runCluster(ctx context.Context, c config, kind string) (*run.Summary, error) {
+	var args []string
+	if kind == "etcd" {
+		// etcd's default from 3.5: a member coming back from a partition does
+		// not force an election (the Debian etcd is 3.4).
+		args = []string{"--pre-vote"}
+	}
+	cl, err := testserver.LaunchCluster(kind, 3, args...)
+	if err != nil {
+		return nil, fmt.Errorf("starting a %s cluster: %w", kind, err)
+	}
+	defer cl.Close()
+	u := cl.URL()
+	if kind == "zookeeper" {
+		u += sep(u) + "session_timeout=4s"
+	}
+	pick := func(rng *rand.Rand, r func(check.Op), what string) int {
+		i := rng.Intn(len(cl.Members))
+		t := time.Now().UnixNano()
+		r(check.Op{Kind: check.Fault, Client: -1, Key: what + " " + cl.Members[i].Addr(), Call: t, Return: t})
+		return i
+	}
+	wait := func(ctx context.Context, d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	partition := run.ServerFault{Name: "member-partition", Inject: func(ctx context.Context, rng *rand.Rand, r func(check.Op)) error {
+		p, err := cl.Cut(pick(rng, r, "member-partition"))
+		if err == nil {
+			// Past the TTL and ZooKeeper's 4 s session, up to three TTLs.
+			wait(ctx, 2*c.ttl+time.Duration(rng.Int63n(int64(c.ttl))))
+		}
+		if p != nil {
+			if herr := p.Heal(); err == nil {
+				err = herr
+			}
+		}
+		return err
+	}}
+	freezeOne := run.ServerFault{Name: "member-freeze", Inject: func(ctx context.Context, rng *rand.Rand, r func(check.Op)) error {
+		return freeze(cl.Members[pick(rng, r, "member-freeze")], c.ttl).Inject(ctx, rng, r)
+	}}
+	restartOne := run.ServerFault{Name: "member-restart", Inject: func(_ context.Context, rng *rand.Rand, r func(check.Op)) error {
+		return cl.Members[pick(rng, r, "member-restart")].Restart(true)
+	}}
+	return c.processes(u, cl.Endpoints(), partition, freezeOne, restartOne).Run(ctx)
 }

@@ -41,7 +41,7 @@ func main() {
 }
 
 func main1() int {
-	backend := flag.String("backend", "mem", "mem, file, redis, redlock, postgres, etcd or zookeeper")
+	backend := flag.String("backend", "mem", "mem, file, redis, redlock, postgres, etcd, zookeeper, etcd-cluster or zookeeper-cluster (3 members, partitioned: needs root)")
 	keys := flag.Int("keys", 4, "keys")
 	clients := flag.Int("clients", 8, "clients")
 	dur := flag.Duration("duration", time.Minute, "how long to run")
