@@ -27,6 +27,7 @@ type contended struct {
 	clients []Client
 	key     string
 	closeFn func()
+	holdFor time.Duration
 
 	// Totals over the recorded slices.
 	took       time.Duration
@@ -44,7 +45,7 @@ func openContended(ctx context.Context, cfg Config, c *Contestant) (trial, error
 	if err != nil {
 		return nil, err
 	}
-	return &contended{clients: clients, key: runKey(Contended), closeFn: closeAll, counts: make([]int, cfg.Contenders)}, nil
+	return &contended{clients: clients, key: runKey(Contended), closeFn: closeAll, counts: make([]int, cfg.Contenders), holdFor: cfg.HoldFor}, nil
 }
 
 func (t *contended) run(ctx context.Context, d time.Duration, record bool) error {
@@ -101,6 +102,9 @@ func (t *contended) run(ctx context.Context, d time.Duration, record bool) error
 				held := time.Now()
 				if inside.Add(1) != 1 {
 					violations.Add(1)
+				}
+				if t.holdFor > 0 {
+					time.Sleep(t.holdFor) // the holder's work
 				}
 				// Acquisitions that end after the turn (zk.Lock cannot be
 				// cancelled, so its waiters hold once more) count only

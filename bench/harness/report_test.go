@@ -43,10 +43,18 @@ func (m memClient) TryAcquire(ctx context.Context, key string) (harness.Release,
 func (m memClient) Close() error { return m.lk.Close() }
 
 // noLock lets everybody in: a broken lock the contended scenario must catch.
-type noLock struct{}
+// noLock lets everybody in, two at a time: an Acquire returns together with
+// another one (they meet on pair), so that both are inside at once however
+// the machine schedules them, and the harness must count a violation.
+type noLock struct{ pair chan struct{} }
 
-func (noLock) Acquire(context.Context, string) (harness.Release, error) {
-	time.Sleep(50 * time.Microsecond) // give the others time to come in too
+func (n noLock) Acquire(ctx context.Context, _ string) (harness.Release, error) {
+	select {
+	case n.pair <- struct{}{}:
+	case <-n.pair:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	return func(context.Context) error { return nil }, nil
 }
 func (n noLock) TryAcquire(ctx context.Context, key string) (harness.Release, error) {
@@ -114,13 +122,17 @@ func TestRunMeasuresEveryScenarioOfARealLock(t *testing.T) {
 }
 
 func TestContendedCountsViolationsOfABrokenLock(t *testing.T) {
+	pair := make(chan struct{})
 	broken := &harness.Contestant{
 		Backend: "none", Name: "no lock", Role: harness.Peer, Server: &harness.Server{},
-		Open: func(context.Context, time.Duration) (harness.Client, error) { return noLock{}, nil },
+		Open: func(context.Context, time.Duration) (harness.Client, error) { return noLock{pair}, nil },
 		NA:   map[harness.Scenario]string{harness.Uncontended: "", harness.Distinct: "", harness.Held: ""},
 	}
 	cfg := quick
 	cfg.Repeats = 1
+	// Each holder stays inside a while, so that the pair let in together
+	// overlaps on any number of CPUs.
+	cfg.HoldFor = time.Millisecond
 	r := harness.Run(context.Background(), cfg, []*harness.Contestant{broken})
 	if v := r.Violations(); v == 0 {
 		t.Fatalf("violations = 0 for a lock that lets everybody in")

@@ -17,6 +17,7 @@ type Config struct {
 	Repeats    int           // repeats of the timed scenarios
 	Goroutines int           // distinct-keys scenario
 	Contenders int           // contended scenario, over two clients
+	HoldFor    time.Duration // contended scenario: time each holder spends inside (0: none)
 	HeldLocks  int           // held-locks scenario
 	HeldTTL    time.Duration // TTL of the held locks (refreshed every TTL/3)
 	HeldWindow time.Duration // held-locks measurement window
