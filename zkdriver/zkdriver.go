@@ -153,31 +153,57 @@
 // closed, as soon as the client learns it (when it reconnects). A disconnected
 // session is suspended, not lost: if the client reconnects within the session
 // timeout, the session and its locks survive (a leader election in the
-// ensemble, for example). But the server may expire the session once the
-// session timeout has passed since it last heard from the client, and then let
+// ensemble, for example). But the ensemble's leader may expire the session
+// once the session timeout has passed since it last heard of it, and then let
 // another client in; so the driver counts a held lock as lost once the
-// negotiated session timeout, less 2% and 5ms, has passed since the send time
-// of the latest request the server answered. While it holds locks it sends a
-// cheap read every third of the session timeout, so that time stays recent.
-// If the session comes back after all, the driver deletes the nodes it gave up.
+// negotiated session timeout, less the drift allowance (driver.Drift: 1% and
+// 2ms), has passed since the latest moment the leader is known to have heard
+// of the session. The server the client talks to is no witness of that: a
+// follower cut off from the leader goes on answering reads until it notices,
+// syncLimit ticks later, and the leader hears of a session on a follower only
+// from the follower's answers to its pings (every tickTime/2), then expires it
+// a session timeout after the latest such report, rounded up to the next tick.
+// So the driver syncs with the leader every third of the session timeout,
+// always while connected (one sync, the rate of the read it used to send while
+// holding locks): a sync is answered only after the leader has received every
+// ping answer the follower sent before it, and a third of the session timeout
+// is longer than tickTime/2, so the previous sync, a third of the timeout
+// earlier, has been reported by then, and its send time becomes the moment
+// the leader has heard of the session. A session handshake (new, or a
+// reconnection, which the leader revalidates itself) counts from its send
+// time. If the session comes back after all, the driver deletes the nodes it
+// gave up.
 //
 // So a lock's validity ends at the earlier of two moments: the portable
 // layer's deadline (the grant or the last confirmed refresh, plus the TTL,
-// less its drift allowance) and the send time of the last request the server
-// answered plus the negotiated session timeout, less the same drift allowance
-// (driver.Drift: 1% and 2ms). The server
-// cannot expire the session before it has gone that session timeout without
-// hearing from the client, and it heard that request after it was sent; so
-// with any TTL, Lost closes before the server may expire the session and give
-// the lock to another client, as long as the two clocks run within 1% of each
-// other. A TTL longer than the session timeout does not extend a lock; a
-// shorter one gives it up sooner when refreshes fail. A Driver from New has
-// this bound only with WithSessionTimeout; without it, keep the TTL at most
-// the session timeout.
+// less its drift allowance) and that moment plus the negotiated session
+// timeout, less the same drift allowance. With any TTL, Lost closes before
+// the leader may expire the session and give the lock to another client, as
+// long as the clocks run within 1% of each other and the session timeout is
+// at least two ticks (ZooKeeper's default minSessionTimeout), so that a third
+// of it exceeds the leader's ping interval. A leader that is itself cut off
+// from the quorum answers its clients until it notices (syncLimit ticks after
+// it last heard from the quorum, rounded up to a tick), while the others may
+// elect a new leader, which starts every session's timeout afresh at its
+// start, once syncLimit ticks have passed without a word from the old one
+// (less the half tick between its pings): the guarantee holds there when the
+// counted moment, at least a third of the session timeout before the last
+// answer, precedes the new leader's start, which a session timeout of at least
+// 4.5 ticks ensures (the test ensemble's 8 does; measured below). A TTL longer
+// than the session timeout does not extend a lock; a shorter one gives it up
+// sooner when refreshes fail. A Driver from New has this bound only with
+// WithSessionTimeout; without it, keep the TTL at most the session timeout.
 //
-// A frozen server (measured with a 4s session timeout and the last answer just
-// before the freeze) makes Lost close about 3.9s after the freeze, the drift
-// allowance (42ms) before the server could first expire the session. A server restarted without its data has
+// The price: a lock is given up between two and three thirds of the session
+// timeout after the leader last heard of the session, not a full timeout after
+// the server last answered (a holder cut off from the majority, 4s session
+// timeout: Lost about 2.6s to 3.9s after the partition, before the majority
+// expires the session).
+//
+// A frozen server (4s session timeout) makes Lost close 2.6s to 3.9s after the
+// freeze, depending on where in the sync chain it froze, and at least the
+// drift allowance (42ms) before the server could first expire the session. A
+// server restarted without its data has
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
 // transactions than the empty server). Once every server it can reach has
@@ -248,7 +274,7 @@ type Driver struct {
 	declared time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
-	lastTouch atomic.Int64 // send time of the latest request the server answered
+	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
 
 	ctx        context.Context // cancelled by Close; bounds background work
 	cancel     context.CancelFunc
@@ -273,6 +299,13 @@ type Driver struct {
 	orphans []orphan            // nodes of ours nobody wants, to delete once possible
 	parents map[string]struct{} // key nodes known to exist
 	beating bool                // a heartbeat is in flight
+
+	// The heartbeat chain (session.go): the send and answer times of its last
+	// answered link, not yet credited, and when the next may be sent after a
+	// failed one.
+	link, linkAnswered time.Time
+	beatAfter          time.Time
+	sawDown            time.Time // New: when the monitor last saw the connection down (zero: not since the last session)
 
 	armWake    bool        // the monitor will look for watches to set
 	cleaning   bool        // orphans are being deleted
