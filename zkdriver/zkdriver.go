@@ -194,16 +194,26 @@
 // sooner when refreshes fail. A Driver from New has this bound only with
 // WithSessionTimeout; without it, keep the TTL at most the session timeout.
 //
-// The price: a lock is given up between two and three thirds of the session
-// timeout after the leader last heard of the session, not a full timeout after
-// the server last answered (a holder cut off from the majority, 4s session
-// timeout: Lost about 2.6s to 3.9s after the partition, before the majority
-// expires the session).
+// The price: the moment counted trails the last answered sync by one link of
+// the chain, between one and two thirds of the session timeout (plus round
+// trips), where it used to trail the last answer by at most a third. So a
+// holder that loses its server, or whose server freezes or is cut off, gives
+// its locks up between one and two thirds of the session timeout after that,
+// not two to three thirds (sooner when a session handshake was the latest
+// news); a session survives such an outage as before, but its locks only
+// outages shorter than a third of the session timeout for sure. Measured with
+// a 4s session timeout, holder cut off from the majority: on a follower, Lost
+// 3.8s after the partition and the majority's grant about 0.4s later (the
+// leader had heard of the session through the follower until the partition);
+// on the leader, Lost 7.9s after and the grant 1.5s later (the cut-off leader
+// answered until it stepped down, 5 to 5.5s after, and the new leader counted
+// the session's timeout from its election).
 //
-// A frozen server (4s session timeout) makes Lost close 2.6s to 3.9s after the
-// freeze, depending on where in the sync chain it froze, and at least the
-// drift allowance (42ms) before the server could first expire the session. A
-// server restarted without its data has
+// A frozen server (4s session timeout) makes Lost close 1.3s to 2.7s after the
+// freeze, depending on where in the sync chain it froze (up to 3.9s, the drift
+// allowance before the server could first expire the session, when the
+// session's handshake was the latest news). A server restarted without its
+// data has
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
 // transactions than the empty server). Once every server it can reach has
@@ -224,7 +234,11 @@
 // one request per refresh batch, not 10,000. A Driver from New learns of an expired session by polling
 // its connection every 50ms, and of a deleted node at the next refresh; it
 // needs WithSessionTimeout to give locks up before a suspended session can
-// expire (go-zookeeper does not tell its users the negotiated timeout).
+// expire (go-zookeeper does not tell its users the negotiated timeout). It
+// does not see go-zookeeper's handshakes either: a reconnection counts from
+// the moment its monitor saw the connection down (it looks every 50ms while
+// holding locks or disconnected), and one it did not see leaves the count to
+// the sync chain.
 //
 // Refresh and Release wait for a disconnected client to reconnect (within their
 // context), then answer for the session they find.
