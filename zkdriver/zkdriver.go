@@ -205,8 +205,8 @@
 // with a 4s session timeout, holder cut off from the majority, five runs each
 // (the last news was the Open's handshake, just before the partition): on a
 // follower, Lost 3.4s to 3.9s after the partition and the majority's grant
-// 0.33s to 0.71s later (it was 7.85s and 3.3s to 3.8s earlier before the
-// chain); on the leader, Lost 6.5s to 7.9s after and the grant 1.8s to 3.1s
+// 0.33s to 0.71s later (before the chain: Lost 7.85s after, 3.3s to 3.8s
+// after the grant); on the leader, Lost 6.5s to 7.9s after and the grant 1.8s to 3.1s
 // later (the cut-off leader answered until it stepped down, 5s to 5.5s after,
 // and the new leader counted the session's timeout from its start).
 //
