@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -35,19 +34,17 @@ const (
 	callAbandoned
 )
 
-// call runs op and returns its result, or ctx's error if ctx ends first. Every
-// answer from the server (success or a ZooKeeper error such as NoNode) counts as
-// contact with the session at the moment op was started.
+// call runs op and returns its result, or ctx's error if ctx ends first. (An
+// answer is no evidence that the ensemble's leader heard of the session: a
+// server cut off from it answers reads for a while. Only the heartbeat chain
+// and handshakes move the session's credit; see session.go.)
 func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned func(T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
 	if ctx.Done() == nil { // cannot end: no goroutine needed
-		start := time.Now()
-		v, err := op()
-		d.contact(start, err)
-		return v, err
+		return op()
 	}
 	d.opsMu.RLock()
 	if d.opsClosed {
@@ -59,9 +56,7 @@ func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned
 	var state atomic.Int32
 	done := make(chan result[T], 1)
 	d.run(func() {
-		start := time.Now()
 		v, err := op()
-		d.contact(start, err)
 		if state.CompareAndSwap(callRunning, callReturned) {
 			done <- result[T]{v, err}
 			return
@@ -132,25 +127,6 @@ type abandonedError struct{ err error }
 
 func (e abandonedError) Error() string { return e.err.Error() }
 func (e abandonedError) Unwrap() error { return e.err }
-
-// answered reports whether err is an answer from the server, as opposed to a
-// request that never got one.
-func answered(err error) bool {
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
-		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionExpired),
-		errors.Is(err, zk.ErrSessionMoved), errors.Is(err, zk.ErrShortBuffer),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return false
-	}
-	var code interface{ Timeout() bool }
-	if errors.As(err, &code) { // a net.Error
-		return false
-	}
-	return true
-}
 
 // ambiguous reports whether a write that failed with err may nevertheless have
 // been applied: the request was sent and the connection dropped before the

@@ -82,8 +82,9 @@ func TestRestartWithoutDataLosesTheLockPromptly(t *testing.T) {
 // A frozen server hears nothing; once it runs again it expires the sessions it
 // has not heard from for their timeout and lets the next client in. The
 // holder gives its lock up first: Lost closes once the session timeout, less
-// a margin for clock drift, has passed since the server last answered it,
-// whatever the TTL (here far longer).
+// a margin for clock drift, has passed since the server is known to have heard
+// of the session (the send time of a sync answered a third of the timeout
+// later), whatever the TTL (here far longer).
 func TestFrozenServerLosesTheLockBeforeAnotherHolds(t *testing.T) {
 	srv := testserver.StartZooKeeper(t)
 	const sessionTimeout = 4 * time.Second

@@ -66,9 +66,10 @@ func WithACL(acl []zk.ACL) Option {
 
 // WithSessionTimeout tells the driver the session timeout the connection
 // negotiated with the server (go-zookeeper does not tell). With it, a held lock
-// counts as lost once that long has passed since the driver last heard from the
-// server (it sends a heartbeat every third of it while holding locks), before
-// the server can expire the session and let another client in. Without it only
+// counts as lost once that long has passed since the ensemble's leader is
+// known to have heard of the session (the driver sends a sync every third of
+// it), before the leader can expire the session and let another client in;
+// see "Sessions and lost locks" in the package documentation. Without it only
 // the TTL bounds how long a lock is trusted without contact, so keep the TTL at
 // most the session timeout. If the server may have lowered the timeout (its
 // maxSessionTimeout), give the lower value.

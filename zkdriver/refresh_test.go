@@ -84,3 +84,33 @@ func TestBatchRefreshOfWatchedLocksIsOneRequest(t *testing.T) {
 		_ = d.Release(ctx, r)
 	}
 }
+
+// The session's liveness is confirmed through the leader by a chain of syncs
+// that runs whenever the session is connected, held locks or not (a lock
+// granted after a quiet spell must find it recent), and it polls the leader no
+// more than the heartbeat did: one sync per third of the session timeout.
+func TestSyncChainRunsIdleAtMostOncePerThirdOfTheSessionTimeout(t *testing.T) {
+	url := testserver.ZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const timeout = 2 * time.Second
+	d, err := openDriver(ctx, fmt.Sprintf("%s?session_timeout=%v&prefix=%s", url, timeout, t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, _, negotiated := d.SessionForTest()
+	if negotiated != timeout {
+		t.Fatalf("negotiated session timeout %v, want %v", negotiated, timeout)
+	}
+	from, start := d.RequestsForTest(), time.Now()
+	const links = 3
+	waitUntil(t, 10*negotiated, "three links of the sync chain on an idle driver", func() bool {
+		return d.RequestsForTest()-from >= links
+	})
+	// The first of them may have been due at once (sent right after Open);
+	// the two others each wait a third of the timeout after an answer.
+	if took, least := time.Since(start), (links-1)*driver.RefreshInterval(negotiated); took < least {
+		t.Fatalf("%d syncs in %v on an idle driver; want at most one per %v", links, took, driver.RefreshInterval(negotiated))
+	}
+}

@@ -17,15 +17,44 @@ import (
 //   - A lock whose node belongs to a session other than the live one is lost:
 //     the session expired (or was closed), and the server deleted its nodes.
 //   - A disconnected session is suspended, not lost: it survives if the client
-//     reconnects within the session timeout. But the server may expire it once
-//     the session timeout has passed since it last heard from us, and then give
-//     the lock to someone else; so a held lock counts as lost once that much
-//     time (minus a margin for clock drift) has passed since the send time of
-//     the latest request the server answered, before the server can act. While
-//     it holds locks the driver sends a heartbeat every third of the session
-//     timeout, so that this time is always recent when connected.
+//     reconnects within the session timeout. But the ensemble may expire it
+//     once the session timeout has passed since its leader last heard of it,
+//     and then give the lock to someone else; so a held lock counts as lost
+//     once that much time (minus the drift allowance) has passed since the
+//     latest moment the leader is known to have heard of the session (credit),
+//     before the leader can act. A heartbeat chain (below) keeps that moment
+//     recent while connected.
 //   - If such a presumed-lost session comes back after all, its nodes are
 //     deleted (orphans), so they block nobody.
+//
+// What the credit may be. Only the leader expires sessions, and it hears of a
+// session's activity on a follower late: the follower notes each request of
+// the session (a touch) and reports the touches of the last interval in its
+// answer to each of the leader's pings (every tickTime/2); the leader then
+// schedules the session's expiry a session timeout after it received that
+// report, rounded up to the next tick. A follower cut off from the leader goes
+// on answering reads (an exists, a ping) for up to syncLimit ticks, so an
+// answered read proves nothing to the leader. A sync does: the follower
+// forwards it to the leader, on the same stream as its ping answers, and
+// answers it only when the leader has, so by then the leader had received every
+// ping answer the follower sent before the sync. Hence the chain: each
+// heartbeat is a sync (itself a touch), sent at least driver.RefreshInterval
+// (a third of the session timeout) after the previous one was answered; when it
+// is answered, the previous heartbeat's touch, that long before, has been
+// reported (the follower answered at least one ping in between, since a third
+// of a session timeout is more than tickTime/2 whenever the timeout is at
+// least two ticks, ZooKeeper's default minimum), and the credit moves to the
+// previous heartbeat's send time. A session handshake (a new session, or a
+// reconnection, which the leader itself revalidates) is a touch by the leader
+// itself: its send time is credit too, and it keeps a previous heartbeat's
+// touch good across a reconnection to another server, since the leader
+// touched the session again after it. On a server that is itself the leader
+// the touch is immediate, and the rule is merely conservative.
+//
+// The chain runs whenever the session is connected and its timeout known, held
+// locks or not: a lock granted after a quiet spell must find the credit
+// recent, and a sync is the only way to make it so. It costs one sync per third
+// of the session timeout, the rate of the read the heartbeat used to be.
 //
 // On a connection the driver made (Open), go-zookeeper's event callback wakes
 // the monitor at every state change and reports the deletion of a held node at
@@ -63,11 +92,9 @@ func (d *Driver) addOrphan(o orphan) {
 	d.nudge()
 }
 
-// contact records that the server answered a request sent at start.
-func (d *Driver) contact(start time.Time, err error) {
-	if !answered(err) {
-		return
-	}
+// credit records that the leader heard of the session at start or later (see
+// above).
+func (d *Driver) credit(start time.Time) {
 	t := int64(start.Sub(d.epoch))
 	for {
 		old := d.lastTouch.Load()
@@ -88,7 +115,7 @@ func (d *Driver) sessionEstablished(id int64, timeout time.Duration, passwd []by
 	d.mu.Lock()
 	d.session = sessionInfo{id: id, timeout: timeout, passwd: passwd}
 	d.mu.Unlock()
-	d.contact(sent, nil)
+	d.credit(sent) // the leader created or revalidated the session after sent
 	d.nudge()
 }
 
@@ -208,7 +235,11 @@ type lostLock struct {
 // check ends the locks the session can no longer vouch for, starts heartbeats
 // and orphan deletion, and says when to look again.
 func (d *Driver) check(now time.Time) time.Duration {
-	connected := d.conn.State() == zk.StateHasSession
+	state := d.conn.State()
+	connected := state == zk.StateHasSession
+	if !d.ownConn {
+		d.seenHandshake(state, now)
+	}
 	live := d.conn.SessionID()
 	timeout := d.sessionTimeout()
 	last := d.epoch.Add(time.Duration(d.lastTouch.Load()))
@@ -247,19 +278,26 @@ func (d *Driver) check(now time.Time) time.Duration {
 	}
 	if held > 0 && timeout > 0 {
 		soon(last.Add(timeout - driver.Drift(timeout)))
-		if connected && !d.beating {
-			due := last.Add(driver.RefreshInterval(timeout))
-			if !now.Before(due) {
-				d.beating = true
-				d.wg.Add(1)
-				go d.heartbeat()
-			} else {
-				soon(due)
-			}
+	}
+	if timeout > 0 && connected && !d.beating {
+		// The chain's next link: a third of the session timeout after the
+		// last one was answered (so that it credits that one), or a retry.
+		due := d.beatAfter
+		if !d.link.IsZero() {
+			due = later(due, d.linkAnswered.Add(driver.RefreshInterval(timeout)))
+		}
+		if !now.Before(due) {
+			d.beating = true
+			d.wg.Add(1)
+			go d.heartbeat(timeout)
+		} else {
+			soon(due)
 		}
 	}
-	if held > 0 && !d.ownConn {
-		soon(now.Add(pollInterval)) // New: no events tell us of a new session
+	if !d.ownConn && (held > 0 || (timeout > 0 && !connected)) {
+		// New: no events tell us of a new session, nor of the reconnection
+		// after which the heartbeat chain goes on.
+		soon(now.Add(pollInterval))
 	}
 	if d.ownConn && connected {
 		d.armWake = false
@@ -345,21 +383,66 @@ func (d *Driver) watchNode(ctx context.Context, h *holding) (*zk.Stat, error) {
 	return st, err
 }
 
-// heartbeat sends a cheap read, so that the server's answer dates the last
-// contact with the session.
-func (d *Driver) heartbeat() {
+// heartbeat sends the chain's next link, a sync, which the leader answers (see
+// the top of this file): once it is answered, the previous link's touch has
+// reached the leader, and its send time is credit.
+func (d *Driver) heartbeat(timeout time.Duration) {
 	defer d.wg.Done()
-	timeout := d.sessionTimeout()
 	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
-	_, _ = call(d, ctx, func() (bool, error) {
-		ok, _, err := d.conn.Exists(d.root)
-		return ok, err
+	sent := time.Now()
+	_, err := call(d, ctx, func() (string, error) {
+		return d.conn.Sync(d.root)
 	}, nil)
+	answeredAt := time.Now()
 	d.mu.Lock()
 	d.beating = false
+	if err != nil {
+		// No link: try again soon, without hammering a server that fails
+		// at once.
+		d.beatAfter = answeredAt.Add(driver.RetryInterval(timeout))
+	} else {
+		prev, prevAnswered := d.link, d.linkAnswered
+		if !prev.IsZero() && !sent.Before(prevAnswered.Add(driver.RefreshInterval(timeout))) {
+			d.credit(prev)
+		}
+		d.link, d.linkAnswered = sent, answeredAt
+	}
 	d.mu.Unlock()
 	d.nudge()
+}
+
+// seenHandshake stands in, on a connection given to New, for the handshakes
+// that tapConn reports on the driver's own: go-zookeeper sends a handshake
+// only after the connection is made, in state StateConnected, so once the
+// monitor has seen the connection down (disconnected, connecting, or its
+// session expired) at some moment and has a session again, the leader created
+// or revalidated the session after that moment, which is credit. A reconnection
+// the monitor does not see (between two looks) leaves the credit to the
+// heartbeat chain.
+func (d *Driver) seenHandshake(state zk.State, now time.Time) {
+	switch state {
+	case zk.StateDisconnected, zk.StateConnecting, zk.StateExpired:
+		d.mu.Lock()
+		d.sawDown = now
+		d.mu.Unlock()
+	case zk.StateHasSession:
+		d.mu.Lock()
+		down := d.sawDown
+		d.sawDown = time.Time{}
+		d.mu.Unlock()
+		if !down.IsZero() {
+			d.credit(down)
+		}
+	}
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // cleanTimeout bounds one attempt to delete one orphan.

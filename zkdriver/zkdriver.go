@@ -153,31 +153,68 @@
 // closed, as soon as the client learns it (when it reconnects). A disconnected
 // session is suspended, not lost: if the client reconnects within the session
 // timeout, the session and its locks survive (a leader election in the
-// ensemble, for example). But the server may expire the session once the
-// session timeout has passed since it last heard from the client, and then let
+// ensemble, for example). But the ensemble's leader may expire the session
+// once the session timeout has passed since it last heard of it, and then let
 // another client in; so the driver counts a held lock as lost once the
-// negotiated session timeout, less 2% and 5ms, has passed since the send time
-// of the latest request the server answered. While it holds locks it sends a
-// cheap read every third of the session timeout, so that time stays recent.
-// If the session comes back after all, the driver deletes the nodes it gave up.
+// negotiated session timeout, less the drift allowance (driver.Drift: 1% and
+// 2ms), has passed since the latest moment the leader is known to have heard
+// of the session. The server the client talks to is no witness of that: a
+// follower cut off from the leader goes on answering reads until it notices,
+// syncLimit ticks later, and the leader hears of a session on a follower only
+// from the follower's answers to its pings (every tickTime/2), then expires it
+// a session timeout after the latest such report, rounded up to the next tick.
+// So the driver syncs with the leader every third of the session timeout,
+// always while connected (one sync, the rate of the read it used to send while
+// holding locks): a sync is answered only after the leader has received every
+// ping answer the follower sent before it, and a third of the session timeout
+// is longer than tickTime/2, so the previous sync, a third of the timeout
+// earlier, has been reported by then, and its send time becomes the moment
+// the leader has heard of the session. A session handshake (new, or a
+// reconnection, which the leader revalidates itself) counts from its send
+// time. If the session comes back after all, the driver deletes the nodes it
+// gave up.
 //
 // So a lock's validity ends at the earlier of two moments: the portable
 // layer's deadline (the grant or the last confirmed refresh, plus the TTL,
-// less its drift allowance) and the send time of the last request the server
-// answered plus the negotiated session timeout, less the same drift allowance
-// (driver.Drift: 1% and 2ms). The server
-// cannot expire the session before it has gone that session timeout without
-// hearing from the client, and it heard that request after it was sent; so
-// with any TTL, Lost closes before the server may expire the session and give
-// the lock to another client, as long as the two clocks run within 1% of each
-// other. A TTL longer than the session timeout does not extend a lock; a
-// shorter one gives it up sooner when refreshes fail. A Driver from New has
-// this bound only with WithSessionTimeout; without it, keep the TTL at most
-// the session timeout.
+// less its drift allowance) and that moment plus the negotiated session
+// timeout, less the same drift allowance. With any TTL, Lost closes before
+// the leader may expire the session and give the lock to another client, as
+// long as the clocks run within 1% of each other and the session timeout is
+// at least two ticks (ZooKeeper's default minSessionTimeout), so that a third
+// of it exceeds the leader's ping interval. A leader that is itself cut off
+// from the quorum answers its clients until it notices (syncLimit to
+// syncLimit+1 ticks after it last heard from the quorum), while the others may
+// elect a new leader, which starts every session's timeout afresh at its
+// start, once syncLimit ticks have passed without a word from the old one
+// (less the half tick between its pings): the guarantee holds there when the
+// counted moment, at least a third of the session timeout before the last
+// answer, precedes the new leader's start, which a session timeout of at least
+// 4.5 ticks ensures (the test ensemble's 8 does; measured below). A TTL longer
+// than the session timeout does not extend a lock; a shorter one gives it up
+// sooner when refreshes fail. A Driver from New has this bound only with
+// WithSessionTimeout; without it, keep the TTL at most the session timeout.
 //
-// A frozen server (measured with a 4s session timeout and the last answer just
-// before the freeze) makes Lost close about 3.9s after the freeze, the drift
-// allowance (42ms) before the server could first expire the session. A server restarted without its data has
+// The price: the moment counted trails the present by one to two thirds of
+// the session timeout (one link of the chain, plus round trips), where the
+// last answer used to trail it by at most a third. So a holder that loses its
+// server, or whose server freezes or is cut off, gives its locks up one to
+// two thirds of the session timeout after that, not two to three thirds
+// (later, up to the full timeout, when a session handshake was the latest
+// news); the session survives such an outage as before, but its locks survive
+// for sure only outages shorter than a third of the session timeout. Measured
+// with a 4s session timeout, holder cut off from the majority, five runs each
+// (the last news was the Open's handshake, just before the partition): on a
+// follower, Lost 3.4s to 3.9s after the partition and the majority's grant
+// 0.33s to 0.71s later (before the chain: Lost 7.85s after, 3.3s to 3.8s
+// after the grant); on the leader, Lost 6.5s to 7.9s after and the grant 1.8s to 3.1s
+// later (the cut-off leader answered until it stepped down, 5s to 5.5s after,
+// and the new leader counted the session's timeout from its start).
+//
+// A frozen server (4s session timeout) makes Lost close 1.3s to 2.7s after the
+// freeze, depending on where in the sync chain it froze (up to 3.9s, the drift
+// allowance before the server could first expire the session, when the
+// session's handshake was the latest news). A server restarted without its
+// data has
 // forgotten the session and its locks and gives them to the next client at
 // once, while refusing the holder's reconnection (the holder has seen later
 // transactions than the empty server). Once every server it can reach has
@@ -198,7 +235,11 @@
 // one request per refresh batch, not 10,000. A Driver from New learns of an expired session by polling
 // its connection every 50ms, and of a deleted node at the next refresh; it
 // needs WithSessionTimeout to give locks up before a suspended session can
-// expire (go-zookeeper does not tell its users the negotiated timeout).
+// expire (go-zookeeper does not tell its users the negotiated timeout). It
+// does not see go-zookeeper's handshakes either: a reconnection counts from
+// the moment its monitor saw the connection down (it looks every 50ms while
+// holding locks or disconnected), and one it did not see leaves the count to
+// the sync chain.
 //
 // Refresh and Release wait for a disconnected client to reconnect (within their
 // context), then answer for the session they find.
@@ -248,7 +289,7 @@ type Driver struct {
 	declared time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
-	lastTouch atomic.Int64 // send time of the latest request the server answered
+	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
 
 	ctx        context.Context // cancelled by Close; bounds background work
 	cancel     context.CancelFunc
@@ -273,6 +314,13 @@ type Driver struct {
 	orphans []orphan            // nodes of ours nobody wants, to delete once possible
 	parents map[string]struct{} // key nodes known to exist
 	beating bool                // a heartbeat is in flight
+
+	// The heartbeat chain (session.go): the send and answer times of its last
+	// answered link, not yet credited, and when the next may be sent after a
+	// failed one.
+	link, linkAnswered time.Time
+	beatAfter          time.Time
+	sawDown            time.Time // New: when the monitor last saw the connection down (zero: not since the last session)
 
 	armWake    bool        // the monitor will look for watches to set
 	cleaning   bool        // orphans are being deleted

@@ -3,9 +3,6 @@ package cluster_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,10 +25,6 @@ type partitionCase struct {
 	cut func() *testserver.Partition
 	// converged reports nil once every server is back in one cluster that agrees.
 	converged func(ctx context.Context) error
-	// knownDefect, when set, says why the backend cannot promise that the
-	// holder's Lost closes before the other client's grant: then an inversion
-	// skips the test (after every other check) unless knownDefectsEnv is set.
-	knownDefect string
 	// freed, started while the holder holds key, finds the holder's entry on the
 	// majority side, closes ready, and returns when it saw that entry deleted (the
 	// lease or session expired): a figure, not an assertion.
@@ -140,15 +133,9 @@ func runPartition(t *testing.T, pc partitionCase) {
 	case <-time.After(wait):
 		t.Errorf("the watcher did not see the holder's entry deleted within %v of the grant", wait)
 	}
-	var defect string // a known defect seen, reported once the rest is checked
 	if !g.lostFirst {
-		msg := fmt.Sprintf("the majority's client acquired the key while the partitioned holder's Lost was still open (Lost seen %v after the partition, grant %v)",
+		t.Errorf("the majority's client acquired the key while the partitioned holder's Lost was still open (Lost seen %v after the partition, grant %v)",
 			lostAt.Sub(cutAt).Round(time.Millisecond), g.at.Sub(cutAt).Round(time.Millisecond))
-		if pc.knownDefect == "" || strictKnownDefects() {
-			t.Error(msg)
-		} else {
-			defect = msg
-		}
 	}
 	if tok2 := l2.Token(); tok2 <= tok1 {
 		t.Errorf("new holder's token %d is not larger than the partitioned holder's %d", tok2, tok1)
@@ -201,20 +188,6 @@ func runPartition(t *testing.T, pc partitionCase) {
 	if err := l3.Release(ctx); err != nil {
 		t.Fatalf("Release after healing: %v", err)
 	}
-	if defect != "" {
-		// Everything else held; the test neither passes nor fails on the known
-		// defect, and says so (set knownDefectsEnv=1 to fail instead).
-		t.Skipf("KNOWN DEFECT: %s: %s (%s=1 makes this a failure)", defect, pc.knownDefect, knownDefectsEnv)
-	}
-}
-
-// knownDefectsEnv, set to 1, makes a known defect fail its test instead of
-// skipping it.
-const knownDefectsEnv = "DISTLOCK_TEST_KNOWN_DEFECTS"
-
-func strictKnownDefects() bool {
-	on, _ := strconv.ParseBool(os.Getenv(knownDefectsEnv))
-	return on
 }
 
 // open opens a Locker on url with ttl, closed when t ends.
