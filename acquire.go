@@ -65,6 +65,9 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	defer untrack()
 
 	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared}
+	if o.permits > 1 {
+		req.Permits = o.permits // one permit is the exclusive lock
+	}
 	l := newLock(lk, req, o)
 	bo := backoffState{b: o.backoff}
 	var lastErr error // the last transient failure, reported if ctx ends
@@ -192,8 +195,14 @@ func (lk *Locker) validate(o options) error {
 	if !o.autoRefresh && !lk.caps.Expiring {
 		return fmt.Errorf("%w: turning automatic refresh off (locks on this backend live as long as the session, they cannot expire)", ErrUnsupported)
 	}
+	if o.shared && o.permits > 0 {
+		return fmt.Errorf("%w: WithShared and WithPermits together; a key is either a read-write lock or a semaphore", ErrInvalidArgument)
+	}
 	if o.shared && !lk.caps.Shared {
 		return fmt.Errorf("%w: shared locks", ErrUnsupported)
+	}
+	if o.permits > 1 && !lk.caps.Permits {
+		return fmt.Errorf("%w: semaphores (WithPermits above 1)", ErrUnsupported)
 	}
 	return nil
 }

@@ -33,11 +33,13 @@ var (
 	ErrInvalidKey = errors.New("invalid key")
 
 	// ErrInvalidArgument is returned for a nil context, a TTL that is not positive
-	// (or below the backend's minimum), or another bad option value.
-	ErrInvalidArgument = errors.New("invalid argument")
+	// (or below the backend's minimum), or another bad option value: WithPermits
+	// below 1, WithShared together with WithPermits, or (where the backend can
+	// tell) a number of permits other than the key's other users give.
+	ErrInvalidArgument = driver.ErrInvalidArgument
 
 	// ErrUnsupported is returned when a call or option needs something the driver
-	// cannot do: shared locks on a driver without them, turning automatic refresh
+	// cannot do: shared locks or semaphores on a driver without them, turning automatic refresh
 	// off on a session-bound driver, or a fencing token from a driver without
 	// fencing.
 	ErrUnsupported = driver.ErrUnsupported

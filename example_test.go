@@ -102,3 +102,59 @@ func ExampleLock_Token() {
 	// token 2
 	// token 3
 }
+
+func ExampleWithShared() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-shared")
+	defer locker.Close()
+
+	// Readers share the key; a writer waits for them, and readers that come
+	// after a waiting writer wait behind it (writer preference, on mem).
+	r1, _ := locker.Acquire(ctx, "config", lock.WithShared(true))
+	r2, _ := locker.Acquire(ctx, "config", lock.WithShared(true))
+	fmt.Println("two readers hold config")
+
+	_, err := locker.TryAcquire(ctx, "config")
+	fmt.Println("writer while readers hold:", errors.Is(err, lock.ErrLocked))
+
+	r1.Release(ctx)
+	r2.Release(ctx)
+	w, _ := locker.Acquire(ctx, "config")
+	defer w.Release(ctx)
+	// The writer's token is larger than every reader's before it: a resource
+	// that keeps the highest token seen fences late readers out.
+	fmt.Println("writer's token fences the readers:", w.Token() > r1.Token() && w.Token() > r2.Token())
+	// Output:
+	// two readers hold config
+	// writer while readers hold: true
+	// writer's token fences the readers: true
+}
+
+func ExampleWithPermits() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-permits")
+	defer locker.Close()
+
+	// At most two exports run at once; each holder has its own Lock, with its
+	// own Lost channel, refresh and release.
+	two := lock.WithPermits(2)
+	a, _ := locker.Acquire(ctx, "exports", two)
+	b, _ := locker.Acquire(ctx, "exports", two)
+	defer b.Release(ctx)
+
+	_, err := locker.TryAcquire(ctx, "exports", two)
+	fmt.Println("third export while two run:", errors.Is(err, lock.ErrLocked))
+
+	a.Release(ctx)
+	c, err := locker.TryAcquire(ctx, "exports", two)
+	fmt.Println("third export after one ended:", err == nil)
+	defer c.Release(ctx)
+
+	// Every user of the key must give the same number of permits.
+	_, err = locker.TryAcquire(ctx, "exports", lock.WithPermits(3))
+	fmt.Println("another number of permits:", errors.Is(err, lock.ErrInvalidArgument))
+	// Output:
+	// third export while two run: true
+	// third export after one ended: true
+	// another number of permits: true
+}

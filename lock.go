@@ -54,6 +54,17 @@
 //
 //	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
 //
+// # Read-write locks and semaphores
+//
+// Besides the exclusive lock, a key can be a read-write lock (WithShared: many
+// readers at once, a writer alone) or a counting semaphore (WithPermits(n): at
+// most n holders at once). Each holder has its own Lock, with its own Lost
+// channel, refresh, release and fencing token, and every grant's token is
+// larger than every token granted before it on the key, whatever its shape, so
+// a writer's token fences every reader before it. A driver declares the shapes
+// it offers in driver.Capabilities (Shared, WriterPreference, Permits); a shape
+// it lacks is ErrUnsupported before the backend is asked.
+//
 // # Lost locks
 //
 // Lost returns a channel that closes when the lock may no longer be held: the

@@ -22,6 +22,7 @@ type options struct {
 	ttl          time.Duration
 	autoRefresh  bool
 	shared       bool
+	permits      int // 0: not a semaphore (WithPermits not given)
 	backoff      Backoff
 	closeTimeout time.Duration
 	grace        time.Duration
@@ -93,9 +94,30 @@ func WithAutoRefresh(on bool) Option {
 }
 
 // WithShared asks for a shared (read) lock: many shared holders at once, exclusive
-// holders alone. Drivers without shared locks return ErrUnsupported.
+// holders alone. Drivers without shared locks return ErrUnsupported. On drivers
+// with writer preference (driver.Capabilities.WriterPreference) a waiting
+// exclusive request holds back the shared requests that arrive after it, so
+// readers cannot starve a writer; elsewhere a stream of readers may.
 func WithShared(shared bool) Option {
 	return func(o *options) { o.shared = shared }
+}
+
+// WithPermits makes the key a counting semaphore of n permits: at most n
+// holders at once, each with its own Lock (its own Lost, refresh, release and
+// fencing token). Every user of the key must give the same n; a backend that
+// can see a different n in use (or the key in use as a lock) returns
+// ErrInvalidArgument, one that cannot lets the larger n decide. n = 1 is the
+// exclusive lock, on every driver; n < 1, or WithPermits together with
+// WithShared(true), is ErrInvalidArgument; n > 1 on a driver without
+// semaphores (driver.Capabilities.Permits) is ErrUnsupported.
+func WithPermits(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.fail(fmt.Errorf("%w: %d permits; a semaphore needs at least 1", ErrInvalidArgument, n))
+			return
+		}
+		o.permits = n
+	}
 }
 
 // WithBackoff sets how Acquire waits between attempts on drivers that cannot be

@@ -27,6 +27,9 @@
 //	figure <what> <backend> <duration>
 //
 // (partition-margin: from the cut-off holder's Lost to another client's grant;
+// writer-wait-under-reader-stream: the longest wait of a writer while readers
+// keep arriving; stopped-permit-holders-superseded-after: until other clients
+// hold the permits of a crashed holder and of one that stopped refreshing;
 // restart-loss-detection: from the backend answering again to Lost;
 // frozen-holder-superseded-after and killed-holder-superseded-after: until
 // another client holds the lock; open-frozen and close-frozen). Each takes a few
@@ -160,6 +163,19 @@ func Run(t *testing.T, h Harness) {
 	run("ManyHeldLocksNeedNoGoroutineEach", testManyHeldLocksNeedNoGoroutineEach)
 	run("WaitersAreGrantedInArrivalOrder", testWaitersAreGrantedInArrivalOrder)
 	run("SharedHoldersExcludeWriters", testSharedHoldersExcludeWriters)
+
+	// Read-write locks and semaphores (shared.go, permits.go, shapes.go): each
+	// needs the shape in Capabilities, and is skipped naming it otherwise.
+	run("SharedHoldersRunTogether", testSharedHoldersRunTogether)
+	run("ExclusiveAndSharedExcludeEachOther", testExclusiveAndSharedExcludeEachOther)
+	run("WriterIsNotStarvedByAStreamOfReaders", testWriterIsNotStarvedByAStreamOfReaders)
+	run("PermitsAdmitNHoldersAndNoMore", testPermitsAdmitNHoldersAndNoMore)
+	run("PermitHoldersNeverExceedNUnderContention", testPermitHoldersNeverExceedNUnderContention)
+	run("StoppedPermitHoldersFreeTheirPermitsWithinTTL", testStoppedPermitHoldersFreeTheirPermitsWithinTTL)
+	run("OnePermitIsTheExclusiveLock", testOnePermitIsTheExclusiveLock)
+	run("TokensIncreaseAcrossSharedExclusiveAndPermitGrants", testTokensIncreaseAcrossSharedExclusiveAndPermitGrants)
+	run("StaleSharedAndPermitHoldersCannotFreeOthers", testStaleSharedAndPermitHoldersCannotFreeOthers)
+	run("SharedAndPermitHoldersSeeLostAndAreReleasedByClose", testSharedAndPermitHoldersSeeLostAndAreReleasedByClose)
 
 	// Ownership.
 	run("RetriedAcquireBySameOwnerSucceeds", testRetriedAcquireBySameOwnerSucceeds)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,8 +38,8 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 	}{
 		{
 			broken: "no-owner-check",
-			run:    "ReleaseAndRefreshCheckTheOwner|ReleaseByExpiredHolderKeepsNewOwnersLock|ReleaseBySeveredHolderKeepsNewOwnersLock",
-			fail:   []string{"ReleaseAndRefreshCheckTheOwner", "ReleaseByExpiredHolderKeepsNewOwnersLock", "ReleaseBySeveredHolderKeepsNewOwnersLock"},
+			run:    "ReleaseAndRefreshCheckTheOwner|ReleaseByExpiredHolderKeepsNewOwnersLock|ReleaseBySeveredHolderKeepsNewOwnersLock|StaleSharedAndPermitHoldersCannotFreeOthers",
+			fail:   []string{"ReleaseAndRefreshCheckTheOwner", "ReleaseByExpiredHolderKeepsNewOwnersLock", "ReleaseBySeveredHolderKeepsNewOwnersLock", "StaleSharedAndPermitHoldersCannotFreeOthers"},
 		},
 		{
 			broken: "constant-tokens",
@@ -52,13 +53,47 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		},
 		{
 			broken: "never-lost",
-			run:    "LostClosesWhenSessionSevered|DoCancelsFnAndReportsErrLostOnLoss",
-			fail:   []string{"LostClosesWhenSessionSevered", "DoCancelsFnAndReportsErrLostOnLoss"},
+			run:    "LostClosesWhenSessionSevered|DoCancelsFnAndReportsErrLostOnLoss|SharedAndPermitHoldersSeeLostAndAreReleasedByClose",
+			fail:   []string{"LostClosesWhenSessionSevered", "DoCancelsFnAndReportsErrLostOnLoss", "SharedAndPermitHoldersSeeLostAndAreReleasedByClose"},
 		},
 		{
 			broken: "no-exclusion",
 			run:    "MutualExclusionUnderContention|TryAcquireReportsLockedWhileHeld",
 			fail:   []string{"MutualExclusionUnderContention", "TryAcquireReportsLockedWhileHeld"},
+		},
+		{
+			// A writer that polls instead of queueing: overlapping readers
+			// keep the key busy until the stream ends.
+			broken: "no-writer-preference",
+			run:    "WriterIsNotStarvedByAStreamOfReaders",
+			fail:   []string{"WriterIsNotStarvedByAStreamOfReaders"},
+		},
+		{
+			broken: "readers-ignore-writers",
+			run:    "ExclusiveAndSharedExcludeEachOther",
+			fail:   []string{"ExclusiveAndSharedExcludeEachOther"},
+		},
+		{
+			broken: "shared-is-exclusive",
+			run:    "SharedHoldersRunTogether",
+			fail:   []string{"SharedHoldersRunTogether"},
+		},
+		{
+			// The semaphore admits n+1.
+			broken: "extra-permit",
+			run:    "PermitsAdmitNHoldersAndNoMore|PermitHoldersNeverExceedNUnderContention",
+			fail:   []string{"PermitsAdmitNHoldersAndNoMore", "PermitHoldersNeverExceedNUnderContention"},
+		},
+		{
+			broken: "permits-never-expire",
+			run:    "StoppedPermitHoldersFreeTheirPermitsWithinTTL",
+			fail:   []string{"StoppedPermitHoldersFreeTheirPermitsWithinTTL"},
+		},
+		{
+			// Shared and permit grants reuse the last token.
+			broken: "shape-tokens-stall",
+			run:    "TokensIncreaseAcrossSharedExclusiveAndPermitGrants",
+			fail:   []string{"TokensIncreaseAcrossSharedExclusiveAndPermitGrants"},
 		},
 	} {
 		t.Run(c.broken, func(t *testing.T) {
@@ -122,22 +157,58 @@ func runBroken(t *testing.T, test, env, kind, run string) (map[string]bool, stri
 type broken struct {
 	*memdriver.Driver
 	kind string
+
+	mu   sync.Mutex
+	last map[string]uint64 // shape-tokens-stall: the last token per key
+}
+
+// shaped returns the request the broken driver passes on: a copy, changed for
+// the kinds that break the shapes.
+func (b *broken) shaped(req *driver.Request) *driver.Request {
+	r := *req
+	switch {
+	case b.kind == "shared-is-exclusive":
+		r.Shared = false
+	case b.kind == "extra-permit" && r.Permits > 0:
+		r.Permits++
+	case b.kind == "permits-never-expire" && r.Permits > 0:
+		r.TTL = time.Hour
+	}
+	return &r
 }
 
 func (b *broken) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	if b.kind == "no-exclusion" {
+	if b.kind == "no-exclusion" || (b.kind == "readers-ignore-writers" && req.Shared) {
 		return driver.Grant{Token: 1}, nil
 	}
-	g, err := b.Driver.TryAcquire(ctx, req)
+	g, err := b.Driver.TryAcquire(ctx, b.shaped(req))
 	if b.kind == "constant-tokens" && err == nil {
 		g.Token = 1
 	}
-	return g, err
+	return b.stallToken(req, g, err)
+}
+
+// stallToken gives shared and permit grants the last token granted on the key
+// instead of a new one, for shape-tokens-stall.
+func (b *broken) stallToken(req *driver.Request, g driver.Grant, err error) (driver.Grant, error) {
+	if b.kind != "shape-tokens-stall" || err != nil {
+		return g, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == nil {
+		b.last = map[string]uint64{}
+	}
+	if (req.Shared || req.Permits > 0) && b.last[req.Key] > 0 {
+		g.Token = b.last[req.Key]
+	}
+	b.last[req.Key] = g.Token
+	return g, nil
 }
 
 func (b *broken) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	switch b.kind {
-	case "slow-poller":
+	switch {
+	case b.kind == "slow-poller":
 		for {
 			g, err := b.TryAcquire(ctx, req)
 			if err == nil || ctx.Err() != nil {
@@ -148,10 +219,22 @@ func (b *broken) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			case <-time.After(time.Second):
 			}
 		}
-	case "no-exclusion", "constant-tokens":
+	case b.kind == "no-writer-preference" && !req.Shared:
+		for {
+			g, err := b.TryAcquire(ctx, req)
+			if err == nil || ctx.Err() != nil {
+				return g, err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+	case b.kind == "no-exclusion", b.kind == "constant-tokens", b.kind == "readers-ignore-writers" && req.Shared:
 		return b.TryAcquire(ctx, req)
 	}
-	return b.Driver.Acquire(ctx, req)
+	g, err := b.Driver.Acquire(ctx, b.shaped(req))
+	return b.stallToken(req, g, err)
 }
 
 func (b *broken) Release(ctx context.Context, req *driver.Request) error {

@@ -119,29 +119,37 @@ func testBadOptionsAreRejected(e *env) {
 	a, b := e.client(), e.client()
 	type bad struct {
 		name string
-		opt  lock.Option
+		opts []lock.Option
 		want error
 	}
+	one := func(name string, opt lock.Option, want error) bad { return bad{name, []lock.Option{opt}, want} }
 	cases := []bad{
-		{"WithTTL(0)", lock.WithTTL(0), lock.ErrInvalidArgument},
-		{"WithTTL(-1s)", lock.WithTTL(-time.Second), lock.ErrInvalidArgument},
-		{"WithBackoff(zero)", lock.WithBackoff(lock.Backoff{}), lock.ErrInvalidArgument},
-		{"WithBackoff(Max<Min)", lock.WithBackoff(lock.Backoff{Min: time.Second, Max: time.Millisecond}), lock.ErrInvalidArgument},
+		one("WithTTL(0)", lock.WithTTL(0), lock.ErrInvalidArgument),
+		one("WithTTL(-1s)", lock.WithTTL(-time.Second), lock.ErrInvalidArgument),
+		one("WithBackoff(zero)", lock.WithBackoff(lock.Backoff{}), lock.ErrInvalidArgument),
+		one("WithBackoff(Max<Min)", lock.WithBackoff(lock.Backoff{Min: time.Second, Max: time.Millisecond}), lock.ErrInvalidArgument),
+		one("WithPermits(0)", lock.WithPermits(0), lock.ErrInvalidArgument),
+		one("WithPermits(-1)", lock.WithPermits(-1), lock.ErrInvalidArgument),
+		{"WithShared(true) with WithPermits(2)", []lock.Option{lock.WithShared(true), lock.WithPermits(2)}, lock.ErrInvalidArgument},
+		{"WithPermits(1) with WithShared(true)", []lock.Option{lock.WithPermits(1), lock.WithShared(true)}, lock.ErrInvalidArgument},
 	}
 	if !e.caps.Expiring {
-		cases = append(cases, bad{"WithAutoRefresh(false) on a session-bound driver", lock.WithAutoRefresh(false), lock.ErrUnsupported})
+		cases = append(cases, one("WithAutoRefresh(false) on a session-bound driver", lock.WithAutoRefresh(false), lock.ErrUnsupported))
 	}
 	if !e.caps.Shared {
-		cases = append(cases, bad{"WithShared(true) without shared locks", lock.WithShared(true), lock.ErrUnsupported})
+		cases = append(cases, one("WithShared(true) without shared locks", lock.WithShared(true), lock.ErrUnsupported))
+	}
+	if !e.caps.Permits {
+		cases = append(cases, one("WithPermits(2) without semaphores", lock.WithPermits(2), lock.ErrUnsupported))
 	}
 	if e.caps.MinTTL > 0 {
-		cases = append(cases, bad{"a TTL below the backend's minimum", lock.WithTTL(e.caps.MinTTL / 2), lock.ErrInvalidArgument})
+		cases = append(cases, one("a TTL below the backend's minimum", lock.WithTTL(e.caps.MinTTL/2), lock.ErrInvalidArgument))
 	}
 	for _, c := range cases {
-		if _, err := a.Acquire(e.ctx, e.key, c.opt); !errors.Is(err, c.want) {
+		if _, err := a.Acquire(e.ctx, e.key, c.opts...); !errors.Is(err, c.want) {
 			e.Errorf("Acquire with %s = %v, want %v", c.name, err, c.want)
 		}
-		if _, err := a.TryAcquire(e.ctx, e.key, c.opt); !errors.Is(err, c.want) {
+		if _, err := a.TryAcquire(e.ctx, e.key, c.opts...); !errors.Is(err, c.want) {
 			e.Errorf("TryAcquire with %s = %v, want %v", c.name, err, c.want)
 		}
 		// As a Locker default it is reported by the first call.
@@ -149,7 +157,7 @@ func testBadOptionsAreRejected(e *env) {
 		if err != nil {
 			e.Fatalf("Harness.NewDriver: %v", err)
 		}
-		lk := lock.New(d, append(append([]lock.Option{lock.WithTTL(e.ttl)}, e.h.Options...), c.opt)...)
+		lk := lock.New(d, append(append([]lock.Option{lock.WithTTL(e.ttl)}, e.h.Options...), c.opts...)...)
 		_, err = lk.TryAcquire(e.ctx, e.key)
 		_ = lk.Close()
 		if !errors.Is(err, c.want) {

@@ -31,6 +31,11 @@ var (
 	// does not declare.
 	ErrUnsupported = errors.New("not supported by this driver")
 
+	// ErrInvalidArgument is returned for a request the backend can tell is
+	// wrong: a key used as a semaphore with another number of permits, or as a
+	// semaphore and as a lock at once.
+	ErrInvalidArgument = errors.New("invalid argument")
+
 	// ErrClosed is returned by a driver used after Close.
 	ErrClosed = errors.New("locker closed")
 
@@ -124,6 +129,14 @@ type Request struct {
 	// Shared asks for a shared (read) lock; only set when Capabilities.Shared.
 	Shared bool
 
+	// Permits, when at least 2, makes the key a counting semaphore of that many
+	// permits and asks for one of them; only set when Capabilities.Permits, and
+	// never together with Shared. Zero asks for the exclusive (or shared) lock;
+	// the portable layer sends a semaphore of one permit as the exclusive lock.
+	// A driver that can see another number of permits in use on the key (or the
+	// key in use as a lock) returns ErrInvalidArgument.
+	Permits int
+
 	// Lost is set by the portable layer. A driver calls it (from any goroutine, any
 	// number of times, without holding its own locks) when it learns that the lock
 	// is gone without a Refresh or Release having told the caller: session expired,
@@ -137,8 +150,9 @@ const MaxKeyLen = 1024
 // Grant is what a driver reports about a lock it just acquired.
 type Grant struct {
 	// Token is the fencing token: at least 1 and strictly greater than every token
-	// earlier granted for the same key, when Capabilities.Fencing is set. Zero
-	// otherwise.
+	// earlier granted for the same key, when Capabilities.Fencing is set, whatever
+	// the shape (exclusive, shared or permit) of either grant, so that a writer's
+	// token fences every reader before it. Zero otherwise.
 	Token uint64
 
 	// Start is when the request that took the lock was sent, read from time.Now
@@ -172,6 +186,17 @@ type Capabilities struct {
 
 	// Shared: the driver supports shared (read) locks through Request.Shared.
 	Shared bool
+
+	// WriterPreference: with Shared, a waiting exclusive request holds back the
+	// shared requests that arrive after it (those that arrived before it keep
+	// their turn), so a stream of overlapping readers cannot starve a writer.
+	// The driver's package doc states its exact queueing rule.
+	WriterPreference bool
+
+	// Permits: the driver supports counting semaphores through Request.Permits:
+	// at most that many holders of the key at once, each with its own owner,
+	// refresh, release and (with Fencing) token.
+	Permits bool
 
 	// MinTTL is the shortest TTL the backend honours (for example etcd's minimum
 	// lease TTL); zero means no minimum. The portable layer rejects shorter TTLs

@@ -16,19 +16,41 @@
 // # Capabilities
 //
 //   - Fencing: yes; a counter per key lives in the store for the life of the
-//     process, so tokens keep increasing across expiry and across Lockers.
-//   - Expiring: yes; a lock lives for its TTL unless refreshed, like a lease.
-//   - Notify: yes; a release wakes waiters at once, and a waiter sleeps until the
-//     holder's expiry at most.
-//   - FIFO: no; woken waiters race, as they do on most backends.
-//   - Shared: no.
+//     process, so tokens keep increasing across expiry and across Lockers, and
+//     every grant (exclusive, shared or permit) takes the next one.
+//   - Expiring: yes; a hold lives for its TTL unless refreshed, like a lease.
+//   - Notify: yes; a waiting Acquire sleeps until the key changes (a release,
+//     a grant, a waiter leaving) or the first holder's lease ends, never polls.
+//   - FIFO: yes; waiting Acquire calls queue per key in arrival order under
+//     the rule below, so exclusive requests and permits are granted in that
+//     order. TryAcquire never queues and takes its turn as a newcomer.
+//   - Shared: yes, with writer preference (WriterPreference).
+//   - Permits: yes; a mismatched number of permits is ErrInvalidArgument.
+//
+// # Queueing rule
+//
+// Each key has holders and a queue of waiting Acquire calls in arrival order.
+// A request, waiting at its place in the queue or newly arrived (behind the
+// whole queue), takes the key when:
+//
+//   - exclusive: nobody holds the key and nobody waits ahead of it;
+//   - shared: no exclusive holder, and no exclusive request waits ahead of it;
+//   - a permit of a semaphore of n: fewer than n hold a permit and nobody waits
+//     ahead of it.
+//
+// So once an exclusive request is waiting, shared requests that arrive after
+// it wait behind it, while shared requests that arrived before it keep their
+// turn (they run together with the current readers as soon as no writer holds
+// the key): a stream of overlapping readers delays a writer by the readers
+// ahead of it only. A key is either a read-write lock or a semaphore of one
+// number of permits while anyone holds or waits on it; a request of another
+// shape is ErrInvalidArgument.
 package memdriver
 
 import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/distlock/lock/driver"
 )
@@ -52,21 +74,6 @@ func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
 	return New(u.Host+u.Path, WithPrefix(cfg.Prefix)), nil
 }
 
-// store is the shared state of all clients of one name, playing the server.
-type store struct {
-	mu       sync.Mutex
-	locks    map[string]*entry
-	counters map[string]uint64
-	released map[string]chan struct{} // closed when the key's lock is released
-}
-
-type entry struct {
-	owner   string
-	token   uint64
-	expires time.Time
-	client  *Driver
-}
-
 var (
 	storesMu sync.Mutex
 	stores   = map[string]*store{}
@@ -77,7 +84,7 @@ func storeNamed(name string) *store {
 	defer storesMu.Unlock()
 	s, ok := stores[name]
 	if !ok {
-		s = &store{locks: map[string]*entry{}, counters: map[string]uint64{}, released: map[string]chan struct{}{}}
+		s = newStore()
 		stores[name] = s
 	}
 	return s
@@ -90,6 +97,7 @@ type Driver struct {
 
 	mu     sync.Mutex
 	closed bool
+	done   chan struct{} // closed by Close, ending waits
 }
 
 // Option configures a Driver made by New.
@@ -114,145 +122,12 @@ func New(name string, opts ...Option) *Driver {
 			opt(&o)
 		}
 	}
-	return &Driver{s: storeNamed(name), prefix: o.prefix}
+	return &Driver{s: storeNamed(name), prefix: o.prefix, done: make(chan struct{})}
 }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true}
-}
-
-func (d *Driver) key(k string) string { return d.prefix + "\x00" + k }
-
-func (d *Driver) isClosed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closed
-}
-
-// live returns the unexpired entry for key, dropping an expired one.
-func (s *store) live(key string, now time.Time) *entry {
-	e := s.locks[key]
-	if e != nil && !now.Before(e.expires) {
-		delete(s.locks, key)
-		s.wake(key)
-		return nil
-	}
-	return e
-}
-
-func (s *store) wake(key string) {
-	if ch, ok := s.released[key]; ok {
-		close(ch)
-		delete(s.released, key)
-	}
-}
-
-func (s *store) releasedCh(key string) chan struct{} {
-	ch, ok := s.released[key]
-	if !ok {
-		ch = make(chan struct{})
-		s.released[key] = ch
-	}
-	return ch
-}
-
-// tryLocked makes one attempt with s.mu held. On ErrLocked it also returns when
-// the holder's lease ends.
-func (d *Driver) tryLocked(req *driver.Request, now time.Time) (driver.Grant, time.Time, error) {
-	k := d.key(req.Key)
-	if e := d.s.live(k, now); e != nil {
-		if e.owner == req.Owner {
-			return driver.Grant{Token: e.token, Start: e.expires.Add(-req.TTL)}, time.Time{}, nil
-		}
-		return driver.Grant{}, e.expires, driver.ErrLocked
-	}
-	d.s.counters[k]++
-	e := &entry{owner: req.Owner, token: d.s.counters[k], expires: now.Add(req.TTL), client: d}
-	d.s.locks[k] = e
-	return driver.Grant{Token: e.token, Start: now}, time.Time{}, nil
-}
-
-// TryAcquire implements driver.Driver.
-func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	if d.isClosed() {
-		return driver.Grant{}, driver.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return driver.Grant{}, err
-	}
-	d.s.mu.Lock()
-	defer d.s.mu.Unlock()
-	g, _, err := d.tryLocked(req, time.Now())
-	return g, err
-}
-
-// Acquire implements driver.Acquirer: it waits for a release or for the holder's
-// lease to end, whichever comes first.
-func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	for {
-		if d.isClosed() {
-			return driver.Grant{}, driver.ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return driver.Grant{}, err
-		}
-		d.s.mu.Lock()
-		g, expires, err := d.tryLocked(req, time.Now())
-		if err == nil {
-			d.s.mu.Unlock()
-			return g, nil
-		}
-		released := d.s.releasedCh(d.key(req.Key))
-		d.s.mu.Unlock()
-
-		t := time.NewTimer(time.Until(expires))
-		select {
-		case <-ctx.Done():
-		case <-released:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// Refresh implements driver.Driver.
-func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
-	if d.isClosed() {
-		return driver.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.s.mu.Lock()
-	defer d.s.mu.Unlock()
-	now := time.Now()
-	e := d.s.live(d.key(req.Key), now)
-	if e == nil || e.owner != req.Owner {
-		return driver.ErrNotHeld
-	}
-	e.expires = now.Add(req.TTL)
-	return nil
-}
-
-// Release implements driver.Driver.
-func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
-	if d.isClosed() {
-		return driver.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.s.mu.Lock()
-	defer d.s.mu.Unlock()
-	k := d.key(req.Key)
-	e := d.s.live(k, time.Now())
-	if e == nil || e.owner != req.Owner {
-		return driver.ErrNotHeld
-	}
-	delete(d.s.locks, k)
-	d.s.wake(k)
-	return nil
+	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true}
 }
 
 // Sever makes the store forget every lock this client holds, as a server does
@@ -261,23 +136,25 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 func (d *Driver) Sever() {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	for k, e := range d.s.locks {
-		if e.client == d {
-			delete(d.s.locks, k)
-			d.s.wake(k)
+	for k, ks := range d.s.keys {
+		for owner, h := range ks.holders {
+			if h.client == d {
+				delete(ks.holders, owner)
+			}
 		}
+		d.s.changed(k, ks)
 	}
 }
 
-// Delete removes the lock on key whoever holds it, as an operator deleting a key
-// on a server would. The holder learns at its next refresh.
+// Delete removes every hold on key whoever holds it, as an operator deleting a
+// key on a server would. The holders learn at their next refresh.
 func (d *Driver) Delete(key string) {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
 	k := d.key(key)
-	if _, ok := d.s.locks[k]; ok {
-		delete(d.s.locks, k)
-		d.s.wake(k)
+	if ks := d.s.keys[k]; ks != nil {
+		clear(ks.holders)
+		d.s.changed(k, ks)
 	}
 }
 
@@ -286,7 +163,10 @@ func (d *Driver) Delete(key string) {
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.closed = true
+	if !d.closed {
+		d.closed = true
+		close(d.done)
+	}
 	return nil
 }
 

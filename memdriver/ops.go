@@ -1,0 +1,163 @@
+package memdriver
+
+import (
+	"context"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+func (d *Driver) key(k string) string { return d.prefix + "\x00" + k }
+
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// check is what every call checks first.
+func (d *Driver) check(ctx context.Context) error {
+	if d.isClosed() {
+		return driver.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// held returns the grant req already holds (a retry after a lost reply).
+func held(ks *keyState, req *driver.Request) (driver.Grant, bool) {
+	h := ks.holders[req.Owner]
+	if h == nil {
+		return driver.Grant{}, false
+	}
+	return driver.Grant{Token: h.token, Start: h.expires.Add(-req.TTL)}, true
+}
+
+// TryAcquire implements driver.Driver. It never queues, and it takes its turn
+// as a newcomer: behind every waiter that the queueing rule puts first.
+func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	k, now := d.key(req.Key), time.Now()
+	ks, err := d.s.state(k, req, now)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok := held(ks, req); ok {
+		return g, nil
+	}
+	if ks.mayTake(req.Shared, len(ks.queue)) {
+		return d.s.grant(k, ks, req, d, now), nil
+	}
+	return driver.Grant{}, driver.ErrLocked // someone holds or waits: ks stays
+}
+
+// Acquire implements driver.Acquirer: the request joins the key's queue and
+// waits, without polling, until the queueing rule gives it the key. It is woken
+// by every release, cancelled waiter and grant on the key, and by the end of
+// the first holder's lease.
+func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	k := d.key(req.Key)
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	now := time.Now()
+	ks, err := d.s.state(k, req, now)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if g, ok := held(ks, req); ok {
+		return g, nil
+	}
+	if ks.mayTake(req.Shared, len(ks.queue)) {
+		return d.s.grant(k, ks, req, d, now), nil
+	}
+	ks.queue = append(ks.queue, &waiter{owner: req.Owner, shared: req.Shared})
+	for {
+		wake, next := ks.wake, ks.nextExpiry()
+		d.s.mu.Unlock()
+		err := d.wait(ctx, wake, next)
+		d.s.mu.Lock()
+		// The waiter keeps the key's state alive: it is the same ks.
+		now = time.Now()
+		d.s.expire(k, ks, now)
+		i := ks.place(req.Owner)
+		if err != nil {
+			d.s.leave(k, ks, i)
+			return driver.Grant{}, err
+		}
+		if ks.mayTake(req.Shared, i) {
+			g := d.s.grant(k, ks, req, d, now)
+			d.s.leave(k, ks, i) // may let the waiters behind it go too
+			return g, nil
+		}
+	}
+}
+
+// wait returns nil when wake closes or the lease ending at next (if any) ends,
+// and an error when ctx ends or the client is closed.
+func (d *Driver) wait(ctx context.Context, wake <-chan struct{}, next time.Time) error {
+	var expiry <-chan time.Time
+	if !next.IsZero() {
+		t := time.NewTimer(time.Until(next))
+		defer t.Stop()
+		expiry = t.C
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-expiry:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return driver.ErrClosed
+	}
+}
+
+// Refresh implements driver.Driver.
+func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	k, now := d.key(req.Key), time.Now()
+	ks := d.s.keys[k]
+	if ks == nil {
+		return driver.ErrNotHeld
+	}
+	d.s.expire(k, ks, now)
+	h := ks.holders[req.Owner]
+	if h == nil {
+		return driver.ErrNotHeld
+	}
+	h.expires = now.Add(req.TTL)
+	return nil
+}
+
+// Release implements driver.Driver. A waiting Acquire leaves the queue itself
+// before it returns, so Release has only holders to look at.
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	k := d.key(req.Key)
+	ks := d.s.keys[k]
+	if ks == nil {
+		return driver.ErrNotHeld
+	}
+	d.s.expire(k, ks, time.Now())
+	if ks.holders[req.Owner] == nil {
+		return driver.ErrNotHeld
+	}
+	delete(ks.holders, req.Owner)
+	d.s.changed(k, ks)
+	return nil
+}

@@ -1,0 +1,157 @@
+package memdriver
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// store is the shared state of all clients of one name, playing the server.
+type store struct {
+	mu       sync.Mutex
+	keys     map[string]*keyState // only keys with a holder or a waiter
+	counters map[string]uint64    // fencing counters, kept for the life of the store
+}
+
+func newStore() *store {
+	return &store{keys: map[string]*keyState{}, counters: map[string]uint64{}}
+}
+
+// keyState is one key's holders and its queue of waiting Acquire calls.
+type keyState struct {
+	// permits is the shape every holder and waiter of the key asked for:
+	// 0 for the read-write lock (exclusive and shared holds), n ≥ 2 for a
+	// semaphore of n permits. It is forgotten when the key has no one left.
+	permits int
+	holders map[string]*holder // by owner
+	queue   []*waiter          // in arrival order
+	// wake is closed, and replaced, whenever a holder or waiter leaves or is
+	// granted: every waiter then looks again at its turn.
+	wake chan struct{}
+}
+
+type holder struct {
+	token   uint64
+	shared  bool
+	expires time.Time
+	client  *Driver
+}
+
+type waiter struct {
+	owner  string
+	shared bool
+}
+
+// state returns key k's state with its expired holders dropped, creating it
+// for req when there is none. A request of another shape than the key's users
+// (another number of permits, a semaphore against a lock) is ErrInvalidArgument.
+func (s *store) state(k string, req *driver.Request, now time.Time) (*keyState, error) {
+	ks := s.keys[k]
+	if ks == nil {
+		ks = &keyState{permits: req.Permits, holders: map[string]*holder{}, wake: make(chan struct{})}
+		s.keys[k] = ks
+		return ks, nil
+	}
+	s.expire(k, ks, now)
+	if s.keys[k] == nil { // everyone had expired: the key starts afresh
+		return s.state(k, req, now)
+	}
+	if ks.permits != req.Permits {
+		return nil, fmt.Errorf("%w: memdriver: key %q is in use %s, asked %s", driver.ErrInvalidArgument, req.Key, shape(ks.permits), shape(req.Permits))
+	}
+	return ks, nil
+}
+
+func shape(permits int) string {
+	if permits == 0 {
+		return "as a lock"
+	}
+	return fmt.Sprintf("as a semaphore of %d permits", permits)
+}
+
+// expire drops the holders of k whose lease has ended.
+func (s *store) expire(k string, ks *keyState, now time.Time) {
+	n := len(ks.holders)
+	for owner, h := range ks.holders {
+		if !now.Before(h.expires) {
+			delete(ks.holders, owner)
+		}
+	}
+	if len(ks.holders) != n {
+		s.changed(k, ks)
+	}
+}
+
+// changed wakes k's waiters, and forgets k once no one holds or waits.
+func (s *store) changed(k string, ks *keyState) {
+	close(ks.wake)
+	ks.wake = make(chan struct{})
+	if len(ks.holders) == 0 && len(ks.queue) == 0 {
+		delete(s.keys, k)
+	}
+}
+
+// mayTake reports whether a request of the key's shape, standing at place pos
+// of the queue (len(queue) for a newcomer), may take the key now. This is the
+// queueing rule stated in the package doc:
+//
+//   - exclusive: no holder, and no waiter ahead of it;
+//   - shared: no exclusive holder, and no exclusive waiter ahead of it;
+//   - a permit: fewer holders than permits, and no waiter ahead of it.
+func (ks *keyState) mayTake(shared bool, pos int) bool {
+	switch {
+	case ks.permits > 0:
+		return len(ks.holders) < ks.permits && pos == 0
+	case shared:
+		for _, h := range ks.holders {
+			if !h.shared {
+				return false
+			}
+		}
+		for _, w := range ks.queue[:pos] {
+			if !w.shared {
+				return false
+			}
+		}
+		return true
+	default:
+		return len(ks.holders) == 0 && pos == 0
+	}
+}
+
+// grant makes req a holder of k, with the next token.
+func (s *store) grant(k string, ks *keyState, req *driver.Request, d *Driver, now time.Time) driver.Grant {
+	s.counters[k]++
+	h := &holder{token: s.counters[k], shared: req.Shared, expires: now.Add(req.TTL), client: d}
+	ks.holders[req.Owner] = h
+	return driver.Grant{Token: h.token, Start: now}
+}
+
+// place returns owner's place in the queue, or -1.
+func (ks *keyState) place(owner string) int {
+	for i, w := range ks.queue {
+		if w.owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+// leave takes the waiter at place i out of the queue.
+func (s *store) leave(k string, ks *keyState, i int) {
+	ks.queue = append(ks.queue[:i], ks.queue[i+1:]...)
+	s.changed(k, ks)
+}
+
+// nextExpiry is when the first of k's holders' leases ends; zero without holders.
+func (ks *keyState) nextExpiry() time.Time {
+	var first time.Time
+	for _, h := range ks.holders {
+		if first.IsZero() || h.expires.Before(first) {
+			first = h.expires
+		}
+	}
+	return first
+}
