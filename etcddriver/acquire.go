@@ -428,10 +428,18 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		return driver.Grant{}, errSessionEnded
 	case e.state == stateActive:
 		e.state = stateHeld
-		e.since = sent
-		e.paidUntil = sent.Add(e.req.TTL)
+		// The key lives on the lease, which etcd expires a lease TTL after
+		// its last renewal, not after this put: the grant's validity must end
+		// by the session's deadline, so it starts no later than that
+		// deadline less the lock's TTL (and its drift).
+		start := sent
+		if s := e.s.deadlineLocked().Add(-(e.req.TTL - driver.Drift(e.req.TTL))); s.Before(start) {
+			start = s
+		}
+		e.since = start
+		e.paidUntil = start.Add(e.req.TTL)
 		d.mu.Unlock()
-		return driver.Grant{Token: uint64(rev), Start: sent}, nil
+		return driver.Grant{Token: uint64(rev), Start: start}, nil
 	case d.closed:
 		d.mu.Unlock()
 		return driver.Grant{}, driver.ErrClosed

@@ -143,6 +143,14 @@
 // after the last confirmed keepalive was sent, so before etcd can expire the
 // lease and hand the lock on.
 //
+// The validity a grant or a refresh gives (what the portable layer counts,
+// and what a holder that pauses relies on) ends by that same deadline: a
+// grant's Start is moved back to the lease's last renewal when that was
+// earlier, and a refresh renews the lease first when its deadline would fall
+// short of the refresh's validity. A put or a read alone does not renew a
+// lease, so counting from them would promise up to a third of a TTL more than
+// etcd keeps the key (TestGrantAndRefreshValidityEndByTheLeasesDeadline).
+//
 // Release deletes the key in a transaction on its create revision, so a delayed
 // or retried release can never remove a newer lock, even one of the same name
 // (etcd issue #22082).

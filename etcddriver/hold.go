@@ -16,16 +16,22 @@ import (
 const maxTxnOps = 128
 
 // Refresh implements driver.Driver. It reads our key: the lock is still ours if the
-// key exists with our create revision and our lease, which also shows the lease
-// alive. The lease itself is kept alive by the session goroutine, whose own
-// deadline ends the lock if keepalives stop getting through; a refresh extends the
-// lock's TTL on this driver (see the expiry in session.keep).
+// key exists with our create revision and our lease. The lease itself is kept
+// alive by the session goroutine, whose own deadline ends the lock if keepalives
+// stop getting through; a refresh extends the lock's TTL on this driver (see the
+// expiry in session.keep). The portable layer counts the lock valid for a TTL
+// from the refresh's start, but etcd expires the lease a lease TTL after its
+// last renewal, which may be up to a third of it earlier: so when the session's
+// deadline falls short of that validity, the refresh renews the lease first.
 func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	e, err := d.heldEntry(req)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
+	if err := d.renewFor(ctx, e.s, req.TTL, start); err != nil {
+		return err
+	}
 	resp, err := d.c.Get(requireLeader(ctx), e.key)
 	if err != nil {
 		return d.report(ctx, err)
@@ -51,8 +57,18 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 			ops[i] = clientv3.OpGet(e.key)
 		}
 		start := time.Now()
+		renewed := map[*session]error{}
+		for _, e := range batch {
+			if _, done := renewed[e.s]; !done {
+				renewed[e.s] = d.renewFor(ctx, e.s, e.req.TTL, start)
+			}
+		}
 		resp, err := d.c.Txn(lctx).Then(ops...).Commit()
 		for i, e := range batch {
+			if rerr := renewed[e.s]; rerr != nil {
+				errs[index[i]] = rerr
+				continue
+			}
 			if err != nil {
 				errs[index[i]] = d.report(ctx, err)
 				continue
@@ -75,6 +91,22 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	}
 	flush()
 	return errs
+}
+
+// renewFor makes sure s's lease outlives the validity the portable layer will
+// count for a lock of ttl refreshed at start (start + ttl less the drift):
+// when the session's deadline falls short of it, it renews the lease now.
+func (d *Driver) renewFor(ctx context.Context, s *session, ttl time.Duration, start time.Time) error {
+	d.mu.Lock()
+	short := s.deadlineLocked().Before(start.Add(ttl - driver.Drift(ttl)))
+	d.mu.Unlock()
+	if !short {
+		return nil
+	}
+	if err := s.keepaliveCtx(ctx); err != nil {
+		return d.report(ctx, err)
+	}
+	return nil
 }
 
 func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {

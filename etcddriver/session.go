@@ -262,13 +262,18 @@ var errIdle = errors.New("etcddriver: lease retired after serving no lock for a 
 
 // keepalive renews the lease once and moves the confirmed time to the moment
 // the request was sent.
-func (s *session) keepalive() error {
+func (s *session) keepalive() error { return s.keepaliveCtx(s.d.ctx) }
+
+// keepaliveCtx is keepalive within ctx (and never past the lease's deadline).
+func (s *session) keepaliveCtx(parent context.Context) error {
 	d := s.d
 	d.mu.Lock()
 	deadline := s.deadlineLocked()
 	d.mu.Unlock()
-	ctx, cancel := context.WithDeadline(d.ctx, deadline)
+	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
+	stop := context.AfterFunc(d.ctx, cancel) // Close ends it too
+	defer stop()
 	sent := time.Now()
 	resp, err := d.c.KeepAliveOnce(ctx, s.id)
 	if err != nil {
