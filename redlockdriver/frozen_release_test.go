@@ -28,15 +28,17 @@ func TestReleaseLeftUndecidedByAFrozenServerFreesTheServersItReached(t *testing.
 	servers := testserver.RedisServers(t, 3)
 	admin := admins(t, servers)
 	const key = DefaultPrefix + ":{k}"
-	open := func() *lock.Locker {
-		lk, err := lock.Open(ctx, redlockURL(servers), lock.WithTTL(10*time.Second))
+	open := func() (*Driver, *lock.Locker) {
+		d, err := openURL(ctx, redlockURL(servers))
 		if err != nil {
 			t.Fatal(err)
 		}
+		lk := lock.New(d, lock.WithTTL(10*time.Second))
 		t.Cleanup(func() { _ = lk.Close() })
-		return lk
+		return d, lk
 	}
-	holder, other := open(), open()
+	holderDriver, holder := open()
+	_, other := open()
 
 	// Server 2 still has the previous owner's key: the holder wins servers 1
 	// and 3 only.
@@ -47,6 +49,9 @@ func TestReleaseLeftUndecidedByAFrozenServerFreesTheServersItReached(t *testing.
 	if err != nil {
 		t.Fatalf("TryAcquire with servers 1 and 3 free: %v", err)
 	}
+	// The round ended at two yes; its request to server 2 finds the key
+	// there before the previous owner's release lands.
+	holderDriver.settle()
 	if err := admin[1].Del(ctx, key).Err(); err != nil { // the previous owner's release lands
 		t.Fatal(err)
 	}
