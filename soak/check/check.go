@@ -24,8 +24,14 @@ type Kind string
 const (
 	Acquire Kind = "acquire"
 	Release Kind = "release"
-	Lost    Kind = "lost"
-	Write   Kind = "write"
+	// Releasing: the client decided to release the hold; it touches the
+	// resource no more. It is recorded before the Release call, whose op
+	// comes when the call returns: a Release may be retried for a while (a
+	// server frozen), its first attempt may already have freed the lock for
+	// another holder, and a client killed meanwhile leaves no Release op.
+	Releasing Kind = "releasing"
+	Lost      Kind = "lost"
+	Write     Kind = "write"
 	// Refresh: a refresh that succeeded; its ValidUntil extends the hold's.
 	Refresh Kind = "refresh"
 	// Forget: the backend lost every lock (restarted without its data).
@@ -270,7 +276,7 @@ func stale(h []Op) []Violation {
 
 // overlaps: a holder certainly holds the lock from each confirmation it got
 // (its acquire's or a refresh's return) to the earliest of: the call that
-// ends the hold (release invoked or loss reported), the validity that
+// ends the hold (release decided or invoked, or loss reported), the validity that
 // confirmation gave (ValidUntil), and the first Forget that may have hit it (a
 // backend restarted without its locks: holders' locks are gone, and only
 // fencing protects the resource until they learn it). Two holders' segments
@@ -300,7 +306,7 @@ func overlaps(h []Op) []Violation {
 			confirms[k] = append(confirms[k], o)
 		case Refresh:
 			confirms[k] = append(confirms[k], o)
-		case Release, Lost:
+		case Release, Releasing, Lost:
 			if e, ok := ends[k]; !ok || o.Call < e.Call {
 				ends[k] = o
 			}

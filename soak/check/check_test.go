@@ -107,6 +107,25 @@ func TestHoldEndsAtItsValidityWhenReleasedLate(t *testing.T) {
 	}
 }
 
+// A hold ends where its client decided to release (Releasing), though the
+// Release never returned: the client was killed while retrying it.
+func TestHoldEndsWhereItsClientDecidedToRelease(t *testing.T) {
+	h := []Op{
+		{Kind: Acquire, Client: 0, Hold: 1, Key: "k", Call: 0, Return: 1, ValidUntil: 100},
+		{Kind: Releasing, Client: 0, Hold: 1, Key: "k", Call: 10, Return: 10},
+		{Kind: Acquire, Client: 1, Hold: 1, Key: "k", Call: 20, Return: 21, ValidUntil: 120},
+		{Kind: Crash, Client: 0, Call: 30, Return: 31},
+	}
+	if vs, _ := Check(h, Options{NoOverlap: true, Unfenced: true}); len(vs) != 0 {
+		t.Fatalf("got %v; want none", vs)
+	}
+	// Without the decision the hold lasts until the kill.
+	h = append(h[:1], h[2:]...)
+	if vs, _ := Check(h, Options{NoOverlap: true, Unfenced: true}); props(vs) != "no overlap" {
+		t.Fatalf("got %v; want an overlap", vs)
+	}
+}
+
 func r(client, hold int, token uint64, call, ret, value int64, ok bool) Op {
 	return Op{Kind: Read, Client: client, Hold: hold, Key: "k", Token: token, Call: call, Return: ret, Value: value, Accepted: ok}
 }

@@ -102,8 +102,14 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 		// The hold ends when the client decides to release: it does not touch
 		// the resource after that. A Release that failed leaves the lock held
 		// (and refreshed, where the layer refreshes it): try again until it
-		// is released or known lost, so that no lock outlives its hold.
+		// is released or known lost, so that no lock outlives its hold. The
+		// decision is recorded before the first attempt: that attempt may
+		// free the lock on the servers it reaches and let another client in
+		// while the outcome stays unknown (Redlock with a server frozen), and
+		// a client killed before the Release returns would otherwise seem to
+		// hold the lock until the kill.
 		rcall := now()
+		cfg.Record(check.Op{Kind: check.Releasing, Client: cfg.ID, Hold: h, Key: key, Call: rcall, Return: rcall})
 		for attempt := 0; ; attempt++ {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL)
 			err = l.Release(rctx)
