@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,7 +157,15 @@ func (p Processes) Run(ctx context.Context) (*Summary, error) {
 				return nil, err
 			}
 			s.proxies = append(s.proxies, px)
+			// The address may appear as it is or query-escaped (Redlock's
+			// server=redis://... parameters).
+			before := s.url
 			s.url = strings.ReplaceAll(s.url, up, px.Addr())
+			s.url = strings.ReplaceAll(s.url, url.QueryEscape(up), url.QueryEscape(px.Addr()))
+			if s.url == before {
+				stopAll()
+				return nil, fmt.Errorf("soak: the backend URL does not name %s, whose traffic the client's proxy would carry", up)
+			}
 		}
 		if err := spawn(s); err != nil {
 			stopAll()
