@@ -112,12 +112,33 @@ type Driver struct {
 
 type holdKey struct{ key, owner string }
 
-// holding is one held lock: an open, flocked descriptor on its lock file.
+// holding is one held lock: an open, flocked descriptor on its lock file (or,
+// for a permit, on its slot file), and the other descriptors the hold keeps.
 type holding struct {
 	f     *os.File // nil once severed; guarded by Driver.mu
-	path  string
+	path  string   // the file f has open, checked by Refresh
+	extra []*os.File
 	token uint64
 	start time.Time // when the flock that took it was attempted
+}
+
+// detach returns the hold's descriptors, f first, and forgets them; the caller
+// closes them in that order. It must be called with Driver.mu held.
+func (h *holding) detach() []*os.File {
+	if h.f == nil {
+		return nil
+	}
+	files := append([]*os.File{h.f}, h.extra...)
+	h.f, h.extra = nil, nil
+	return files
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -158,14 +179,18 @@ func (d *Driver) Dir() string { return d.dir }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: false, Notify: notifySupported}
+	return driver.Capabilities{
+		Fencing: true, Expiring: false, Notify: notifySupported,
+		Shared: true, WriterPreference: notifySupported, Permits: true,
+	}
 }
 
 func (d *Driver) path(key string) string { return filepath.Join(d.dir, fileName(key)) }
 
-// TryAcquire makes one attempt to flock the key's lock file. It returns
-// driver.ErrLocked if another descriptor holds it, and the same grant again if
-// req.Owner already holds it.
+// TryAcquire makes one attempt to take the key in the shape req asks for
+// (see the package documentation). It returns driver.ErrLocked if the key is
+// taken, or if a shared request finds an exclusive one waiting, and the same
+// grant again if req.Owner already holds it.
 func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
@@ -173,12 +198,18 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if g, ok, err := d.heldBy(req); ok || err != nil {
 		return g, err
 	}
+	switch {
+	case req.Permits > 1:
+		return d.tryPermit(ctx, req)
+	case req.Shared:
+		return d.tryShared(ctx, req)
+	}
 	path := d.path(req.Key)
-	f, start, err := tryLock(path)
+	f, start, err := tryLock(path, lockEx)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.grant(req, f, path, start)
+	return d.grantExclusive(req, f, path, start)
 }
 
 // heldBy reports the grant of req.Owner if it already holds req.Key.
@@ -204,16 +235,16 @@ func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
 // replaced between its open and its flock.
 const maxReplaced = 8
 
-// tryLock opens and flocks path without waiting, and returns the locked file and
-// the time the successful flock was attempted.
-func tryLock(path string) (*os.File, time.Time, error) {
+// tryLock opens and flocks path in mode without waiting, and returns the locked
+// file and the time the successful flock was attempted.
+func tryLock(path string, mode int) (*os.File, time.Time, error) {
 	for i := 0; ; i++ {
 		f, err := openLockFile(path)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		start := time.Now()
-		if err := flockNB(f); err != nil {
+		if err := flockNB(f, mode); err != nil {
 			f.Close()
 			return nil, time.Time{}, err
 		}
@@ -232,22 +263,28 @@ func tryLock(path string) (*os.File, time.Time, error) {
 	}
 }
 
-// grant bumps the fencing counter of the locked file f and records the lock,
-// taken by a flock attempted at start.
-func (d *Driver) grant(req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
+// grantExclusive bumps the fencing counter of the exclusively locked file f and
+// records the lock, taken by a flock attempted at start.
+func (d *Driver) grantExclusive(req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
 	token, err := nextToken(f)
 	if err != nil {
 		f.Close()
 		return driver.Grant{}, err
 	}
+	return d.grant(req, &holding{f: f, path: path, token: token, start: start})
+}
+
+// grant records h, whose token is set, as req's lock; if the driver was closed
+// meanwhile it closes h's descriptors instead.
+func (d *Driver) grant(req *driver.Request, h *holding) (driver.Grant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		f.Close()
+		closeAll(h.detach())
 		return driver.Grant{}, driver.ErrClosed
 	}
-	d.held[holdKey{req.Key, req.Owner}] = &holding{f: f, path: path, token: token, start: start}
-	return driver.Grant{Token: token, Start: start}, nil
+	d.held[holdKey{req.Key, req.Owner}] = h
+	return driver.Grant{Token: h.token, Start: h.start}, nil
 }
 
 // Refresh confirms that req.Owner still holds req.Key: its descriptor is open
@@ -299,12 +336,9 @@ func (d *Driver) drop(k holdKey, h *holding) {
 	if d.held[k] == h {
 		delete(d.held, k)
 	}
-	f := h.f
-	h.f = nil
+	files := h.detach()
 	d.mu.Unlock()
-	if f != nil {
-		f.Close()
-	}
+	closeAll(files)
 }
 
 // Release closes req.Owner's descriptor on the key's lock file, which drops the
@@ -324,14 +358,13 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	delete(d.held, k)
-	f := h.f
-	h.f = nil
+	files := h.detach()
 	d.mu.Unlock()
-	if f == nil {
+	if files == nil {
 		return errSevered
 	}
-	same, err := samePath(f, h.path)
-	f.Close() // closing the last descriptor of an open file drops its flock
+	same, err := samePath(files[0], h.path)
+	closeAll(files) // closing the last descriptor of an open file drops its flock
 	if err == nil && !same {
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
@@ -347,15 +380,10 @@ func (d *Driver) Sever() {
 	d.mu.Lock()
 	var files []*os.File
 	for _, h := range d.held {
-		if h.f != nil {
-			files = append(files, h.f)
-			h.f = nil
-		}
+		files = append(files, h.detach()...)
 	}
 	d.mu.Unlock()
-	for _, f := range files {
-		f.Close()
-	}
+	closeAll(files)
 }
 
 // Close closes every lock file descriptor, which releases the locks still held as
@@ -372,17 +400,12 @@ func (d *Driver) Close() error {
 	close(d.done)
 	var files []*os.File
 	for _, h := range d.held {
-		if h.f != nil {
-			files = append(files, h.f)
-			h.f = nil
-		}
+		files = append(files, h.detach()...)
 	}
 	d.held = nil
 	n := d.notify
 	d.mu.Unlock()
-	for _, f := range files {
-		f.Close()
-	}
+	closeAll(files)
 	n.close()
 	return nil
 }

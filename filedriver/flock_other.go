@@ -18,6 +18,11 @@ const openFlags = os.O_RDWR | os.O_CREATE
 
 var platformErr = fmt.Errorf("%w: the file driver needs flock(2), which %s does not provide", driver.ErrUnsupported, runtime.GOOS)
 
-func flockNB(*os.File) error { return platformErr }
+const (
+	lockEx = 2
+	lockSh = 1
+)
+
+func flockNB(*os.File, int) error { return platformErr }
 
 func isSymlinkErr(error) bool { return false }

@@ -20,10 +20,17 @@ const openFlags = os.O_RDWR | os.O_CREATE | syscall.O_NOFOLLOW
 // platformErr is nil where flock(2) is available.
 var platformErr error
 
-// flockNB takes an exclusive flock(2) on f without waiting. It returns
-// driver.ErrLocked when another open file description holds the lock, whether in
-// another process or this one.
-func flockNB(f *os.File) error {
+// The modes of flockNB.
+const (
+	lockEx = syscall.LOCK_EX
+	lockSh = syscall.LOCK_SH
+)
+
+// flockNB takes an exclusive (lockEx) or shared (lockSh) flock(2) on f without
+// waiting, converting a lock f already has. It returns driver.ErrLocked when
+// another open file description holds a conflicting lock, whether in another
+// process or this one.
+func flockNB(f *os.File, mode int) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -31,7 +38,7 @@ func flockNB(f *os.File) error {
 	var ferr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			ferr = syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB)
+			ferr = syscall.Flock(int(fd), mode|syscall.LOCK_NB)
 			if ferr != syscall.EINTR {
 				return
 			}

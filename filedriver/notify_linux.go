@@ -47,11 +47,11 @@ var settleRechecks = [...]time.Duration{100 * time.Microsecond, time.Millisecond
 
 var _ driver.Acquirer = (*Driver)(nil)
 
-// Acquire blocks until req.Owner holds req.Key, ctx is done (it returns
-// ctx.Err()) or the driver is closed (driver.ErrClosed). It is woken by inotify
-// when a descriptor on the lock file is closed, so it takes the lock within
-// moments of a release or a holder's death. When it returns an error it leaves no
-// descriptor or watch behind.
+// Acquire blocks until req.Owner holds req.Key in the shape req asks for, ctx
+// is done (it returns ctx.Err()) or the driver is closed (driver.ErrClosed).
+// It is woken by inotify when a descriptor on the file it waits for is closed,
+// so it takes the lock within moments of a release or a holder's death. When
+// it returns an error it leaves no descriptor or watch behind.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
@@ -59,72 +59,155 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	if g, ok, err := d.heldBy(req); ok || err != nil {
 		return g, err
 	}
+	switch {
+	case req.Permits > 1:
+		return d.acquirePermit(ctx, req)
+	case req.Shared:
+		return d.acquireShared(ctx, req)
+	}
 	path := d.path(req.Key)
-	w := d.watcher()
-	wake := make(chan struct{}, 1)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	f, start, err := tryLock(path, lockEx)
+	if errors.Is(err, driver.ErrLocked) {
+		// Declare the intent to write before waiting: shared requests that
+		// arrive from now on stop at the intent file until we hold the key.
+		var intent *os.File
+		intent, _, err = d.waitFile(ctx, req.Key, path+intentSuffix, lockEx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		f, start, err = d.waitFile(ctx, req.Key, path, lockEx)
+		intent.Close()
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.grantExclusive(req, f, path, start)
+}
+
+// acquireShared passes the intent file (waiting there while an exclusive
+// request holds it), then waits for a shared flock on the lock file.
+func (d *Driver) acquireShared(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	path := d.path(req.Key)
+	gate, _, err := d.waitFile(ctx, req.Key, path+intentSuffix, lockSh)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	gate.Close()
+	f, start, err := d.waitFile(ctx, req.Key, path, lockSh)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path)
+}
+
+// acquirePermit joins the semaphore, then waits for a free slot: every holder
+// closes its descriptor on the permits file last when it gives its permit
+// back (and the kernel closes it when the holder dies), so the waiter watches
+// that one file whatever n is.
+func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := checkPermits(req.Permits); err != nil {
+		return driver.Grant{}, err
+	}
+	path := d.path(req.Key)
+	meta, err := d.joinSemaphore(ctx, path+permitsSuffix, req.Permits)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	var (
+		slot     *os.File
+		slotPath string
+		start    time.Time
+	)
+	err = d.waitUntil(ctx, req.Key, path+permitsSuffix, func() (bool, error) {
+		var err error
+		slot, slotPath, start, err = trySlots(path, req.Permits)
+		if errors.Is(err, driver.ErrLocked) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		meta.Close()
+		return driver.Grant{}, err
+	}
+	f, _, err := d.waitFile(ctx, req.Key, path, lockSh) // waits only if the key is also used as a lock
+	if err != nil {
+		slot.Close()
+		meta.Close()
+		return driver.Grant{}, err
+	}
+	h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
+	return d.grantGuarded(ctx, req, h, f, path)
+}
+
+// waitFile opens path and waits until it holds a flock on it in mode, and
+// returns the file and when the successful flock was attempted. The waiter
+// keeps its descriptor open while it waits: were each retry to open and close
+// the file, every waiter would wake every other for ever. A file replaced at
+// path while it waits is reopened.
+func (d *Driver) waitFile(ctx context.Context, key, path string, mode int) (*os.File, time.Time, error) {
 	for {
 		f, err := openLockFile(path)
 		if err != nil {
-			return driver.Grant{}, err
+			return nil, time.Time{}, err
 		}
-		// Watch before the first flock attempt, so a release right after a
-		// failed attempt is still reported.
-		unwatch, werr := w.watch(path, wake)
-		recheck := fallbackRecheck
-		if werr != nil {
-			recheck = pollRecheck
+		var start time.Time
+		err = d.waitUntil(ctx, key, path, func() (bool, error) {
+			start = time.Now()
+			err := flockNB(f, mode)
+			if err != nil && !errors.Is(err, driver.ErrLocked) {
+				return false, err
+			}
+			same, serr := samePath(f, path)
+			if serr != nil {
+				return false, serr
+			}
+			if !same {
+				return false, errReplaced
+			}
+			return err == nil, nil
+		})
+		if err == nil {
+			return f, start, nil
 		}
-		f, start, err := d.waitLock(ctx, req.Key, f, path, wake, timer, recheck)
-		unwatch()
-		if errors.Is(err, errReplaced) {
-			continue
+		f.Close() // drops the flock if we just took it on a stale file
+		if !errors.Is(err, errReplaced) {
+			return nil, time.Time{}, err
 		}
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		return d.grant(req, f, path, start)
 	}
 }
 
 // errReplaced: the path no longer names the file the waiter has open.
 var errReplaced = errors.New("lock file replaced")
 
-// waitLock retries the flock of f (open on path) each time wake fires or the
-// timer passes, and returns f locked and when the successful flock was
-// attempted. On any error f is closed.
-func (d *Driver) waitLock(ctx context.Context, key string, f *os.File, path string, wake <-chan struct{}, timer *time.Timer, recheck time.Duration) (*os.File, time.Time, error) {
-	resetTimer(timer, recheck)
+// waitUntil calls try until it reports success or an error: at once, then
+// each time a descriptor on watchPath is closed, and at the fallback recheck.
+// It watches before the first try, so a release right after a failed try is
+// still reported.
+func (d *Driver) waitUntil(ctx context.Context, key, watchPath string, try func() (bool, error)) error {
+	wake := make(chan struct{}, 1)
+	unwatch, werr := d.watcher().watch(watchPath, wake)
+	defer unwatch()
+	recheck := fallbackRecheck
+	if werr != nil {
+		recheck = pollRecheck
+	}
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
 	settle := len(settleRechecks) // index of the next settle recheck; none until woken
 	for {
-		start := time.Now()
-		err := flockNB(f)
-		if err != nil && !errors.Is(err, driver.ErrLocked) {
-			f.Close()
-			return nil, time.Time{}, err
-		}
-		same, serr := samePath(f, path)
-		if serr != nil || !same {
-			f.Close() // drops the flock if we just took it on a stale file
-			if serr != nil {
-				return nil, time.Time{}, serr
-			}
-			return nil, time.Time{}, errReplaced
-		}
-		if err == nil {
-			return f, start, nil
+		ok, err := try()
+		if err != nil || ok {
+			return err
 		}
 		if d.testHookWait != nil {
 			d.testHookWait(key)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
-			return nil, time.Time{}, ctx.Err()
+			return ctx.Err()
 		case <-d.done:
-			f.Close()
-			return nil, time.Time{}, driver.ErrClosed
+			return driver.ErrClosed
 		case <-wake:
 			settle = 0
 			resetTimer(timer, settleRechecks[0])
