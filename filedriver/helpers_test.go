@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,6 +86,9 @@ func openFDs(t *testing.T) int {
 const (
 	childDirEnv = "FILEDRIVER_TEST_CHILD_DIR"
 	childKeyEnv = "FILEDRIVER_TEST_CHILD_KEY"
+	// childPermitsEnv, if set, makes the child hold one permit of a semaphore
+	// of that many.
+	childPermitsEnv = "FILEDRIVER_TEST_CHILD_PERMITS"
 )
 
 // runChild acquires the key through lock.Open, prints "token N", and holds the
@@ -98,7 +102,16 @@ func runChild() int {
 		return 1
 	}
 	defer lk.Close()
-	l, err := lk.Acquire(ctx, os.Getenv(childKeyEnv))
+	var opts []lock.Option
+	if p := os.Getenv(childPermitsEnv); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		opts = append(opts, lock.WithPermits(n))
+	}
+	l, err := lk.Acquire(ctx, os.Getenv(childKeyEnv), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -30,10 +30,10 @@ func (p *holderProc) kill(t *testing.T) {
 	}
 }
 
-func startHolder(t *testing.T, dir, key string) (*holderProc, uint64) {
+func startHolder(t *testing.T, dir, key string, env ...string) (*holderProc, uint64) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childKeyEnv+"="+key)
+	cmd.Env = append(append(os.Environ(), childDirEnv+"="+dir, childKeyEnv+"="+key), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
