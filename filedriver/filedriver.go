@@ -11,7 +11,9 @@
 // kernel drops the lock when that descriptor is closed, which also happens when
 // the process dies for any reason, so a crashed or killed holder never blocks
 // anyone. The file's content is the key's fencing counter, so lock files are never
-// removed (removing one would restart its tokens at 1).
+// removed (removing one would restart its tokens at 1). A key used as a
+// read-write lock or a semaphore also has companion files beside its lock file
+// (see Queueing rule); they are never removed either.
 //
 // It coordinates processes on one host only: flock(2) on NFS and other network
 // file systems is emulated, or local to each client, and does not give the
@@ -43,7 +45,51 @@
 //     close of a descriptor on it (a release, or a holder's death) wakes it.
 //     Elsewhere the portable layer polls.
 //   - FIFO: no; flock(2) promises no order among waiters.
-//   - Shared: no; the fencing counter needs one writer at a time.
+//   - Shared: yes. Every grant, exclusive, shared or permit, takes the next
+//     token of the key's counter, so a writer's token fences every reader
+//     before it.
+//   - WriterPreference: on Linux, by the rule below. Elsewhere a waiting
+//     writer polls (it never holds the intent file while it waits), so a
+//     stream of readers can starve it.
+//   - Permits: yes, up to MaxPermits; a request for another number of
+//     permits than the current holders' and waiters' is ErrInvalidArgument.
+//
+// # Queueing rule
+//
+// A shared lock is a shared flock(2) on the key's lock file, an exclusive lock
+// an exclusive one. Beside the lock file ("K.lock") lies the key's
+// writer-intent file ("K.lock.w"):
+//
+//   - exclusive: TryAcquire, and Acquire at first, try the lock file alone. An
+//     Acquire that finds it taken then takes the intent file exclusively (after
+//     the exclusive request that holds it, if any), waits for the lock file
+//     while holding it, and lets it go once it holds the key;
+//   - shared: a request first passes the intent file (takes a shared flock on
+//     it and drops it at once), waiting there while an exclusive request
+//     holds it (TryAcquire: ErrLocked), then takes or waits for its shared
+//     flock on the lock file.
+//
+// So once an exclusive Acquire holds the intent file, shared requests that
+// arrive after it wait behind it until it holds the key, and then until it
+// releases it; shared requests that passed the intent file before it, holding
+// the key or on their way to it, keep their turn. A writer therefore waits
+// for the readers ahead of it and for the writers that took the intent file
+// before it, and the readers that slip in while the intent file changes hands
+// between two waiting writers. Among requests at the lock file itself, and
+// among exclusive requests, flock(2) sets no order.
+//
+// A semaphore of n permits has n slot files ("K.lock.s1" to "K.lock.sn"), a
+// permit being an exclusive flock on one of them, and a permits file
+// ("K.lock.n") holding n: holders and waiters keep a shared flock on it, and
+// the first to find it unused writes its n there, so a request for another n
+// while anyone holds or waits is ErrInvalidArgument. A waiting permit request
+// watches the permits file, which every holder closes last when it gives its
+// permit back; permits are granted in no particular order. Permit holders also
+// hold a shared flock on the lock file, in which their tokens are counted, so
+// the key used as an exclusive lock and as a semaphore at once is not reported
+// but the two exclude each other; a shared lock and a semaphore on one key do
+// not (do not mix them). Shared and permit holders bump the token counter
+// under a brief exclusive flock of "K.lock.g".
 //
 // # TTL
 //
@@ -63,9 +109,12 @@
 // created with mode 0644, so processes of different users share a lock only if
 // the directory and files are made writable for all of them.
 //
-// Each held lock, and each waiting Acquire, keeps one file descriptor open (Go
-// raises the soft RLIMIT_NOFILE to the hard limit at start-up) and needs no
-// goroutine: one inotify reader serves all the waiters of a Driver.
+// Each held lock, and each waiting Acquire, keeps one file descriptor open (two
+// for a writer waiting with the intent file, three for a permit) and needs no
+// goroutine: one inotify reader serves all the waiters of a Driver. Go raises
+// the soft RLIMIT_NOFILE to the hard limit at start-up. A waiting permit
+// request tries the slot files in turn each time a permit is given back, so a
+// wake-up costs up to n opens.
 package filedriver
 
 import (
