@@ -37,7 +37,7 @@ type ClientConfig struct {
 
 func now() int64 { return time.Now().UnixNano() }
 
-// Client loops TryAcquire -> refresh -> fenced read-modify-write -> release
+// Client loops Acquire or TryAcquire -> refresh -> fenced read-modify-write -> release
 // until ctx ends. Holds are shorter than the TTL, except that the refresh
 // sometimes comes after it (a correct driver then reports the loss). Every
 // hold's validity is recorded: from the grant's Start (or the call, the
@@ -50,8 +50,17 @@ func Client(ctx context.Context, lk *lock.Locker, st Store, cfg ClientConfig) er
 		key := fmt.Sprintf("soak-%d", rng.Intn(cfg.Keys))
 		cfg.Gate.SetHold(hold + 1)
 		call := now()
+		// Half the attempts wait (Acquire: the backend's wake-ups and the
+		// handoff path), half do not (TryAcquire).
+		wait := rng.Intn(2) == 0
 		actx, cancel := context.WithTimeout(ctx, cfg.TTL)
-		l, err := lk.TryAcquire(actx, key)
+		var l *lock.Lock
+		var err error
+		if wait {
+			l, err = lk.Acquire(actx, key)
+		} else {
+			l, err = lk.TryAcquire(actx, key)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
