@@ -378,7 +378,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, MinTTL: time.Millisecond, MaxTTL: maxTTL}
+	return driver.Capabilities{
+		Fencing: true, Expiring: true, Notify: true, FIFO: true,
+		Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: time.Millisecond, MaxTTL: maxTTL,
+	}
 }
 
 // usable returns ErrClosed after Close, or ctx's error.
