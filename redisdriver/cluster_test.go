@@ -110,7 +110,7 @@ func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
 	for _, key := range keys {
 		k := d.keys(key)
 		var slots []int64
-		for _, name := range k.list() {
+		for _, name := range k.all() {
 			slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
 			if err != nil {
 				t.Fatal(err)

@@ -51,7 +51,7 @@ func adminClient(t testing.TB, rawURL string) *redis.Client {
 }
 
 // sever does to d what an operator does to a client whose locks must go: it
-// deletes the keys of every lock d holds and kills d's connections. d's
+// deletes every hold of d (see dropHold) and kills d's connections. d's
 // process lives on and must notice.
 func sever(ctx context.Context, admin *redis.Client, d *Driver) error {
 	for _, req := range heldBy(d) {
