@@ -87,8 +87,10 @@ local function hold(marker, w, ttl)
   redis.call('ZADD', holders, clock().ms + ttl, w)
   if pt < ttl then
     redis.call('SET', lock, marker, 'PX', ttl)
-    redis.call('PEXPIRE', holders, ttl)
+    pt = ttl
   end
+  -- Always: the ZADD may have made the set anew (an emptied set is deleted).
+  redis.call('PEXPIRE', holders, pt)
 end
 
 -- settle drops the expired holds, and deletes the marker when none is left or

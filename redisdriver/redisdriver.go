@@ -141,9 +141,12 @@
 // overlapping readers delays a writer by the readers ahead of it only
 // (WriterIsNotStarvedByAStreamOfReaders: 25ms at worst, 1s and 3s streams
 // alike). Unlike the mutex's, a shaped TryAcquire never passes a live
-// waiter. A waiter whose turn came by an expiry rather than a release looks
-// again when the hold that kept it out ends (the exclusive holder's TTL, the
-// earliest permit's expiry) or when the lease of the waiter ahead of it ends.
+// waiter. A waiter whose turn comes by an expiry rather than a release looks
+// again when the hold that kept it out ends as it saw it at its last look (the
+// exclusive holder's TTL, the latest shared hold's, the earliest permit's) or
+// when the lease of the waiter ahead of it ends, and at least every third of
+// its lease: a reader or permit holder that vanished delays the waiters by its
+// TTL plus at most a third of their lease.
 //
 // A key is a read-write lock or a semaphore of one n while anyone holds it:
 // a permit request on a key held exclusively or shared, a shared or

@@ -216,3 +216,39 @@ func (e *foreignEnv) requireNoKeysLeft(t *testing.T, k keys) {
 		t.Errorf("%d of the lock's keys left after the last release (%v)", n, err)
 	}
 }
+
+// The holders set always expires with the marker, also when a grant makes it
+// anew under a marker that outlived it (its members were deleted by hand: an
+// emptied set is deleted), so a key whose holders vanish leaves nothing.
+func TestHoldersSetExpiresWithTheMarker(t *testing.T) {
+	e := newForeignEnv(t)
+	k := e.keys("r")
+	shared := lock.WithShared(true)
+	a, err := e.lk.TryAcquire(e.ctx, "r", shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Del(e.ctx, k.holders()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A shorter TTL than the marker's left, so the marker keeps its expiry.
+	b, err := e.lk.TryAcquire(e.ctx, "r", shared, lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker, err := e.admin.PTTL(e.ctx, k.lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, err := e.admin.PTTL(e.ctx, k.holders()).Result()
+	if err != nil || holders <= 0 || holders > marker {
+		t.Errorf("holders set TTL %v (%v), want positive and at most the marker's %v", holders, err, marker)
+	}
+	if err := a.Release(e.ctx); !errors.Is(err, lock.ErrNotHeld) && !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Release of the hold deleted by hand = %v, want ErrNotHeld", err)
+	}
+	if err := b.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.requireNoKeysLeft(t, k)
+}
