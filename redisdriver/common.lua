@@ -116,7 +116,8 @@ local function handoff()
     local w, _, e = first()
     if not w then return end
     local _, n, ttl, inbox = parse(e)
-    local holder = redis.call('GET', lock)
+    local holder = redis.pcall('GET', lock)
+    if type(holder) == 'table' then return end -- not a lock: left untouched
     if n < 0 then
       if holder then return end
       redis.call('LPOP', queue)
