@@ -20,10 +20,11 @@ var aclRules = []string{
 	// called by the scripts
 	"+set", "+get", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
 	"+llen", "+lindex", "+lpop", "+rpush", "+lrem", "+hget", "+hset", "+hdel",
+	"+pexpireat", "+lrange", "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore",
 }
 
 // A user with only the documented permissions, limited to the prefix, can lock,
-// wait and refresh; outside the prefix it is refused with the server's NOPERM.
+// wait and refresh, with every shape; outside the prefix it is refused with the server's NOPERM.
 func TestDocumentedACLIsEnough(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -69,6 +70,44 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter: %v", err)
+	}
+
+	// A shared hold (a writer waiting behind it) and a semaphore of two (a
+	// third permit waiting), each handed over on release.
+	for _, c := range []struct {
+		key        string
+		hold, wait lock.Option
+	}{
+		{"s", lock.WithShared(true), lock.WithShared(false)},
+		{"p", lock.WithPermits(2), lock.WithPermits(2)},
+	} {
+		h1, err := a.Acquire(ctx, c.key, c.hold)
+		if err != nil {
+			t.Fatalf("%s: %v", c.key, err)
+		}
+		h2, err := a.TryAcquire(ctx, c.key, c.hold)
+		if err != nil {
+			t.Fatalf("%s: second holder: %v", c.key, err)
+		}
+		go func() {
+			l, err := b.Acquire(ctx, c.key, c.wait)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		waitQueueLen(t, ctx, admin, "app:{"+c.key+"}:queue", 1)
+		if err := h1.Refresh(ctx); err != nil {
+			t.Fatalf("%s: Refresh: %v", c.key, err)
+		}
+		for _, h := range []*lock.Lock{h1, h2} {
+			if err := h.Release(ctx); err != nil {
+				t.Fatalf("%s: Release: %v", c.key, err)
+			}
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("%s: waiter: %v", c.key, err)
+		}
 	}
 
 	outside, err := lock.Open(ctx, url+"?prefix=other", lock.WithTTL(time.Second))

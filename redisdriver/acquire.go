@@ -28,6 +28,9 @@ const (
 
 // runAcquire runs acquire.lua once; waitMode needs the lease.
 func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mode acquireMode, lease time.Duration) (acquireResult, error) {
+	if n := shape(req); n >= 0 {
+		return d.runShaped(ctx, k, req, n, mode, lease)
+	}
 	var args []any
 	switch mode {
 	case tryMode:
@@ -41,6 +44,28 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	if err != nil {
 		return acquireResult{}, err
 	}
+	return decodeAcquire(v, k, k.list())
+}
+
+// runShaped runs shaped.lua once, for a shared hold (n = 0) or a permit of n.
+// TryAcquire and Acquire's first try are the same there: neither queues, and
+// both respect the queue (so a writer that waits is never passed).
+func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n int, mode acquireMode, lease time.Duration) (acquireResult, error) {
+	inbox := ""
+	if mode == waitMode {
+		inbox = d.inbox
+	}
+	all := k.all()
+	v, err := shapedScript.Run(ctx, d.client, all, req.Owner, millis(req.TTL), n, inbox, millis(lease)).Result()
+	if err != nil {
+		return acquireResult{}, err
+	}
+	return decodeAcquire(v, k, all)
+}
+
+// decodeAcquire reads a reply of acquire.lua or shaped.lua; names are the
+// script's KEYS.
+func decodeAcquire(v any, k keys, names []string) (acquireResult, error) {
 	if tok, ok := v.(int64); ok { // the uncontended path answers with the token alone
 		return acquireResult{status: acqTaken, token: uint64(tok)}, nil
 	}
@@ -66,8 +91,10 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 		r.wait = redisproto.FromMillis(ints[1])
 	case r.status == acqWrongType:
 		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
-	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= 4:
-		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.list()[ints[1]-1])
+	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= int64(len(names)):
+		return r, fmt.Errorf("%w: key %q", ErrForeignData, names[ints[1]-1])
+	case r.status == acqMismatch:
+		return r, fmt.Errorf("%w: redisdriver: key %q is in use as another shape (exclusive or shared lock, or a semaphore of another number of permits)", driver.ErrInvalidArgument, k.lock)
 	default:
 		return r, fmt.Errorf("redisdriver: acquire script answered %v", v)
 	}

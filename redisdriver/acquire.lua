@@ -16,6 +16,7 @@
 --                    when to look again in ms (-1: no expiry in sight)
 --         {-1}: the lock key holds a value that is not a string, not a lock
 --         {-3, n}: KEYS[n] of this lock holds data of the wrong type
+--         {-4}: the key is a semaphore (see shaped.lua)
 
 -- The uncontended path, inline: the key is free and (for a waiter) nobody
 -- queues. The token is one more than the last one, and never less than the
@@ -47,6 +48,9 @@ local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(A
 
 local holder = redis.pcall('GET', lock)
 if type(holder) == 'table' then return {-1} end
+-- The key is a semaphore: an exclusive request is a mismatch (the shared
+-- marker is just a busy lock).
+if holder and string.sub(holder, 1, 9) == '\0permits ' then return {-4} end
 local last = redis.pcall('GET', fence)
 if type(last) == 'table' then return {-3, 2} end
 local n = redis.pcall('LLEN', queue)

@@ -67,16 +67,10 @@ func startCluster(t *testing.T) *redisCluster {
 // sever deletes the keys of every lock d holds, and kills d's connections on
 // every node.
 func (c *redisCluster) sever(ctx context.Context, d *Driver) error {
-	d.mu.Lock()
-	var keys []string
-	for req := range d.held {
-		keys = append(keys, d.keys(req.Key).lock)
-	}
-	d.mu.Unlock()
-	for _, k := range keys {
+	for _, req := range heldBy(d) {
 		for _, n := range c.nodes {
 			// Only the node serving the key's slot has it; the others answer MOVED.
-			if err := n.Del(ctx, k).Err(); err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
+			if err := dropHold(ctx, n, d, req); err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
 				return err
 			}
 		}
@@ -116,7 +110,7 @@ func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
 	for _, key := range keys {
 		k := d.keys(key)
 		var slots []int64
-		for _, name := range k.list() {
+		for _, name := range k.all() {
 			slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
 			if err != nil {
 				t.Fatal(err)

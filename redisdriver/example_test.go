@@ -61,3 +61,49 @@ func ExampleNew() {
 	//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
 	fmt.Println(l.Token() > 0)
 }
+
+// A read-write lock: readers hold the key together, a writer alone; once a
+// writer waits, readers that arrive after it wait behind it.
+func Example_readWriteLock() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// Many readers at once.
+	err = locker.Do(ctx, "catalog", func(ctx context.Context) error {
+		return nil // read the catalog
+	}, lock.WithShared(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// One writer, with no reader beside it.
+	err = locker.Do(ctx, "catalog", func(ctx context.Context) error {
+		return nil // rewrite the catalog
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A counting semaphore: at most three holders of "exports" at once. Every
+// user of the key must ask for the same number of permits (another number is
+// lock.ErrInvalidArgument).
+func Example_semaphore() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	l, err := locker.Acquire(ctx, "exports", lock.WithPermits(3))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// Each permit has its own fencing token, refresh, release and Lost().
+	fmt.Println(l.Token() > 0)
+}

@@ -51,17 +51,11 @@ func adminClient(t testing.TB, rawURL string) *redis.Client {
 }
 
 // sever does to d what an operator does to a client whose locks must go: it
-// deletes the keys of every lock d holds and kills d's connections. d's
+// deletes every hold of d (see dropHold) and kills d's connections. d's
 // process lives on and must notice.
 func sever(ctx context.Context, admin *redis.Client, d *Driver) error {
-	d.mu.Lock()
-	var keys []string
-	for req := range d.held {
-		keys = append(keys, d.keys(req.Key).lock)
-	}
-	d.mu.Unlock()
-	if len(keys) > 0 {
-		if err := admin.Del(ctx, keys...).Err(); err != nil {
+	for _, req := range heldBy(d) {
+		if err := dropHold(ctx, admin, d, req); err != nil {
 			return err
 		}
 	}
@@ -70,6 +64,28 @@ func sever(ctx context.Context, admin *redis.Client, d *Driver) error {
 		return nil
 	}
 	return killClients(ctx, admin, c.Options().ClientName)
+}
+
+// heldBy lists the requests d holds.
+func heldBy(d *Driver) []*driver.Request {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var reqs []*driver.Request
+	for req := range d.held {
+		reqs = append(reqs, req)
+	}
+	return reqs
+}
+
+// dropHold deletes req's hold as an operator would: the lock key of an
+// exclusive lock, the holder's own entry of a shared hold or a permit (the
+// marker, which every holder of the key shares, stays).
+func dropHold(ctx context.Context, admin *redis.Client, d *Driver, req *driver.Request) error {
+	k := d.keys(req.Key)
+	if shape(req) >= 0 {
+		return admin.ZRem(ctx, k.holders(), req.Owner).Err()
+	}
+	return admin.Del(ctx, k.lock).Err()
 }
 
 // killClients kills every connection whose client name is name.

@@ -53,15 +53,18 @@ func TestKeyLayout(t *testing.T) {
 	if k != want {
 		t.Fatalf("keys = %+v, want %+v", k, want)
 	}
+	if h := k.holders(); h != "app%7B1%7D:{invoice:%7B42%7D}:holders" {
+		t.Fatalf("holders = %q", h)
+	}
 }
 
-// The four keys of a lock share one hash tag, the escaped user key, whatever
+// The keys of a lock share one hash tag, the escaped user key, whatever
 // braces the key or the prefix contain: a lock cannot straddle slots, and a
 // key cannot choose its slot.
 func TestBracesInKeysCannotMoveALockToAnotherSlot(t *testing.T) {
 	for _, prefix := range []string{"distlock", "{x}", "a}b{c"} {
 		for _, key := range oddKeys {
-			for _, name := range keysWithPrefix(prefix, key).list() {
+			for _, name := range keysWithPrefix(prefix, key).all() {
 				if tag := hashTag(name); tag != redisproto.Escape(key) {
 					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redisproto.Escape(key))
 				}

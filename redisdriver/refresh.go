@@ -51,13 +51,22 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	errs := make([]error, len(reqs))
 	keys := make([][]string, len(reqs))
 	args := make([][]any, len(reqs))
+	scripts := make([]*redis.Script, len(reqs))
 	for i, r := range reqs {
-		keys[i] = []string{d.keys(r.Key).lock}
+		k := d.keys(r.Key)
 		ttl := "0"
 		if extend {
 			ttl = strconv.FormatInt(millis(r.TTL), 10)
 		}
-		args[i] = []any{r.Owner, ttl}
+		if n := shape(r); n >= 0 {
+			keys[i] = []string{k.lock, k.holders()}
+			args[i] = []any{r.Owner, ttl, n}
+			scripts[i] = shapedRefreshScript
+		} else {
+			keys[i] = []string{k.lock}
+			args[i] = []any{r.Owner, ttl}
+			scripts[i] = refreshScript
+		}
 	}
 	var info *redis.StringCmd
 	var extra func(redis.Pipeliner)
@@ -65,7 +74,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
 	}
 	dials := d.dialWatch.Dials() // before the INFO is sent: see grantedBy
-	cmds := evalPipelined(ctx, d.client, refreshScript, keys, args, extra)
+	cmds := evalPipelined(ctx, d.client, scripts, keys, args, extra)
 
 	seen := map[string]seenID{} // run_id by node address, read in this call
 	if info != nil && info.Err() == nil {
@@ -135,11 +144,18 @@ func (d *Driver) releaseLost(reqs []*driver.Request) {
 	defer cancel()
 	keys := make([][]string, len(reqs))
 	args := make([][]any, len(reqs))
+	scripts := make([]*redis.Script, len(reqs))
 	for i, r := range reqs {
-		keys[i] = d.keys(r.Key).list()
-		args[i] = []any{r.Owner}
+		keys[i] = d.keys(r.Key).all()
+		if n := shape(r); n >= 0 {
+			args[i] = []any{r.Owner, n}
+			scripts[i] = shapedReleaseScript
+		} else {
+			args[i] = []any{r.Owner}
+			scripts[i] = releaseScript
+		}
 	}
-	_ = evalPipelined(ctx, d.client, releaseScript, keys, args, nil)
+	_ = evalPipelined(ctx, d.client, scripts, keys, args, nil)
 	for _, r := range reqs {
 		d.forget(r)
 	}

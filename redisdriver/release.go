@@ -24,7 +24,15 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 }
 
 func (d *Driver) release(ctx context.Context, req *driver.Request) (int64, error) {
-	n, err := releaseScript.Run(ctx, d.client, d.keys(req.Key).list(), req.Owner).Int64()
+	k := d.keys(req.Key)
+	var n int64
+	var err error
+	if s := shape(req); s >= 0 {
+		n, err = shapedReleaseScript.Run(ctx, d.client, k.all(), req.Owner, s).Int64()
+	} else {
+		// The holders key too: the lock may go to shared or permit waiters.
+		n, err = releaseScript.Run(ctx, d.client, k.all(), req.Owner).Int64()
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -1,7 +1,7 @@
 -- Deletes the lock if owner holds it and hands it to the first live waiter; or,
 -- for an owner that is waiting, gives up its place in the queue.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders
 -- ARGV: 1 owner
 -- Returns 1 if owner held the lock, 0 if not.
 
@@ -20,7 +20,8 @@ if holder == ARGV[1] then
 end
 if redis.call('HDEL', waiters, ARGV[1]) == 1 then
   redis.call('LREM', queue, 1, ARGV[1])
-  -- The free lock may have been kept for us.
-  if not holder then handoff() end
+  -- The free lock may have been kept for us, or we held back shared or
+  -- permit waiters behind us.
+  handoff()
 end
 return 0

@@ -224,3 +224,57 @@ func recordedRequest(key, owner string, ttl time.Duration) (*driver.Request, <-c
 		}
 	}}, lost
 }
+
+// Shared holds and permits are lost as the mutex is when the server restarts
+// (empty, or keeping its data but with a new run_id): Lost() closes as soon as
+// the pub/sub connection is back, and holds found on the new server are
+// released there, so that a writer and the semaphore's next holders get in.
+func TestRestartLosesSharedHoldsAndPermitsAsItDoesLocks(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, _ := subscribedLocker(t, ctx, srv.URL(), lock.WithTTL(30*time.Second)) // refresh every 10s
+	other, _ := subscribedLocker(t, ctx, srv.URL())
+	sem := lock.WithPermits(2)
+	for _, keep := range []bool{false, true} {
+		var held []*lock.Lock
+		for _, h := range []struct {
+			key string
+			opt lock.Option
+		}{{"report", lock.WithShared(true)}, {"slots", sem}, {"slots", sem}} {
+			l, err := lk.TryAcquire(ctx, h.key, h.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		if err := srv.Restart(keep); err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range held {
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("restart keeping data=%v: Lost() of hold %d still open 5s after the restart", keep, i)
+			}
+		}
+		// TryAcquire: the holds must be gone already, not waited out.
+		w, err := other.TryAcquire(ctx, "report")
+		if err != nil {
+			t.Fatalf("restart keeping data=%v: writer after the readers were lost: %v", keep, err)
+		}
+		next := []*lock.Lock{w}
+		for i := 0; i < 2; i++ {
+			l, err := other.TryAcquire(ctx, "slots", sem)
+			if err != nil {
+				t.Fatalf("restart keeping data=%v: permit %d after the holders were lost: %v", keep, i+1, err)
+			}
+			next = append(next, l)
+		}
+		for _, l := range next {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

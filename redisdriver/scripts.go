@@ -22,10 +22,22 @@ var (
 	releaseLua string
 	//go:embed refresh.lua
 	refreshLua string
+	//go:embed shaped.lua
+	shapedLua string
+	//go:embed shapedrelease.lua
+	shapedReleaseLua string
+	//go:embed shapedrefresh.lua
+	shapedRefreshLua string
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
 	refreshScript = redis.NewScript(refreshLua)
+
+	// Shared holds and permits (see Read-write locks and semaphores in the
+	// package documentation), apart so that the mutex's scripts stay as short.
+	shapedScript        = redis.NewScript(withCommon(shapedLua))
+	shapedReleaseScript = redis.NewScript(withCommon(shapedReleaseLua))
+	shapedRefreshScript = redis.NewScript(shapedRefreshLua)
 )
 
 // withCommon puts common.lua in place of the script's "--@common" line, after
@@ -46,19 +58,20 @@ const (
 	acqBusy      = 0  // {0, wait ms}
 	acqWrongType = -1 // the lock key is not a string
 	acqForeign   = -3 // {-3, n}: KEYS[n] has the wrong type
+	acqMismatch  = -4 // the key is in use with another shape or number of permits
 )
 
 var isNoScript = redisproto.IsNoScript
 
-// evalPipelined runs script once per (keys, args) call in one pipeline, and
+// evalPipelined runs scripts[i] once per (keys, args) call in one pipeline, and
 // again with EVAL, in a second pipeline, for the calls the server answered
 // NOSCRIPT. extra, if set, adds commands after the scripts in each pipeline; it
 // returns them so the caller can read them after the last round.
-func evalPipelined(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys [][]string, args [][]any, extra func(redis.Pipeliner)) []*redis.Cmd {
+func evalPipelined(ctx context.Context, c redis.UniversalClient, scripts []*redis.Script, keys [][]string, args [][]any, extra func(redis.Pipeliner)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(keys))
 	pipe := c.Pipeline()
 	for i := range keys {
-		cmds[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+		cmds[i] = scripts[i].EvalSha(ctx, pipe, keys[i], args[i]...)
 	}
 	if extra != nil {
 		extra(pipe)
@@ -75,7 +88,7 @@ func evalPipelined(ctx context.Context, c redis.UniversalClient, script *redis.S
 	}
 	pipe = c.Pipeline()
 	for _, i := range again {
-		cmds[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+		cmds[i] = scripts[i].Eval(ctx, pipe, keys[i], args[i]...)
 	}
 	if extra != nil {
 		extra(pipe)

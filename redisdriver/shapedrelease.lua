@@ -1,0 +1,29 @@
+-- Gives back a shared hold or a permit if owner holds it and hands what it
+-- frees to the waiters it can serve; or, for an owner that is waiting, gives up
+-- its place in the queue.
+--
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders
+-- ARGV: 1 owner, 2 n (0: shared)
+-- Returns 1 if owner held it (and its hold had not expired), 0 if not.
+
+--@common
+
+local owner = ARGV[1]
+local marker = markerOf(tonumber(ARGV[2]))
+local holder = redis.pcall('GET', lock)
+if holder == marker then
+  local sc = redis.call('ZSCORE', holders, owner)
+  if sc then
+    redis.call('ZREM', holders, owner)
+    local held = 0
+    if tonumber(sc) > clock().ms then held = 1 end
+    settle()
+    handoff()
+    return held
+  end
+end
+if redis.call('HDEL', waiters, owner) == 1 then
+  redis.call('LREM', queue, 1, owner)
+  handoff()
+end
+return 0
