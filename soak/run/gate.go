@@ -103,13 +103,18 @@ func (g *Gate) Refresh(ctx context.Context, req *driver.Request) error {
 	if err := g.wait(ctx); err != nil {
 		return err
 	}
+	// The hold is the one current when the refresh began: one still in
+	// flight when its lock was released returns after the next hold began.
+	hold := int(g.hold.Load())
 	call := time.Now()
 	err := g.Driver.Refresh(ctx, req)
 	if err == nil {
 		valid := call.Add(g.ttl - driver.Drift(g.ttl)).UnixNano()
-		g.valid.Store(valid)
+		if int(g.hold.Load()) == hold {
+			g.valid.Store(valid)
+		}
 		if g.record != nil {
-			g.record(check.Op{Kind: check.Refresh, Client: g.client, Hold: int(g.hold.Load()), Key: req.Key,
+			g.record(check.Op{Kind: check.Refresh, Client: g.client, Hold: hold, Key: req.Key,
 				Call: call.UnixNano(), Return: now(), ValidUntil: valid})
 		}
 	}
