@@ -197,6 +197,9 @@ func TestBadUsageExits64(t *testing.T) {
 		{"run", "--url", u, "", "--", "true"},
 		{"run", "--url", "nosuch://host", "k", "--", "true"},
 		{"run", "--url", "no-scheme", "k", "--", "true"},
+		{"run", "--url", u, "--permits", "0", "k", "--", "true"},
+		{"run", "--url", u, "--permits", "-2", "k", "--", "true"},
+		{"run", "--url", u, "--shared", "--permits", "2", "k", "--", "true"},
 	} {
 		_, stderr, status := runDistlock(t, nil, args...)
 		if status != exitUsage {

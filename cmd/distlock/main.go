@@ -1,7 +1,7 @@
 // Command distlock runs a command while holding a distributed lock, like flock(1)
 // or etcdctl lock, on any distlock backend.
 //
-//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--verbose] KEY [--] CMD [ARGS...]
+//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--verbose] KEY [--] CMD [ARGS...]
 //	distlock help
 //
 // run takes the lock on KEY (waiting for it unless told otherwise), starts CMD with
@@ -10,6 +10,14 @@
 // to it, and releases the lock when it exits. On Linux CMD is killed if distlock
 // itself dies, since the lock dies with distlock. Pass DISTLOCK_TOKEN to the
 // resource CMD changes, so the resource can reject a stale holder.
+//
+// By default the lock is exclusive. With --shared it is a read lock: runs with
+// --shared on KEY hold it together, and a run without it waits until they are
+// done; once such an exclusive run waits, later --shared runs wait behind it
+// (on backends with writer preference, see each driver's documentation). With
+// --permits N, KEY is a counting semaphore: at most N runs hold it at once,
+// and every run on KEY must give the same N. A backend that cannot do either
+// makes it bad usage (exit 64), as is giving both.
 //
 // The backend is the URL of --url, else $DISTLOCK_URL, else a file:// directory
 // "distlock" under the OS temp directory (flock(2) files: it coordinates the
@@ -53,8 +61,9 @@
 //
 //	CMD's own status  when CMD ran and the lock was held throughout
 //	128+N             CMD was killed by signal N, or distlock was stopped by signal N while waiting
-//	64                bad usage: flags, arguments, key, URL, unknown scheme, or a
-//	                  --grace too long for the TTL (EX_USAGE)
+//	64                bad usage: flags, arguments, key, URL, unknown scheme, a
+//	                  --grace too long for the TTL, --shared or --permits on a backend
+//	                  without such locks, or an N other than the holders' (EX_USAGE)
 //	69                the backend could not be opened or reached (EX_UNAVAILABLE)
 //	74                the lock was lost (or no longer trusted) while CMD ran; CMD was
 //	                  terminated, and the lock released after CMD exited (EX_IOERR)
@@ -110,13 +119,18 @@ Flags:
   --no-wait     make one attempt; do not wait
   --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s;
                 where locks expire, under TTL/2 and by default at most TTL/3)
+  --shared      take a shared (read) lock: --shared runs hold KEY together,
+                a run without --shared holds it alone
+  --permits N   KEY is a semaphore of N permits: at most N runs hold it at once
+                (every run on KEY must give the same N)
   --verbose     report waiting, acquisition and release on stderr
 
 Exit status:
   CMD's status  CMD ran and the lock was held throughout
   128+N         CMD was killed by signal N, or distlock got signal N while waiting
-  64            bad usage: flags, arguments, key, URL, unknown scheme, or a
-                --grace too long for the TTL
+  64            bad usage: flags, arguments, key, URL, unknown scheme, a
+                --grace too long for the TTL, --shared or --permits where the
+                backend has no such locks, or another N than KEY's holders
   69            the backend could not be opened or reached
   74            the lock was lost while CMD ran; CMD was terminated first
   75            the lock is held elsewhere (--no-wait) or --wait expired

@@ -33,6 +33,8 @@ type runConfig struct {
 	grace    time.Duration // 0 with graceSet false: the default, see effectiveGrace
 	verbose  bool
 	graceSet bool
+	shared   bool // --shared: a read lock, held beside other --shared runs
+	permits  int  // --permits N: one of N permits of a semaphore; 0: not given
 	key      string
 	argv     []string
 }
@@ -49,16 +51,19 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 	fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
 	fs.DurationVar(&cfg.grace, "grace", 0, "time between SIGTERM and SIGKILL after a lost lock")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
+	fs.BoolVar(&cfg.shared, "shared", false, "take a shared (read) lock")
+	fs.IntVar(&cfg.permits, "permits", 0, "take one of N permits of a semaphore")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, exitOK, false
 		}
 		return cfg, exitUsage, false
 	}
-	waitSet, ttlSet := false, false
+	waitSet, ttlSet, permitsSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		waitSet = waitSet || f.Name == "wait"
 		ttlSet = ttlSet || f.Name == "ttl"
+		permitsSet = permitsSet || f.Name == "permits"
 		cfg.graceSet = cfg.graceSet || f.Name == "grace"
 	})
 	bad := func(format string, a ...any) (runConfig, int, bool) {
@@ -74,6 +79,10 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 		return bad("--ttl %v: want a positive duration", cfg.ttl)
 	case cfg.grace < 0:
 		return bad("--grace %v: want a duration of at least 0", cfg.grace)
+	case permitsSet && cfg.permits < 1:
+		return bad("--permits %d: want at least 1", cfg.permits)
+	case permitsSet && cfg.shared:
+		return bad("--shared and --permits exclude each other: a key is either a read-write lock or a semaphore")
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -225,6 +234,12 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	// The TTL is a per-call option, so --ttl wins over the URL's ttl parameter,
 	// which sets the Locker's default.
 	opts := []lock.AcquireOption{lock.WithTTL(r.ttl)}
+	if r.cfg.shared {
+		opts = append(opts, lock.WithShared(true))
+	}
+	if r.cfg.permits > 0 {
+		opts = append(opts, lock.WithPermits(r.cfg.permits))
+	}
 	if r.expiring {
 		// Lost closes --grace before the backend could free the lock, so the
 		// command is gone (killed if need be) before anyone else can hold it.
