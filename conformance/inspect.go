@@ -18,7 +18,7 @@ const clockSlack = time.Second
 func (e *env) needInterface(ok bool, name, what string) {
 	e.Helper()
 	if !ok {
-		e.Skip(fmt.Sprintf("driver does not implement driver.%s: %s is ErrUnsupported there", name, what))
+		e.Skipf("driver does not implement driver.%s: %s is ErrUnsupported there", name, what)
 	}
 }
 
