@@ -59,19 +59,28 @@ func (o ours) TryAcquire(ctx context.Context, key string) (harness.Release, erro
 func (o ours) Close() error { return o.lk.Close() }
 
 // AcquireRW takes a shared (read) or exclusive lock. A driver without shared
-// locks (Capabilities().Shared false) answers lock.ErrUnsupported: the
-// scenario is n/a for it, so that drivers gaining the shape join the
-// comparison without a change here.
+// locks (Capabilities().Shared false) is harness.ErrUnsupported: the scenario
+// is n/a for it, so that drivers gaining the shape join the comparison
+// without a change here.
 func (o ours) AcquireRW(ctx context.Context, key string, shared bool) (harness.Release, error) {
+	if !o.lk.Capabilities().Shared {
+		return nil, fmt.Errorf("%w: the driver has no shared locks yet (Capabilities().Shared is false)", harness.ErrUnsupported)
+	}
 	return o.take(ctx, key, lock.WithShared(shared))
 }
 
-// AcquirePermit takes one of permits permits of key; lock.ErrUnsupported on
+// AcquirePermit takes one of permits permits of key; harness.ErrUnsupported on
 // a driver without semaphores, as for AcquireRW.
 func (o ours) AcquirePermit(ctx context.Context, key string, permits int) (harness.Release, error) {
+	if !o.lk.Capabilities().Permits {
+		return nil, fmt.Errorf("%w: the driver has no semaphores yet (Capabilities().Permits is false)", harness.ErrUnsupported)
+	}
 	return o.take(ctx, key, lock.WithPermits(permits))
 }
 
+// take acquires with opt. A driver whose Capabilities claim the shape but
+// which refuses it anyway (lock.ErrUnsupported, a documented limit) is n/a
+// too, with the driver's words.
 func (o ours) take(ctx context.Context, key string, opt lock.Option) (harness.Release, error) {
 	l, err := o.lk.Acquire(ctx, key, opt)
 	if errors.Is(err, lock.ErrUnsupported) {

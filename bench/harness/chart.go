@@ -76,6 +76,9 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.Title.Text = title
+	if len(rows) == 0 {
+		return p, nil // a run of other scenarios only: an empty panel
+	}
 	var names []string
 	// The first row is drawn at the top: plotter rows count from the bottom.
 	for i := len(rows) - 1; i >= 0; i-- {

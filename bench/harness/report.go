@@ -66,7 +66,14 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 
 	p.shapes(r)
 
+	mutexRun := false
+	for _, s := range MutexScenarios {
+		mutexRun = mutexRun || cfg.runs(s)
+	}
 	for _, group := range r.Groups() {
+		if !mutexRun {
+			break // a run of the shape scenarios only
+		}
 		mutex := false
 		for _, c := range group {
 			mutex = mutex || !shapeOnly(c)

@@ -77,7 +77,8 @@ func (p *printer) shapeTable(r *Results, s Scenario, cols []Metric, ratio Metric
 		}
 		for _, c := range group {
 			if why, na := c.NA[s]; na {
-				if why != "" {
+				// A recipe of the other shape needs no note.
+				if why != "" && !(c.Role != Ours && shapeOnly(c)) {
 					notes = append(notes, "- "+c.Backend+", "+c.Label()+": n/a, "+why)
 				}
 				continue
