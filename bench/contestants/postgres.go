@@ -145,7 +145,7 @@ func rawPostgresSemContestant(url string, srv *harness.Server) *harness.Contesta
 	na := shapeOnlyNA("a semaphore recipe only")
 	na[harness.ReadHeavy] = "a semaphore recipe; the read-write floor is pg_advisory_lock_shared, above"
 	return &harness.Contestant{
-		Backend: Postgres, Name: "raw semaphore", Setting: "n advisory ids, pg_try_advisory_lock on each, 1 ms retry", Role: harness.Floor,
+		Backend: Postgres, Name: "raw semaphore", Setting: "n advisory ids, 1 ms retry", Role: harness.Floor,
 		Server: srv, NA: na,
 		Open: func(ctx context.Context, ttl time.Duration) (harness.Client, error) {
 			pool, err := rawPool(ctx, url, 8)

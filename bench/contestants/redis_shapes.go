@@ -124,7 +124,7 @@ func redisRWContestant(url string, srv *harness.Server) *harness.Contestant {
 	na := shapeOnlyNA("a read-write recipe only")
 	na[harness.Semaphore] = "a read-write recipe; the semaphore recipe is a row of its own"
 	return &harness.Contestant{
-		Backend: Redis, Name: "raw read-write", Setting: "Redisson's RReadWriteLock hash, no writer preference, 1 ms retry", Role: harness.Floor,
+		Backend: Redis, Name: "raw read-write", Setting: "Redisson's hash layout, 1 ms retry", Role: harness.Floor,
 		Server: srv, NA: na,
 		Open: openRedisRecipe(url, rwReadScript, rwWriteScript, rwReleaseScript),
 	}
@@ -134,7 +134,7 @@ func redisSemContestant(url string, srv *harness.Server) *harness.Contestant {
 	na := shapeOnlyNA("a semaphore recipe only")
 	na[harness.ReadHeavy] = "a semaphore recipe; the read-write recipe is a row of its own"
 	return &harness.Contestant{
-		Backend: Redis, Name: "raw semaphore", Setting: "Redis in Action 6.3.2 fair semaphore as one script, 1 ms retry", Role: harness.Floor,
+		Backend: Redis, Name: "raw semaphore", Setting: "Redis in Action 6.3.2, one script, 1 ms retry", Role: harness.Floor,
 		Server: srv, NA: na,
 		Open: openRedisRecipe(url, semAcquireScript, semReleaseScript),
 	}

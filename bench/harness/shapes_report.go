@@ -39,7 +39,7 @@ func (p *printer) shapes(r *Results) {
 		p.f("## Read-write locks: read-heavy\n\n")
 		p.f("%d goroutines over %d clients on one key; each operation is a reader (shared lock) with probability %.0f%% and otherwise a writer (exclusive), and holds for %v. ", cfg.ShapeGoroutines, cfg.ShapeClients, 100*cfg.ReadShare, cfg.ShapeHold)
 		p.f("Ops are completed acquisitions per second; waits run from asking to holding, per class (an Acquire cut off by the end of a turn counts with the time it had waited, so a starved writer shows in the worst wait as a lower bound). ")
-		p.f("Each goroutine checks on entering that no writer is beside anyone (violations; the run fails on any), and the most readers seen inside together shows that the shared lock is shared (a run where readers never overlap fails).\n\n")
+		p.f("Each goroutine checks on entering that no writer is beside anyone (violations; the run fails on any), and the most readers seen inside together shows that the shared lock is shared (a run where readers never overlap fails). The raw recipes and peers are described in bench/README.md.\n\n")
 		p.shapeTable(r, ReadHeavy, rwColumns, RWOps)
 	}
 	if cfg.runs(Semaphore) {

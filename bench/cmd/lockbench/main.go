@@ -4,8 +4,9 @@
 // benchmarks (README-section.md), a chart (chart.png) and the figures
 // (results.json, from which -render writes the others again):
 //
-//	cd bench && go run ./cmd/lockbench            # full run, about 12 minutes
+//	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
+//	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
