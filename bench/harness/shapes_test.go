@@ -89,6 +89,25 @@ func TestShapeScenariosMeasureARealReadWriteLockAndSemaphore(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, buf.String())
 		}
 	}
+	if strings.Contains(buf.String(), "## mem\n") {
+		t.Errorf("a run of the shape scenarios only has the mutex tables:\n%s", buf.String())
+	}
+
+	// Rendered again from results.json, the report is the same.
+	var saved, again bytes.Buffer
+	if err := r.Save(&saved, harness.Machine{}); err != nil {
+		t.Fatal(err)
+	}
+	loaded, _, err := harness.Load(&saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := loaded.WriteMarkdown(&again, harness.Machine{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != buf.String() {
+		t.Errorf("report of the loaded run differs:\n%s\n---\n%s", buf.String(), again.String())
+	}
 }
 
 // pairRW lets everybody in, readers and writers alike, two at a time (they
