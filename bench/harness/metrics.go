@@ -36,6 +36,7 @@ var (
 	RWWriteP99   = Metric{"rw_write_p99", ReadHeavy, "writer wait p99", "µs", true}
 	RWWriteMax   = Metric{"rw_write_max", ReadHeavy, "writer worst wait", "ms", true}
 	RWReaders    = Metric{"rw_readers", ReadHeavy, "most readers together", "", false}
+	RWMinShare   = Metric{"rw_min_share", ReadHeavy, "min share", "× fair", false}
 	RWViolations = Metric{"rw_violations", ReadHeavy, "violations", "", true}
 
 	SemOps        = Metric{"sem_ops", Semaphore, "ops", "/s", false}
@@ -43,6 +44,7 @@ var (
 	SemP99        = Metric{"sem_p99", Semaphore, "wait p99", "µs", true}
 	SemMax        = Metric{"sem_max", Semaphore, "worst wait", "ms", true}
 	SemHolders    = Metric{"sem_holders", Semaphore, "most holders together", "", false}
+	SemMinShare   = Metric{"sem_min_share", Semaphore, "min share", "× fair", false}
 	SemViolations = Metric{"sem_violations", Semaphore, "violations", "", true}
 )
 
@@ -55,6 +57,6 @@ var Metrics = []Metric{
 	UncP50, UncP99, UncMean, DistinctOps,
 	Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations,
 	HeldBytes, HeldGorout, HeldConns, HeldReqs,
-	RWOps, RWReadP50, RWReadP99, RWWriteP50, RWWriteP99, RWWriteMax, RWReaders, RWViolations,
-	SemOps, SemP50, SemP99, SemMax, SemHolders, SemViolations,
+	RWOps, RWReadP50, RWReadP99, RWWriteP50, RWWriteP99, RWWriteMax, RWReaders, RWMinShare, RWViolations,
+	SemOps, SemP50, SemP99, SemMax, SemHolders, SemMinShare, SemViolations,
 }

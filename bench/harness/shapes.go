@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -95,6 +96,7 @@ type shapeTrial struct {
 	shared     int // read-heavy: acquisitions by readers; semaphore: all
 	together   int64
 	violations int64
+	counts     []int              // acquisitions per goroutine
 	waits      [2][]time.Duration // by class: 0 reader or permit holder, 1 writer
 }
 
@@ -120,7 +122,7 @@ func openShape(ctx context.Context, cfg Config, c *Contestant, s Scenario) (tria
 			return nil, fmt.Errorf("%w: the adapter has no %s lock", ErrUnsupported, s)
 		}
 	}
-	return &shapeTrial{s: s, clients: clients, key: runKey(s), closeFn: closeAll, cfg: cfg}, nil
+	return &shapeTrial{s: s, clients: clients, key: runKey(s), closeFn: closeAll, cfg: cfg, counts: make([]int, cfg.ShapeGoroutines)}, nil
 }
 
 // acquire takes the key as a writer (exclusive) or not (shared or a permit).
@@ -172,6 +174,7 @@ func (t *shapeTrial) run(ctx context.Context, d time.Duration, record bool) erro
 		ops    int
 		shared int
 		waits  [2][]time.Duration
+		counts = make([]int, n)
 
 		wg   sync.WaitGroup
 		errs = make(chan error, n)
@@ -228,6 +231,7 @@ func (t *shapeTrial) run(ctx context.Context, d time.Duration, record bool) erro
 				// wait cannot be cancelled) count only as waits.
 				if runCtx.Err() == nil {
 					ops++
+					counts[g]++
 					if !writer {
 						shared++
 					}
@@ -257,6 +261,9 @@ func (t *shapeTrial) run(ctx context.Context, d time.Duration, record bool) erro
 		t.took += took
 		t.ops += ops
 		t.shared += shared
+		for g := range counts {
+			t.counts[g] += counts[g]
+		}
 		for c := range waits {
 			t.waits[c] = append(t.waits[c], waits[c]...)
 		}
@@ -266,7 +273,17 @@ func (t *shapeTrial) run(ctx context.Context, d time.Duration, record bool) erro
 
 func (t *shapeTrial) report(r *Results, c *Contestant, rep int) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	// The fewest acquisitions of one goroutine as a fraction of the fair
+	// share: every goroutine asks alike, so a low one was starved.
+	minShare, least := math.NaN(), t.counts[0]
+	for _, k := range t.counts {
+		least = min(least, k)
+	}
+	if t.ops > 0 {
+		minShare = float64(least) / (float64(t.ops) / float64(len(t.counts)))
+	}
 	if t.s == ReadHeavy {
+		r.set(c, RWMinShare, rep, minShare)
 		r.set(c, RWViolations, rep, float64(t.violations))
 		r.set(c, RWOps, rep, float64(t.ops)/t.took.Seconds())
 		r.set(c, RWReaders, rep, float64(t.together))
@@ -284,6 +301,7 @@ func (t *shapeTrial) report(r *Results, c *Contestant, rep int) {
 		}
 		return
 	}
+	r.set(c, SemMinShare, rep, minShare)
 	r.set(c, SemViolations, rep, float64(t.violations))
 	r.set(c, SemOps, rep, float64(t.ops)/t.took.Seconds())
 	r.set(c, SemHolders, rep, float64(t.together))

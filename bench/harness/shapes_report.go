@@ -4,8 +4,8 @@ import "strings"
 
 // rwColumns and semColumns are the figures of the shape tables.
 var (
-	rwColumns  = []Metric{RWOps, RWReadP50, RWReadP99, RWWriteP50, RWWriteP99, RWWriteMax, RWReaders, RWViolations}
-	semColumns = []Metric{SemOps, SemP50, SemP99, SemMax, SemHolders, SemViolations}
+	rwColumns  = []Metric{RWOps, RWReadP50, RWReadP99, RWWriteP50, RWWriteP99, RWWriteMax, RWReaders, RWMinShare, RWViolations}
+	semColumns = []Metric{SemOps, SemP50, SemP99, SemMax, SemHolders, SemMinShare, SemViolations}
 )
 
 // shapeOnly says that c runs none of the exclusive lock's scenarios: a
@@ -39,13 +39,13 @@ func (p *printer) shapes(r *Results) {
 		p.f("## Read-write locks: read-heavy\n\n")
 		p.f("%d goroutines over %d clients on one key; each operation is a reader (shared lock) with probability %.0f%% and otherwise a writer (exclusive), and holds for %v. ", cfg.ShapeGoroutines, cfg.ShapeClients, 100*cfg.ReadShare, cfg.ShapeHold)
 		p.f("Ops are completed acquisitions per second; waits run from asking to holding, per class (an Acquire cut off by the end of a turn counts with the time it had waited, so a starved writer shows in the worst wait as a lower bound). ")
-		p.f("Each goroutine checks on entering that no writer is beside anyone (violations; the run fails on any), and the most readers seen inside together shows that the shared lock is shared (a run where readers never overlap fails). The raw recipes and peers are described in bench/README.md.\n\n")
+		p.f("Each goroutine checks on entering that no writer is beside anyone (violations; the run fails on any), and the most readers seen inside together shows that the shared lock is shared (a run where readers never overlap fails); min share is the fewest acquisitions of one goroutine as a fraction of the fair share (every goroutine asks alike: below 0.5 is starvation). The raw recipes and peers are described in bench/README.md.\n\n")
 		p.shapeTable(r, ReadHeavy, rwColumns, RWOps)
 	}
 	if cfg.runs(Semaphore) {
 		p.f("## Semaphores\n\n")
 		p.f("%d goroutines over %d clients take one of %d permits of one key, each holding for %v. ", cfg.ShapeGoroutines, cfg.ShapeClients, cfg.Permits, cfg.ShapeHold)
-		p.f("Ops are completed acquisitions per second; waits run from asking to holding. Each goroutine checks on entering that at most %d hold at once (violations; the run fails on any); most holders together shows the permits are used.\n\n", cfg.Permits)
+		p.f("Ops are completed acquisitions per second; waits run from asking to holding. Each goroutine checks on entering that at most %d hold at once (violations; the run fails on any); most holders together shows the permits are used; min share is the fewest acquisitions of one goroutine as a fraction of the fair share (below 0.5 is starvation).\n\n", cfg.Permits)
 		p.shapeTable(r, Semaphore, semColumns, SemOps)
 	}
 }

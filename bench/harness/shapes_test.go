@@ -74,6 +74,11 @@ func TestShapeScenariosMeasureARealReadWriteLockAndSemaphore(t *testing.T) {
 			t.Errorf("%s = %v, want one positive figure", m.Key, r.Get(ours, m))
 		}
 	}
+	for _, m := range []harness.Metric{harness.RWMinShare, harness.SemMinShare} {
+		if s := harness.Summarise(r.Get(ours, m)); s.N != 1 || s.Median <= 0 {
+			t.Errorf("%s = %v: a FIFO lock starved a goroutine", m.Key, r.Get(ours, m))
+		}
+	}
 	if got := harness.Summarise(r.Get(ours, harness.RWReaders)).Median; got < 2 {
 		t.Errorf("most readers together = %v, want at least 2 (shared locks overlap)", got)
 	}
@@ -248,5 +253,39 @@ func TestAShapeTheDriverLacksIsNotApplicableNotAFailure(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "- fake, refusing: n/a, no shared locks on this backend") {
 		t.Errorf("report does not say why:\n%s", buf.String())
+	}
+}
+
+// shut is a semaphore client that never gets a permit: its goroutines starve.
+type shut struct{ noTryClient }
+
+func (shut) AcquirePermit(ctx context.Context, _ string, _ int) (harness.Release, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestSemaphoreMinShareShowsAStarvedClient(t *testing.T) {
+	cfg := shapeCfg(harness.Semaphore)
+	slots := make(chan struct{}, cfg.Permits)
+	var opened int
+	var mu sync.Mutex
+	c := fakeContestant("one client starved", harness.Peer, func() harness.Client {
+		mu.Lock()
+		defer mu.Unlock()
+		opened++
+		if opened%cfg.ShapeClients == 1 {
+			return shut{} // the first client of each trial
+		}
+		return chanSem{slots: slots}
+	})
+	r := harness.Run(context.Background(), cfg, []*harness.Contestant{c})
+	if len(r.Failures) > 0 {
+		t.Fatalf("failures: %v", r.Failures)
+	}
+	if got := r.Get(c, harness.SemMinShare); len(got) != 1 || got[0] != 0 {
+		t.Errorf("min share = %v, want 0: a quarter of the goroutines never got a permit", got)
+	}
+	if got := harness.Summarise(r.Get(c, harness.SemMax)).Median; got < float64(cfg.Window/time.Duration(cfg.Slices))/float64(time.Millisecond)*0.5 {
+		t.Errorf("worst wait = %v ms, want near a whole turn (%v): a starved waiter's wait counts up to the end of the turn", got, cfg.Window/time.Duration(cfg.Slices))
 	}
 }
