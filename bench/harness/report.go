@@ -54,9 +54,15 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		p.f("Mutual-exclusion violations: **%d** — some library let two holders in at once, a writer beside another holder, or more holders than permits (see the violations columns).\n\n", v)
 	}
 
-	p.f("## Summary\n\n")
-	p.summary(r)
-	if len(targets) > 0 {
+	mutexRun := false
+	for _, s := range MutexScenarios {
+		mutexRun = mutexRun || cfg.runs(s)
+	}
+	if mutexRun {
+		p.f("## Summary\n\n")
+		p.summary(r)
+	}
+	if len(targets) > 0 && mutexRun {
 		p.f("## Targets set by the driver issues\n\n")
 		for _, t := range targets {
 			p.f("- %s — %s\n", r.Check(t), t.Text)
@@ -66,10 +72,6 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 
 	p.shapes(r)
 
-	mutexRun := false
-	for _, s := range MutexScenarios {
-		mutexRun = mutexRun || cfg.runs(s)
-	}
 	for _, group := range r.Groups() {
 		if !mutexRun {
 			break // a run of the shape scenarios only
