@@ -29,13 +29,13 @@ func LockerRunsEachTickOnce(t *testing.T, url string, offset time.Duration) {
 	a := Start(t, cfg)
 	cfg.Offset = offset
 	b := Start(t, cfg)
-	evs := WaitFor(t, out, Watchdog, fmt.Sprintf("%d ticks with both instances running", Ticks), func(evs []Event) bool {
+	WaitFor(t, out, Watchdog, fmt.Sprintf("%d ticks with both instances running", Ticks), func(evs []Event) bool {
 		first := ReadyTick(evs, a, b)
 		return first >= 0 && seen(evs, first+Ticks+1)
 	})
 	a.Stop(t)
 	b.Stop(t)
-	evs = ReadEvents(t, out)
+	evs := ReadEvents(t, out)
 	first := ReadyTick(evs, a, b)
 	runs, skips := Count(evs, "run"), Count(evs, "skip")
 	perPid := map[int]int{}
