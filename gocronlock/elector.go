@@ -56,8 +56,8 @@ func WithCampaignOptions(opts ...lock.AcquireOption) ElectorOption {
 
 // DefaultRetry is how long the Elector waits before campaigning again after
 // Campaign failed (it retries transient backend failures itself, so these are
-// permanent ones, an authentication error for example): from Min, doubling
-// up to Max.
+// permanent ones, an authentication error for example) or after a leadership
+// lost within Max of being won: from Min, doubling up to Max.
 var DefaultRetry = lock.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 
 // NewElector starts campaigning for the election name on l, and goes on,
@@ -145,16 +145,12 @@ func (e *Elector) run(ctx context.Context) {
 				return
 			}
 			wait = min(max(2*wait, e.o.retry.Min), e.o.retry.Max)
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, wait) {
 				return
-			case <-t.C:
 			}
 			continue
 		}
-		wait = 0
+		won := time.Now()
 		e.mu.Lock()
 		e.leader = ld
 		e.mu.Unlock()
@@ -173,5 +169,28 @@ func (e *Elector) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// A leadership lost soon after it was won (a backend that keeps
+		// failing its refreshes) backs off like a failed campaign, so that
+		// the loop does not spin; one that lasted starts afresh.
+		if time.Since(won) < e.o.retry.Max {
+			wait = min(max(2*wait, e.o.retry.Min), e.o.retry.Max)
+			if !sleep(ctx, wait) {
+				return
+			}
+		} else {
+			wait = 0
+		}
+	}
+}
+
+// sleep waits d, and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

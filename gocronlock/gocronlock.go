@@ -29,8 +29,11 @@
 // after Unlock until d has passed since it was taken, which gives:
 //
 //   - Successive runs of a job, on all instances together, begin at least d
-//     apart, and never overlap (the lock's own guarantees, see package lock:
-//     a holder whose process is paused past its TTL can overlap the next).
+//     apart (d on the clock of the instance that ran the earlier one), and
+//     never overlap, for as long as the lock is not lost: these are the
+//     lock's own guarantees, and a holder whose process is paused past its
+//     TTL, or a backend that loses the lock, can break them (see package
+//     lock).
 //   - A due time on an instance whose Lock comes more than d after the run
 //     that holds the lock began is not excluded: it runs.
 //
