@@ -84,8 +84,9 @@ func NewElector(ctx context.Context, l *lock.Locker, name string, opts ...Electo
 }
 
 // IsLeader returns nil while this instance leads, and an error matching
-// ErrNotLeader otherwise (or the error that ended the campaign). gocron runs
-// a due job only when it returns nil.
+// ErrNotLeader otherwise (and also the error that ended the campaign, if it
+// ended for good), or ctx's error. gocron runs a due job only when it
+// returns nil.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -42,9 +42,10 @@
 // time runs exactly once. For jobs aligned to the interval (cron expressions,
 // or DurationJob with WithStartAt on a round time) half the interval is the
 // widest margin on both sides. For unaligned instances (DurationJob started
-// at each process's start) d close to the interval (say 90% of it) makes the
-// job run once per interval, on whichever instance ticks first after the
-// previous run's d. Nothing here can know a job's next due time (gocron's
+// at each process's start) d close to the interval, say 90% of it, makes
+// successive runs 0.9 to 1 interval apart (the instance that ran last ticks
+// again one interval later), each on whichever instance ticks first once the
+// previous run's hold is over. Nothing here can know a job's next due time (gocron's
 // Locker interface passes only the job's name), so d is the caller's choice.
 //
 // The hold after Unlock is a timer, not a goroutine; the lock stays refreshed
