@@ -45,8 +45,9 @@
 // at each process's start) d close to the interval, say 90% of it, makes
 // successive runs 0.9 to 1 interval apart (the instance that ran last ticks
 // again one interval later), each on whichever instance ticks first once the
-// previous run's hold is over. Nothing here can know a job's next due time (gocron's
-// Locker interface passes only the job's name), so d is the caller's choice.
+// previous run's hold is over. Nothing here can know a job's next due time
+// (gocron's Locker interface passes only the job's name), so d is the
+// caller's choice.
 //
 // The hold after Unlock is a timer, not a goroutine; the lock stays refreshed
 // by the *lock.Locker meanwhile. Close releases every lock still in its hold.
