@@ -39,5 +39,5 @@ func TestLockerWithMinHoldRunsEachTickOnceWhenInstancesTickApartOnRedis(t *testi
 }
 
 func TestElectorFailsOverWithinTheTTLWhenTheLeaderIsKilledOnRedis(t *testing.T) {
-	crontest.ElectorFailsOver(t, redisURL(t), 2*time.Second)
+	crontest.ElectorFailsOver(t, redisURL(t), 2*time.Second, false)
 }
