@@ -159,6 +159,9 @@ func (lk *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if closed {
 		return nil, &lock.Error{Op: "gocron-lock", Key: lk.o.prefix + key, Err: lock.ErrClosed}
 	}
+	if lk.l == nil {
+		return nil, &lock.Error{Op: "gocron-lock", Key: lk.o.prefix + key, Err: fmt.Errorf("%w: NewLocker was given a nil *lock.Locker", lock.ErrInvalidArgument)}
+	}
 	l, err := lk.l.TryAcquire(ctx, lk.o.prefix+key, lk.o.acquire...)
 	if err != nil {
 		return nil, err

@@ -251,6 +251,13 @@ func TestUnlockReportsALockLostWhileTheJobRan(t *testing.T) {
 	}
 }
 
+func TestLockOnANilLockerIsAnInvalidArgument(t *testing.T) {
+	gl := gocronlock.NewLocker(nil)
+	if _, err := gl.Lock(context.Background(), "job"); !errors.Is(err, lock.ErrInvalidArgument) {
+		t.Errorf("Lock: %v, want ErrInvalidArgument", err)
+	}
+}
+
 func TestKeyPrefixSeparatesJobsFromTheProgramsOwnLocks(t *testing.T) {
 	ctx := context.Background()
 	ll := open(t, t.Name())
