@@ -1,0 +1,29 @@
+module github.com/distlock/lock/gocronlock/internal/redistest
+
+go 1.25.0
+
+replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../../..
+
+replace github.com/distlock/lock/gocronlock v0.0.0-00010101000000-000000000000 => ../..
+
+replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../../../redisdriver
+
+replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../../../internal/redisproto
+
+require (
+	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/gocronlock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/go-co-op/gocron/v2 v2.21.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)
