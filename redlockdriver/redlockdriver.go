@@ -444,7 +444,7 @@ func clientName(c redis.UniversalClient, i int) string {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Expiring: true, Notify: true, MinTTL: minTTL, MaxTTL: maxTTL}
+	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: maxTTL}
 }
 
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.

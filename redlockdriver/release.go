@@ -23,20 +23,20 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	k := d.keys(req.Key)
 	inbox := ""
 	d.mu.Lock()
-	g := d.groups[k.lock]
-	if g == nil && d.sub.started {
+	gs := [2]*group{d.groups[k.lock], d.groups[k.lock+sharedGroup]}
+	if gs[0] == nil && gs[1] == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
-	if g != nil {
-		g.ownRelease = true
+	for _, g := range gs {
+		if g != nil {
+			g.ownRelease = true
+			// The servers tell this driver's waiters only if no other
+			// driver waits (release.lua); should those others not take the
+			// lock (they died), the head here looks again after a grace.
+			defer g.releasedHere()
+		}
 	}
 	d.mu.Unlock()
-	if g != nil {
-		// The servers tell this driver's waiters only if no other driver
-		// waits (release.lua); should those others not take the lock (they
-		// died), the head here looks again after a grace.
-		defer g.releasedHere()
-	}
 	// One round. A round that reaches too few servers leaves the outcome
 	// unknown, and package lock retries the Release: the retry asks only the
 	// servers that did not answer, and their "not held" is then ambiguous
@@ -53,7 +53,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if !retry {
 		t = d.newTally()
 	}
-	d.release(k, req, true, inbox, t, retry, false)
+	d.release(k, req, true, inbox, t, retry, false, true)
 	if t.decided(d) {
 		return t.result(d)
 	}
@@ -120,14 +120,19 @@ func (t *releaseTally) result(d *Driver) error {
 // inbox set it also removes that inbox's registration as a waiter. With
 // retry, "not held" counts as released (see Release). With all, it waits for
 // every server (until the deadline) even once the outcome is decided: a
-// cleanup is done when it returns.
-func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all bool) {
-	n := "0"
+// cleanup is done when it returns. With ended (the request is over, not
+// merely giving back a lost round's votes) it also removes the owner's
+// registration as a waiting writer, so it no longer holds readers back.
+func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool) {
+	n, e := "0", "0"
 	if notify {
 		n = "1"
 	}
-	keys := []string{k.lock, k.waiters}
-	args := []any{req.Owner, n, inbox, d.inbox}
+	if ended {
+		e = "1"
+	}
+	keys := []string{k.lock, k.waiters, k.holders, k.writers}
+	args := []any{req.Owner, n, inbox, d.inbox, e}
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.
 	dl := time.Now().Add(d.timeoutFor(req.TTL))
@@ -166,5 +171,5 @@ func (d *Driver) giveBack(k keys, req *request, v vote, notify bool) {
 	if v.yes == 0 && !unanswered {
 		return
 	}
-	d.release(k, req, notify, "", d.newTally(), false, true)
+	d.release(k, req, notify, "", d.newTally(), false, true, false)
 }
