@@ -15,15 +15,27 @@ import (
 
 // shapeLocker opens a Locker over servers with a 30s TTL (the first refresh
 // 10s after a grant, a waiter's own look again at the latest after 10s), so
-// that what happens within a second or two is the servers' doing.
+// that what happens within a second or two is the servers' doing. Its driver
+// has held a lock and is subscribed on every server: a waiter polls only
+// while it is not. Each server has a second to answer (not 100ms): on a
+// loaded machine under -race a round can take longer, and what these tests
+// measure is who is woken, not how fast a round is.
 func shapeLocker(t *testing.T, ctx context.Context, servers []*testserver.Server, opts ...lock.Option) (*Driver, *lock.Locker) {
 	t.Helper()
-	d, err := openURL(ctx, redlockURL(servers))
+	d, err := openURL(ctx, redlockURL(servers, "server_timeout=1s"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lk := lock.New(d, append([]lock.Option{lock.WithTTL(30 * time.Second)}, opts...)...)
 	t.Cleanup(func() { _ = lk.Close() })
+	l, err := lk.TryAcquire(ctx, "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(ctx, t, "the driver's subscriptions", d.settled)
 	return d, lk
 }
 
@@ -33,6 +45,19 @@ func writerWaitsOn(ctx context.Context, admin []*redis.Client, key string) func(
 	return func() bool {
 		for _, a := range admin {
 			if n, err := a.HLen(ctx, DefaultPrefix+":{"+key+"}:writers").Result(); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// registered reports whether drivers drivers are registered as waiting for
+// key on every server.
+func registered(ctx context.Context, admin []*redis.Client, key string, drivers int64) func() bool {
+	return func() bool {
+		for _, a := range admin {
+			if n, err := a.HLen(ctx, DefaultPrefix+":{"+key+"}:waiters").Result(); err != nil || n < drivers {
 				return false
 			}
 		}
@@ -95,6 +120,7 @@ func TestWaitingWriterHoldsBackReadersThatArriveAfterIt(t *testing.T) {
 		t.Fatalf("a reader's TryAcquire while a writer waits = %v, want ErrLocked", err)
 	}
 	r := acquireBg(ctx, late, "k")
+	waitUntil(ctx, t, "the reader registered as waiting on every server", registered(ctx, admin, "k", 2))
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +161,7 @@ func TestWriterThatGivesUpLetsTheReadersBehindItIn(t *testing.T) {
 	w := acquireBg(wctx, writers, "k")
 	waitUntil(ctx, t, "the writer registered as waiting on every server", writerWaitsOn(ctx, admin, "k"))
 	r := acquireBg(ctx, late, "k")
+	waitUntil(ctx, t, "the reader registered as waiting on every server", registered(ctx, admin, "k", 2))
 	giveUp()
 	if x := <-w; !errors.Is(x.err, context.Canceled) {
 		t.Fatalf("the writer's Acquire after its context ended = %v, want context.Canceled", x.err)
@@ -157,9 +184,9 @@ func TestWriterThatGivesUpLetsTheReadersBehindItIn(t *testing.T) {
 func TestSharedHoldLivesOnAMajority(t *testing.T) {
 	servers := testserver.RedisServers(t, 3)
 	ctx := testContext(t)
-	d, lk := crashLocker(t, ctx, servers)
-	_, other := crashLocker(t, ctx, servers)
-	l, err := lk.TryAcquire(ctx, "k", lock.WithShared(true))
+	d, lk := shapeLocker(t, ctx, servers)
+	_, other := shapeLocker(t, ctx, servers)
+	l, err := lk.TryAcquire(ctx, "k", lock.WithShared(true), lock.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
