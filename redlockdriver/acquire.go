@@ -133,7 +133,7 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 	case status == acqWrongType:
 		v.wrong = true
 	case status == acqForeign:
-		v.errs[rep.server] = fmt.Errorf("the waiters key holds data of another type")
+		v.errs[rep.server] = fmt.Errorf("a key of the lock (waiters, holders or writers) holds data of another type")
 		v.answered--
 	default:
 		v.errs[rep.server] = fmt.Errorf("acquire script answered %v", rep.val)

@@ -5,8 +5,8 @@
 -- no other driver waits: the lock passes to another driver rather than back
 -- to the one that let it go, so one driver contends for it, not two.
 -- Optionally removes one inbox's registration, and the owner's entry as a
--- waiting writer (the request ended), which also frees readers held back by
--- it.
+-- waiting writer (the request ended): the readers it held back are then told
+-- (whatever ARGV[2] says) unless the key is held exclusively.
 --
 -- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers
 -- ARGV: 1 owner, 2 "1" to notify waiters, "0" not to (a partial grant given

@@ -35,7 +35,7 @@ const (
 	acqHeld      = 2  // {2, pttl}: already ours
 	acqBusy      = 0  // {0, holder, pttl}
 	acqWrongType = -1 // {-1}: the lock key is not a string
-	acqForeign   = -3 // {-3}: the waiters key is not a hash
+	acqForeign   = -3 // {-3}: the waiters or writers key is not a hash, or holders not a sorted set
 )
 
 // sharedMarker is what the lock key holds while shared holds exist (see
