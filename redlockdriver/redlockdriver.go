@@ -217,9 +217,9 @@
 // hold readers back for as long as it lasts. Measured by the conformance
 // property WriterIsNotStarvedByAStreamOfReaders (five servers, a shared
 // 2-core machine, -race): a writer arriving among readers that come every
-// 4ms and hold 20ms waited at most 29–73ms per run, for 1s and 3s streams
-// alike, and up to 370ms with the machine's load average at 8 (the bound is
-// 750ms; without the preference it waits for the whole stream).
+// 4ms and hold 20ms waited at most 29–115ms per run (most runs; 1s and 3s
+// streams alike), and up to 370ms with the machine's load average at 8 (the
+// bound is 750ms; without the preference it waits for the whole stream).
 //
 // Semaphores (lock.WithPermits(n), n >= 2) are not offered: they are
 // ErrUnsupported, before anything is sent. A semaphore counted by each
