@@ -212,8 +212,9 @@
 // fewer than a majority). A writer registered on fewer (servers down or too
 // slow) may see readers pass it until a later round registers it on a
 // majority; readers whose rounds cross the writer's (the servers may
-// order the two differently) count as arrived before it. Readers within one
-// Driver do not wait for each other in process. A stream of writers can
+// order the two differently) count as arrived before it. Readers of one
+// Driver contend one at a time, but one that wins lets the next try at once:
+// none waits for another's release. A stream of writers can
 // hold readers back for as long as it lasts. Measured by the conformance
 // property WriterIsNotStarvedByAStreamOfReaders (five servers, a shared
 // 2-core machine, -race): a writer arriving among readers that come every
@@ -231,8 +232,9 @@
 // excludes only the (n+1)-th holder it sees, and the n+1 holders need not
 // meet on any one server. It is safe only if every holder wins Q servers
 // with (n+1)·Q > n·N (then some server is in the sets of any n+1 holders,
-// and refuses one): Q = N for three servers and n = 2, and Q → N as n grows,
-// so a server down blocks every grant, which gives up what Redlock is for.
+// and refuses one): Q = N for three servers and n = 2 (one server down
+// blocks every grant), and Q = N for any N once n >= N - 1, which gives up
+// what Redlock is for.
 // Use redisdriver (one server), or the etcd, ZooKeeper or PostgreSQL drivers.
 // lock.WithPermits(1) is the exclusive lock (package lock sends it as one).
 //
