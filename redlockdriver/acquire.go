@@ -48,10 +48,13 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 	if register {
 		args = append(args, d.inbox, millis(lease))
 	}
-	keys := []string{k.lock, k.waiters}
+	o, keys := opAcquire, []string{k.lock, k.waiters, k.writers}
+	if req.Shared {
+		o, keys = opAcquireShared, []string{k.lock, k.waiters, k.holders, k.writers}
+	}
 	backs := d.backs.Load()
 	start := time.Now()
-	r := d.send(opAcquire, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
+	r := d.send(o, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
 	v := vote{start: start, errs: make([]error, len(d.servers)), yesBy: make([]bool, len(d.servers)), backs: backs}
 	for i := range v.errs {
 		v.errs[i] = errTimeout
@@ -130,7 +133,7 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 	case status == acqWrongType:
 		v.wrong = true
 	case status == acqForeign:
-		v.errs[rep.server] = fmt.Errorf("the waiters key holds data of another type")
+		v.errs[rep.server] = fmt.Errorf("a key of the lock (waiters, holders or writers) holds data of another type")
 		v.answered--
 	default:
 		v.errs[rep.server] = fmt.Errorf("acquire script answered %v", rep.val)

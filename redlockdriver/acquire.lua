@@ -3,7 +3,12 @@
 -- release on this server tells it. Both happen in one atomic step, so no
 -- release can slip in between the look and the registration.
 --
--- KEYS: 1 lock, 2 waiters
+-- A registering (waiting) request also records its owner in the writers hash
+-- (owner -> deadline of the registration, ms, server clock): while it is live,
+-- shared requests are not granted on this server (writer preference, see
+-- shared.lua); release.lua removes it when the request ends.
+--
+-- KEYS: 1 lock, 2 waiters, 3 writers
 -- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: do not register),
 --       4 registration lease ms
 -- Returns 1: taken now
@@ -24,6 +29,10 @@ if ARGV[3] then
     return {-3}
   end
   if redis.call('PTTL', KEYS[2]) < 2 * lease then redis.call('PEXPIRE', KEYS[2], 2 * lease) end
+  if type(redis.pcall('HSET', KEYS[3], ARGV[1], string.format('%.0f', ms + lease))) == 'table' then
+    return {-3}
+  end
+  if redis.call('PTTL', KEYS[3]) < 2 * lease then redis.call('PEXPIRE', KEYS[3], 2 * lease) end
 end
 -- holder is false when the key vanished between SET and GET (impossible inside
 -- a script) and a string otherwise.

@@ -62,3 +62,25 @@ func ExampleNew() {
 	defer l.Release(ctx)
 	// Work while watching l.Lost().
 }
+
+// Take a shared (read) lock: many readers hold the key at once, a writer
+// (locker.Acquire without WithShared) alone. Once a writer waits, readers
+// that arrive after it wait behind it, so a stream of readers cannot starve
+// it. Semaphores (WithPermits above 1) are ErrUnsupported on Redlock.
+func Example_shared() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL")) // redlock://?server=...&server=...&server=...
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	err = locker.Do(ctx, "price-list", func(ctx context.Context) error {
+		// Read the price list; writers are kept out until every reader
+		// released. ctx is cancelled if the hold is lost.
+		return nil
+	}, lock.WithShared(true), lock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}

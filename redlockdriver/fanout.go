@@ -28,6 +28,7 @@ const (
 	opPing
 	opCheck // is the lock the owner's here? changes nothing
 	opInfo  // INFO server, for the server's run_id
+	opAcquireShared
 )
 
 func (o op) script() *redis.Script {
@@ -38,6 +39,8 @@ func (o op) script() *redis.Script {
 		return releaseScript
 	case opCheck:
 		return checkScript
+	case opAcquireShared:
+		return sharedScript
 	default:
 		return refreshScript
 	}

@@ -352,7 +352,7 @@ func (d *Driver) checkHeld() {
 	deadline := time.Now().Add(checkTimeout)
 	for _, s := range d.servers {
 		for c, req := range reqs {
-			d.enqueue(s, job{op: opCheck, keys: []string{d.keys(req.Key).lock}, args: []any{req.Owner},
+			d.enqueue(s, job{op: opCheck, keys: checkKeys(d.keys(req.Key), req), args: []any{req.Owner},
 				deadline: deadline, call: c, reply: r.replies})
 		}
 		if identify[s.idx] {
@@ -416,7 +416,7 @@ func (d *Driver) checkHeld() {
 		}
 		// What is left of it on a minority would weigh on the next holder's
 		// majority: give it back, and tell the waiters.
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
 }
 
@@ -425,4 +425,13 @@ func (d *Driver) checkHeld() {
 func identifiable(c redis.UniversalClient) bool {
 	_, ok := c.(*redis.Client)
 	return ok
+}
+
+// checkKeys are the keys check.lua reads for req: the lock, and the holders
+// set for a shared hold.
+func checkKeys(k keys, req *request) []string {
+	if req.Shared {
+		return []string{k.lock, k.holders}
+	}
+	return []string{k.lock}
 }

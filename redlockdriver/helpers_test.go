@@ -121,7 +121,7 @@ func (t *tracked) locks() map[string]string {
 }
 
 // deleteOwned deletes, on each of the given servers, the lock keys that still
-// hold their owner.
+// hold their owner, and the owners' shared holds (the marker with the last).
 func deleteOwned(ctx context.Context, admins []*redis.Client, locks map[string]string) error {
 	for _, a := range admins {
 		for key, owner := range locks {
@@ -132,10 +132,17 @@ func deleteOwned(ctx context.Context, admins []*redis.Client, locks map[string]s
 			if err != nil {
 				return err
 			}
-			if v == owner {
-				if err := a.Del(ctx, key).Err(); err != nil {
-					return err
+			switch v {
+			case owner:
+				err = a.Del(ctx, key).Err()
+			case sharedMarker:
+				err = a.ZRem(ctx, key+":holders", owner).Err()
+				if n, cerr := a.ZCard(ctx, key+":holders").Result(); err == nil && cerr == nil && n == 0 {
+					err = a.Del(ctx, key).Err()
 				}
+			}
+			if err != nil {
+				return err
 			}
 		}
 	}

@@ -8,17 +8,22 @@ import "github.com/distlock/lock/internal/redisproto"
 //	esc(P):{esc(K)}          the lock: a string holding the owner, with a TTL (PX)
 //	esc(P):{esc(K)}:waiters  hash: inbox channel -> registration deadline (ms,
 //	                         server clock) of a driver waiting for the lock
+//	esc(P):{esc(K)}:holders  sorted set: the owners of shared holds, scored by
+//	                         their expiry (ms, server clock)
+//	esc(P):{esc(K)}:writers  hash: owner -> registration deadline (ms, server
+//	                         clock) of a waiting exclusive request
 //
-// This is redisdriver's layout (less its fence and queue keys), so a server
+// This is redisdriver's layout for the lock, its shared marker and holders
+// (less its fence and queue keys), so a server
 // shows a lock the same way to an operator whichever driver took it. The braces
 // are a Redis Cluster hash tag, which keeps both keys of a lock in one slot when
 // a server given to New is a Cluster. esc() is injective, so distinct keys are
 // distinct locks.
 type keys struct {
-	lock, waiters string
+	lock, waiters, holders, writers string
 }
 
 func (d *Driver) keys(key string) keys {
 	lock := d.prefix + ":{" + redisproto.Escape(key) + "}"
-	return keys{lock: lock, waiters: lock + ":waiters"}
+	return keys{lock: lock, waiters: lock + ":waiters", holders: lock + ":holders", writers: lock + ":writers"}
 }

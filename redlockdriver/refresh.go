@@ -46,7 +46,11 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	keys := make([][]string, len(reqs))
 	timeout := time.Duration(0)
 	for i, r := range reqs {
-		keys[i] = []string{d.keys(r.Key).lock}
+		k := d.keys(r.Key)
+		keys[i] = []string{k.lock}
+		if r.Shared {
+			keys[i] = append(keys[i], k.holders)
+		}
 		timeout = max(timeout, d.timeoutFor(r.TTL))
 	}
 	start := time.Now()
@@ -115,7 +119,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	// does not weigh on the next holder's majority.
 	for _, req := range lost {
 		d.forget(req)
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true)
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
 	return errs
 }

@@ -23,20 +23,24 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	k := d.keys(req.Key)
 	inbox := ""
 	d.mu.Lock()
-	g := d.groups[k.lock]
-	if g == nil && d.sub.started {
+	excl, shared := d.groups[k.lock], d.groups[k.lock+sharedGroup]
+	if excl == nil && shared == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
-	if g != nil {
-		g.ownRelease = true
-	}
-	d.mu.Unlock()
-	if g != nil {
+	if excl != nil {
+		excl.ownRelease = true
 		// The servers tell this driver's waiters only if no other driver
 		// waits (release.lua); should those others not take the lock (they
 		// died), the head here looks again after a grace.
-		defer g.releasedHere()
+		defer excl.releasedHere()
 	}
+	if shared != nil && !req.Shared {
+		// This driver's readers may go when its writer leaves, whoever else
+		// the servers told: readers do not exclude the other drivers'. (A
+		// reader leaving frees nothing for other readers.)
+		defer shared.releasedHere()
+	}
+	d.mu.Unlock()
 	// One round. A round that reaches too few servers leaves the outcome
 	// unknown, and package lock retries the Release: the retry asks only the
 	// servers that did not answer, and their "not held" is then ambiguous
@@ -53,7 +57,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if !retry {
 		t = d.newTally()
 	}
-	d.release(k, req, true, inbox, t, retry, false)
+	d.releaseWithin(k, req, true, inbox, t, retry, false, true, max(d.timeoutFor(req.TTL), releaseWait))
 	if t.decided(d) {
 		return t.result(d)
 	}
@@ -120,17 +124,37 @@ func (t *releaseTally) result(d *Driver) error {
 // inbox set it also removes that inbox's registration as a waiter. With
 // retry, "not held" counts as released (see Release). With all, it waits for
 // every server (until the deadline) even once the outcome is decided: a
-// cleanup is done when it returns.
-func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all bool) {
-	n := "0"
+// cleanup is done when it returns. With ended (the request is over, not
+// merely giving back a lost round's votes) it also removes the owner's
+// registration as a waiting writer, so it no longer holds readers back.
+func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool) {
+	d.releaseWithin(k, req, notify, inbox, t, retry, all, ended, d.timeoutFor(req.TTL))
+}
+
+// releaseWait is how long Release waits for a majority of answers when the
+// per-server timeout is shorter. Unlike an acquire or a refresh, a release
+// spends no lock's validity while it waits, and the round ends as soon as a
+// majority answered; on a loaded machine (a client descheduled, servers
+// sharing a few cores) a release's answers can take longer than the
+// per-server timeout, and a Release left undecided keeps the lock held until
+// its caller retries. Only Release waits this long: the cleanups of failed
+// rounds (which wait for every server) keep the per-server timeout.
+const releaseWait = 500 * time.Millisecond
+
+// releaseWithin is release with a per-server timeout of its own.
+func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool, timeout time.Duration) {
+	n, e := "0", "0"
 	if notify {
 		n = "1"
 	}
-	keys := []string{k.lock, k.waiters}
-	args := []any{req.Owner, n, inbox, d.inbox}
+	if ended {
+		e = "1"
+	}
+	keys := []string{k.lock, k.waiters, k.holders, k.writers}
+	args := []any{req.Owner, n, inbox, d.inbox, e}
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.
-	dl := time.Now().Add(d.timeoutFor(req.TTL))
+	dl := time.Now().Add(timeout)
 	r := d.sendTo(opRelease, dl, func(s int) bool { return t.state[s] == relUnknown }, keys, args)
 	for all || !t.decided(d) {
 		rep, ok := r.next()
@@ -166,5 +190,5 @@ func (d *Driver) giveBack(k keys, req *request, v vote, notify bool) {
 	if v.yes == 0 && !unanswered {
 		return
 	}
-	d.release(k, req, notify, "", d.newTally(), false, true)
+	d.release(k, req, notify, "", d.newTally(), false, true, false)
 }

@@ -19,20 +19,31 @@ var (
 	refreshLua string
 	//go:embed check.lua
 	checkLua string
+	//go:embed shared.lua
+	sharedLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
 	refreshScript = redis.NewScript(refreshLua)
 	checkScript   = redis.NewScript(checkLua)
+	sharedScript  = redis.NewScript(sharedLua)
 )
 
-// Results of acquire.lua.
+// Results of acquire.lua and shared.lua.
 const (
 	acqTaken     = 1  // 1
 	acqHeld      = 2  // {2, pttl}: already ours
 	acqBusy      = 0  // {0, holder, pttl}
 	acqWrongType = -1 // {-1}: the lock key is not a string
-	acqForeign   = -3 // {-3}: the waiters key is not a hash
+	acqForeign   = -3 // {-3}: the waiters or writers key is not a hash, or holders not a sorted set
+)
+
+// sharedMarker is what the lock key holds while shared holds exist (see
+// shared.lua); writerWaits is the holder shared.lua names when a waiting
+// writer holds readers back. No owner starts with a NUL byte.
+const (
+	sharedMarker = "\x00shared"
+	writerWaits  = "\x00writer"
 )
 
 var isNoScript = redisproto.IsNoScript

@@ -8,11 +8,14 @@ import (
 	"github.com/distlock/lock/driver"
 )
 
-// A group is the Acquire calls of one Driver waiting for one key. Only its
-// first call (the head) contends on the servers; the others wait in process
-// for their turn, so a release wakes one contender per Driver, not every
-// goroutine, and fewer contenders mean fewer split votes.
+// A group is the Acquire calls of one Driver waiting for one key in one mode
+// (exclusive or shared). Only its first call (the head) contends on the
+// servers; the others wait in process for their turn, so a release wakes one
+// contender per Driver, not every goroutine, and fewer contenders mean fewer
+// split votes. Shared requests do not exclude each other: when a shared head
+// wins, the next one tries at once.
 type group struct {
+	shared     bool          // shared requests: a head that won lets the next one try at once
 	wake       chan struct{} // a release of the key was announced; buffered, kept across heads
 	released   chan struct{} // this driver released the key; buffered, kept across heads
 	queue      []*waiter     // queue[0] is the head
@@ -100,9 +103,10 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 	defer context.AfterFunc(d.ctx, cancel)()
 
 	k := d.keys(req.Key)
-	g, w, now := d.join(k.lock)
+	gk := groupKey(k, req)
+	g, w, now := d.join(gk, req.Shared)
 	acquired := false
-	defer func() { d.leave(k.lock, g, w, acquired) }()
+	defer func() { d.leave(gk, g, w, acquired) }()
 	if !now {
 		select {
 		case now = <-w.turn:
@@ -215,21 +219,38 @@ func (d *Driver) ended(ctx context.Context) error {
 func (d *Driver) abandon(k keys, req *request, g *group) {
 	inbox := ""
 	d.mu.Lock()
-	if len(g.queue) <= 1 {
+	other := d.groups[k.lock]
+	if other == g {
+		other = d.groups[k.lock+sharedGroup]
+	}
+	if len(g.queue) <= 1 && other == nil {
 		inbox = d.inbox
 	}
 	d.mu.Unlock()
-	d.release(k, req, false, inbox, d.newTally(), false, true)
+	d.release(k, req, false, inbox, d.newTally(), false, true, true)
 }
 
-// join adds a waiter to the key's group; now is true when it is the head.
-func (d *Driver) join(lockKey string) (*group, *waiter, bool) {
+// sharedGroup ends the group key of a lock's shared requests; the exclusive
+// ones' is the lock key itself.
+const sharedGroup = "\x00shared"
+
+// groupKey is the key of req's group in Driver.groups.
+func groupKey(k keys, req *request) string {
+	if req.Shared {
+		return k.lock + sharedGroup
+	}
+	return k.lock
+}
+
+// join adds a waiter to the group (of shared requests if shared); now is
+// true when it is the head.
+func (d *Driver) join(groupKey string, shared bool) (*group, *waiter, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	g := d.groups[lockKey]
+	g := d.groups[groupKey]
 	if g == nil {
-		g = &group{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), heard: make([]bool, len(d.servers))}
-		d.groups[lockKey] = g
+		g = &group{shared: shared, wake: make(chan struct{}, 1), released: make(chan struct{}, 1), heard: make([]bool, len(d.servers))}
+		d.groups[groupKey] = g
 	}
 	w := &waiter{turn: make(chan bool, 1)}
 	g.queue = append(g.queue, w)
@@ -239,7 +260,7 @@ func (d *Driver) join(lockKey string) (*group, *waiter, bool) {
 // leave removes a waiter. When it was the head, the next waiter takes its
 // turn: at once if the lock may be free, or after a wake-up if won says the
 // lock passed to the head.
-func (d *Driver) leave(lockKey string, g *group, w *waiter, won bool) {
+func (d *Driver) leave(groupKey string, g *group, w *waiter, won bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	head := g.queue[0] == w
@@ -250,7 +271,7 @@ func (d *Driver) leave(lockKey string, g *group, w *waiter, won bool) {
 		}
 	}
 	if len(g.queue) == 0 {
-		delete(d.groups, lockKey)
+		delete(d.groups, groupKey)
 		return
 	}
 	if head {
@@ -261,7 +282,7 @@ func (d *Driver) leave(lockKey string, g *group, w *waiter, won bool) {
 			default:
 			}
 		}
-		g.queue[0].turn <- !won
+		g.queue[0].turn <- !won || g.shared
 	}
 }
 
@@ -280,19 +301,19 @@ func (d *Driver) wakeAll() {
 }
 
 // deliver passes a release announcement (the lock key) from server i to its
-// group.
+// groups.
 func (d *Driver) deliver(i int, lockKey string) {
 	d.mu.Lock()
-	g := d.groups[lockKey]
-	if g != nil {
+	defer d.mu.Unlock()
+	for _, gk := range [2]string{lockKey, lockKey + sharedGroup} {
+		g := d.groups[gk]
+		if g == nil {
+			continue
+		}
 		g.heard[i] = true
-	}
-	d.mu.Unlock()
-	if g == nil {
-		return
-	}
-	select {
-	case g.wake <- struct{}{}:
-	default:
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
 	}
 }
