@@ -441,7 +441,7 @@ func (d *Driver) ApplicationName() string { return d.tag }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true}
+	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true}
 }
 
 // pooled records that c's statements ran on another server session (with pid,
