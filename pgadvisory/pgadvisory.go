@@ -316,6 +316,10 @@ type Driver struct {
 	changed  chan struct{}                // closed and replaced when a connection may have become usable
 	sweeper  *time.Timer                  // closes connections idle too long; nil when none is due
 	watch    atomic.Pointer[sessionWatch] // started with the first connection; nil before, or where there is none
+
+	perms      map[string]permitUse    // semaphores with permits held here, by key
+	permitID   func(string, int) int64 // PermitID under the prefix
+	permitTurn atomic.Uint32           // turns the first slot a permit request tries
 }
 
 type ownerKey struct{ key, owner string }
@@ -325,13 +329,14 @@ type idUse struct{ n, exclusive int }
 
 // holding is one held lock.
 type holding struct {
-	k      ownerKey
-	id     int64
-	shared bool
-	c      *lockConn
-	token  uint64
-	start  time.Time
-	lost   func(error)
+	k       ownerKey
+	id      int64
+	shared  bool
+	permits int // the semaphore's n for a permit, else 0
+	c       *lockConn
+	token   uint64
+	start   time.Time
+	lost    func(error)
 
 	// Guarded by d.mu.
 	release *pendingRelease // an unlock in flight, or nil
@@ -379,11 +384,13 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		settings: sessionSettings(params),
 		byOwner:  map[ownerKey]*holding{},
 		ids:      map[int64]idUse{},
+		perms:    map[string]permitUse{},
 		grace:    stmtGrace,
 		fenceSem: make(chan struct{}, 1),
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
+	d.permitID = func(key string, i int) int64 { return PermitID(prefix, key, i) }
 	d.closing, d.stop = context.WithCancel(context.Background())
 	d.sockets.init()
 	return d, nil
@@ -441,7 +448,7 @@ func (d *Driver) ApplicationName() string { return d.tag }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true}
+	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true}
 }
 
 // pooled records that c's statements ran on another server session (with pid,
@@ -474,6 +481,9 @@ func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
 	if h := d.byOwner[ownerKey{req.Key, req.Owner}]; h != nil && !h.gone {
 		return driver.Grant{Token: h.token, Start: h.start}, true, nil
 	}
+	if req.Permits >= 2 || len(d.perms) > 0 {
+		return driver.Grant{}, false, d.shapeMismatchLocked(req)
+	}
 	return driver.Grant{}, false, nil
 }
 
@@ -491,7 +501,7 @@ func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint
 	if !d.o.fencing {
 		token = 0
 	}
-	h := &holding{k: ownerKey{req.Key, req.Owner}, id: id, shared: req.Shared, c: c, token: token, start: start, lost: req.Lost}
+	h := &holding{k: ownerKey{req.Key, req.Owner}, id: id, shared: req.Shared, permits: req.Permits, c: c, token: token, start: start, lost: req.Lost}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -508,6 +518,7 @@ func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint
 		u.exclusive++
 	}
 	d.ids[id] = u
+	d.bookPermitLocked(h, 1)
 	return driver.Grant{Token: token, Start: start}, nil
 }
 
@@ -528,6 +539,7 @@ func (d *Driver) unbookLocked(h *holding) {
 		return // already dropped, or its connection given up
 	}
 	delete(h.c.locks, h.id)
+	d.bookPermitLocked(h, -1)
 	u := d.ids[h.id]
 	u.n--
 	if !h.shared {
@@ -588,6 +600,7 @@ func (d *Driver) Close() error {
 	}
 	d.byOwner = map[ownerKey]*holding{}
 	d.ids = map[int64]idUse{}
+	d.perms = map[string]permitUse{}
 	d.broadcastLocked()
 	watch := d.watch.Load()
 	d.mu.Unlock()
