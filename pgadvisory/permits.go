@@ -86,7 +86,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 	n := req.Permits
 	checked := false
 	for {
-		first := int(d.permitTurn.Add(1) % uint32(n))
+		first := int(uint64(d.permitTurn.Add(1)) % uint64(n))
 		for j := 0; j < n; j++ {
 			g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n))
 			if !errors.Is(err, driver.ErrLocked) {
