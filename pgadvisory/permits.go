@@ -37,8 +37,9 @@ func PermitID(prefix, key string, i int) int64 {
 }
 
 // permitRescan is how long a waiting permit request stays queued on one slot
-// before it cancels that wait and tries every slot again: a permit given back
-// on another slot is found within it.
+// before it cancels that wait and tries every slot again, while the Driver's
+// listening session (see listen.go) is not in force: a permit given back on
+// another slot is found within it.
 const permitRescan = 100 * time.Millisecond
 
 // permitUse counts the permit holders of one semaphore key in this Driver and
@@ -87,42 +88,84 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 	checked := false
 	for {
 		first := int(uint64(d.permitTurn.Add(1)) % uint64(n))
-		for j := 0; j < n; j++ {
-			g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n))
-			if !errors.Is(err, driver.ErrLocked) {
-				return g, err
+		var bell *permitBell
+		listening := false
+		if wait {
+			// Interest in the other slots is registered before they are
+			// tried, so that a permit given back after its slot was found
+			// held rings the bell.
+			others := make([]int64, 0, n-1)
+			for j := 1; j < n; j++ {
+				others = append(others, d.permitID(req.Key, (first+j)%n))
 			}
+			bell, listening = d.permitBellFor(others)
 		}
-		if !checked {
-			// All n are held: a moment to look for users of the key in
-			// another shape, without cost while permits are free.
-			if err := d.checkShape(ctx, req, st); err != nil {
-				return driver.Grant{}, err
-			}
-			checked = true
+		g, err, again := d.permitRound(ctx, req, st, first, bell, listening, &checked)
+		if bell != nil {
+			d.unring(bell)
 		}
-		if !wait {
-			return driver.Grant{}, driver.ErrLocked
-		}
-		w, err := d.connForWait(ctx)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if w == nil {
-			return driver.Grant{}, errNoWaitConn
-		}
-		wctx, cancel := context.WithTimeout(ctx, permitRescan)
-		g, err := d.wait(wctx, w, req, st, d.permitID(req.Key, first))
-		rescan := err != nil && wctx.Err() != nil && ctx.Err() == nil && d.closing.Err() == nil
-		cancel()
-		if !rescan {
-			if err != nil && ctx.Err() != nil {
-				return driver.Grant{}, d.waitEnded(ctx)
-			}
+		if !again {
 			return g, err
 		}
 	}
 }
+
+// permitRound tries every slot from first, and waits on slot first if bell
+// is not nil; again reports that the wait ended for a rescan.
+func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, first int, bell *permitBell, listening bool, checked *bool) (g driver.Grant, err error, again bool) {
+	n := req.Permits
+	for j := 0; j < n; j++ {
+		g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n))
+		if !errors.Is(err, driver.ErrLocked) {
+			return g, err, false
+		}
+	}
+	if !*checked {
+		// All n are held: a moment to look for users of the key in another
+		// shape, without cost while permits are free.
+		if err := d.checkShape(ctx, req, st); err != nil {
+			return driver.Grant{}, err, false
+		}
+		*checked = true
+	}
+	if bell == nil {
+		return driver.Grant{}, driver.ErrLocked, false
+	}
+	w, err := d.connForWait(ctx)
+	if err != nil {
+		return driver.Grant{}, err, false
+	}
+	if w == nil {
+		return driver.Grant{}, errNoWaitConn, false
+	}
+	rescan := d.rescan[0]
+	if listening {
+		rescan = d.rescan[1]
+	}
+	wctx, cancel := context.WithTimeout(ctx, rescan)
+	defer cancel()
+	type outcome struct {
+		g   driver.Grant
+		err error
+	}
+	o := waitRinging(wctx, bell, func(wctx context.Context) outcome {
+		g, err := d.wait(wctx, w, req, st, d.permitID(req.Key, first))
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil && d.closing.Err() == nil {
+			return outcome{err: errRescan}
+		}
+		return outcome{g, err}
+	})
+	switch {
+	case o.err == errRescan:
+		return driver.Grant{}, nil, true
+	case o.err != nil && ctx.Err() != nil:
+		return driver.Grant{}, d.waitEnded(ctx), false
+	}
+	return o.g, o.err, false
+}
+
+// errRescan marks a permit wait ended to try every slot again.
+var errRescan = errors.New("pgadvisory: permit wait ended to try every slot again")
 
 // checkShape looks on the server, when every permit of req's semaphore is
 // held, for the key's lock id and for slot req.Permits (one beyond the last)

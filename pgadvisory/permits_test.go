@@ -152,7 +152,8 @@ func TestOtherShapesOfAKeyElsewhereAreInvalidOnceThePermitsAreFull(t *testing.T)
 
 // A waiting permit request queues on one slot in the server, but takes a
 // permit given back on another slot while the holder of its own slot keeps
-// holding: it tries every slot again every permitRescan. The slots are held
+// holding: it tries every slot again every permitRescan (a free by an SQL
+// client announces nothing to wake it sooner). The slots are held
 // by plain SQL sessions, as any client of the documented ids may.
 func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -203,4 +204,96 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 	if err := g.l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A permit given back on another slot than the one a waiter is queued on
+// wakes the waiter through the releasing statement's announcement
+// (pg_notify, heard by the waiter's Driver), not by its rescan, which this
+// test puts off for an hour.
+func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := testserver.Postgres(t)
+	key := t.Name()
+	slots := []int64{pgadvisory.PermitID(pgadvisory.DefaultPrefix, key, 0), pgadvisory.PermitID(pgadvisory.DefaultPrefix, key, 1)}
+	probe := connect(t, dsn)
+	type holder struct {
+		d *pgadvisory.Driver
+		l *lock.Lock
+	}
+	var holders []holder
+	for i := 0; i < 2; i++ {
+		d, lk := openDriver(t, dsn, lock.WithPermits(2))
+		l, err := lk.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, holder{d, l})
+	}
+	d, locker := openDriver(t, dsn, lock.WithPermits(2))
+	pgadvisory.SetPermitRescanForTest(d, time.Hour, time.Hour)
+	type grant struct {
+		l   *lock.Lock
+		err error
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l, err := locker.Acquire(ctx, key)
+		got <- grant{l, err}
+	}()
+	queued := -1
+	eventually(t, 10*time.Second, "the permit request queued on a slot", func() bool {
+		for i, id := range slots {
+			if waiters(t, probe, id) > 0 {
+				queued = i
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 10*time.Second, "the waiter's Driver listening for permits given back", func() bool {
+		return pgadvisory.PermitListeningForTest(d)
+	})
+	var other, mine holder
+	for _, h := range holders {
+		if holdsID(t, probe, h.d, slots[queued]) {
+			mine = h
+		} else {
+			other = h
+		}
+	}
+	if mine.l == nil || other.l == nil {
+		t.Fatalf("the two holders do not hold one slot each")
+	}
+	start := time.Now()
+	if err := other.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := <-got
+	if g.err != nil {
+		t.Fatalf("Acquire with a permit given back on the other slot: %v", g.err)
+	}
+	t.Logf("the waiter queued on slot %d took the other slot %v after its release", queued, time.Since(start))
+	if !holdsID(t, probe, mine.d, slots[queued]) {
+		t.Fatal("the holder of the waiter's slot no longer holds it")
+	}
+	if err := g.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdsID reports whether a session of d holds the advisory lock id.
+func holdsID(t testing.TB, conn *pgx.Conn, d *pgadvisory.Driver, id int64) bool {
+	t.Helper()
+	var held bool
+	err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.classid = (($2::bigint >> 32) & 4294967295)::oid AND l.objid = ($2::bigint & 4294967295)::oid)`, d.ApplicationName(), id).Scan(&held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
 }

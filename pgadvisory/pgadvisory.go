@@ -420,6 +420,8 @@ type Driver struct {
 	perms      map[string]permitUse    // semaphores with permits held here, by key
 	permitID   func(string, int) int64 // PermitID under the prefix
 	permitTurn atomic.Uint32           // turns the first slot a permit request tries
+	listener   *permitListener         // the session listening for permits given back, or nil; guarded by mu
+	rescan     [2]time.Duration        // permitRescan and permitRescanListening; a test hook may lengthen them
 }
 
 type ownerKey struct{ key, owner string }
@@ -486,6 +488,7 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		ids:      map[int64]idUse{},
 		perms:    map[string]permitUse{},
 		grace:    stmtGrace,
+		rescan:   [2]time.Duration{permitRescan, permitRescanListening},
 		fenceSem: make(chan struct{}, 1),
 	}
 	prefix := o.prefix

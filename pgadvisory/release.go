@@ -89,7 +89,7 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		done()
 		return err
 	}
-	_, err, gaveUp := roundTrip(d, ctx, 0, c, unlockFor(h.shared), h.id, nil,
+	_, err, gaveUp := roundTrip(d, ctx, 0, c, h.unlockStmt(), h.id, nil,
 		func(hand *handoff[struct{}], ok result, err error) (struct{}, error) {
 			gone := true
 			var out error
@@ -115,6 +115,14 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		return errNoAnswer("unlock", err)
 	}
 	return err
+}
+
+// unlockStmt is the statement that gives h back.
+func (h *holding) unlockStmt() *stmt {
+	if h.permits >= 2 {
+		return unlockPermitStmt
+	}
+	return unlockFor(h.shared)
 }
 
 // settle enters the outcome of an unlock of h in the books (see unlock); hand

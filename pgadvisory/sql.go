@@ -38,7 +38,10 @@ const (
 
 	// unlockSQL returns NULL (wrong session), true, or false when the session
 	// did not hold the lock.
-	unlockSQL       = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
+	unlockSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
+	// unlockPermitSQL is unlockSQL for a permit's slot, which also announces
+	// the slot given back to the waiters of other slots (see listen.go).
+	unlockPermitSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_unlock($1) THEN (SELECT true FROM pg_notify('` + permitChannel + `', $1::text)) ELSE false END`
 	unlockSharedSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock_shared($1) END`
 
 	// unlockAllSQL clears a waiting connection after a cancelled or failed wait,
@@ -87,6 +90,7 @@ var (
 	unlockSharedStmt = &stmt{bit: 1 << 1, name: "distlock_unlock_shared", sql: unlockSharedSQL, oids: lockParamOIDs[:2]}
 	unlockAllStmt    = &stmt{bit: 1 << 2, name: "distlock_unlock_all", sql: unlockAllSQL}
 	pingStmt         = &stmt{bit: 1 << 3, name: "distlock_ping", sql: pingSQL}
+	unlockPermitStmt = &stmt{bit: 1 << 9, name: "distlock_unlock_permit", sql: unlockPermitSQL, oids: lockParamOIDs[:2]}
 	inUseStmt        = &stmt{bit: 1 << 8, name: "distlock_in_use", sql: inUseSQL, oids: lockParamOIDs[:1]}
 )
 
