@@ -128,15 +128,22 @@
 // the same key are distinct advisory locks. A permit request tries the slots
 // one by one (one round trip each), starting at a slot that turns with every
 // request so that concurrent requests spread over the slots. If all are held,
-// TryAcquire returns lock.ErrLocked; Acquire waits in the server's queue of
-// one slot, on a connection of its own like a mutex wait, is granted that slot
-// by the server within a round trip of its release, and every 100 ms
-// (permitRescan) cancels that wait and tries every slot again, so a permit
-// given back on another slot is taken within 100 ms, or at once by a new
-// request. The rule for permits: a permit is granted to the request that
-// finds its slot free first; waiters queued on one slot are granted it in
-// arrival order, but there is no order across slots, and a TryAcquire may
-// take a permit while Acquire calls wait.
+// TryAcquire returns lock.ErrLocked. Acquire then waits in the server's queue
+// of one slot, on a connection of its own like a mutex wait, and is granted
+// that slot by the server within a round trip of its release. A permit given
+// back on any other slot wakes it too, without polling: the driver's unlock
+// of a permit announces the slot in the same statement
+// (pg_notify('distlock_permits', '<slot id>')), and one extra session per
+// Driver, opened by its first waiting permit request, LISTENs on that channel
+// and wakes the waiters of the other slots of that semaphore, which cancel
+// their wait and try every slot again (about 3 ms on the development
+// machine). A slot freed without an announcement (its holder's session
+// ended, an SQL client unlocked it) is found by the waiters' rescan, every
+// second (every 100 ms until the listening session is in force, or after it
+// failed and before another one is). The rule for permits: a permit is
+// granted to the request that finds its slot free first; waiters queued on
+// one slot are granted it in arrival order, but there is no order across
+// slots, and a TryAcquire may take a permit while Acquire calls wait.
 //
 // Every grant of any shape draws its token from the one fencing sequence (see
 // Fencing), so tokens increase across shared, exclusive and permit grants on
@@ -158,10 +165,15 @@
 // users admit at most the largest n at once; a lock and a semaphore of one
 // key never exclude each other.
 //
-// Limits: a full semaphore costs a request n round trips per look, so
-// semaphores are meant for small n (tens); each held permit counts as a lock
-// toward locks_per_conn, and each waiting Acquire takes a connection, as for
-// the mutex.
+// Limits: a full semaphore costs a request n round trips per look, and every
+// permit given back makes each waiter of the semaphore look (and send a
+// cancel request for its queued wait), so semaphores are meant for small n
+// and few waiters (tens); each held permit counts as a lock toward
+// locks_per_conn, each waiting Acquire takes a connection as for the mutex,
+// and a Driver that has had a waiting permit request keeps one more session,
+// listening, outside max_lock_conns, until Close. PostgreSQL serialises the
+// commits of statements that notify, so giving back a permit costs a little
+// more than unlocking a mutex.
 //
 // # Lock ids
 //
