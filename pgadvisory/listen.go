@@ -118,6 +118,10 @@ func (d *Driver) listen(l *permitListener) {
 		return
 	}
 	defer closeQuickly(conn)
+	// Tagged like the lock sessions, so an operator finds it among them.
+	if _, err := conn.Exec(d.closing, "SELECT set_config('application_name', $1, false)", d.tag); err != nil {
+		return
+	}
 	if _, err := conn.Exec(d.closing, "LISTEN "+permitChannel); err != nil {
 		return
 	}

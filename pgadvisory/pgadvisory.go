@@ -171,7 +171,8 @@
 // and few waiters (tens); each held permit counts as a lock toward
 // locks_per_conn, each waiting Acquire takes a connection as for the mutex,
 // and a Driver that has had a waiting permit request keeps one more session,
-// listening, outside max_lock_conns, until Close. PostgreSQL serialises the
+// listening (with the Driver's application_name), outside max_lock_conns,
+// until Close. PostgreSQL serialises the
 // commits of statements that notify, so giving back a permit costs a little
 // more than unlocking a mutex.
 //
