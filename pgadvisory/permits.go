@@ -85,7 +85,6 @@ func (d *Driver) bookPermitLocked(h *holding, delta int) {
 // most permitRescan each time before trying them all again.
 func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *lockStatements, wait bool) (driver.Grant, error) {
 	n := req.Permits
-	checked := false
 	for {
 		first := int(uint64(d.permitTurn.Add(1)) % uint64(n))
 		var bell *permitBell
@@ -100,7 +99,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 			}
 			bell, listening = d.permitBellFor(others)
 		}
-		g, err, again := d.permitRound(ctx, req, st, first, bell, listening, &checked)
+		g, err, again := d.permitRound(ctx, req, st, first, bell, listening)
 		if bell != nil {
 			d.unring(bell)
 		}
@@ -112,7 +111,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 
 // permitRound tries every slot from first, and waits on slot first if bell
 // is not nil; again reports that the wait ended for a rescan.
-func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, first int, bell *permitBell, listening bool, checked *bool) (g driver.Grant, err error, again bool) {
+func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, first int, bell *permitBell, listening bool) (g driver.Grant, err error, again bool) {
 	n := req.Permits
 	for j := 0; j < n; j++ {
 		g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n))
@@ -120,13 +119,14 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 			return g, err, false
 		}
 	}
-	if !*checked {
+	if d.shapeCheckDue(req) {
 		// All n are held: a moment to look for users of the key in another
-		// shape, without cost while permits are free.
+		// shape, without cost while permits are free, and at most once a
+		// second while none is found.
 		if err := d.checkShape(ctx, req, st); err != nil {
 			return driver.Grant{}, err, false
 		}
-		*checked = true
+		d.shapeCheckClean(req)
 	}
 	if bell == nil {
 		return driver.Grant{}, driver.ErrLocked, false
@@ -166,6 +166,31 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 
 // errRescan marks a permit wait ended to try every slot again.
 var errRescan = errors.New("pgadvisory: permit wait ended to try every slot again")
+
+// shapeCheckEvery is how often a Driver looks in pg_locks for another shape
+// of a key whose permits it finds all held (see checkShape): a caller that
+// polls a full semaphore with TryAcquire does not read pg_locks every time.
+const shapeCheckEvery = time.Second
+
+// shapeCheckDue reports whether req's key is due for a shape check: it was
+// not found clean by this Driver within the last shapeCheckEvery. The table
+// is lossy, like the contended keys': a forgotten key costs an extra check.
+func (d *Driver) shapeCheckDue(req *driver.Request) bool {
+	id := d.permitID(req.Key, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.shapeChecked[uint64(id)%contendedSlots]
+	return c.id != id || time.Since(c.at) >= shapeCheckEvery
+}
+
+// shapeCheckClean records that req's key was just found used in no other
+// shape. A mismatch found is not recorded, so the next request looks again.
+func (d *Driver) shapeCheckClean(req *driver.Request) {
+	id := d.permitID(req.Key, 0)
+	d.mu.Lock()
+	d.shapeChecked[uint64(id)%contendedSlots] = contention{id, time.Now()}
+	d.mu.Unlock()
+}
 
 // checkShape looks on the server, when every permit of req's semaphore is
 // held, for the key's lock id and for slot req.Permits (one beyond the last)

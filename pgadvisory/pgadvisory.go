@@ -155,9 +155,11 @@
 //   - in one Driver, always: permits of another n, or permits on a key held
 //     as a lock, or a lock (exclusive or shared) on a key held as a semaphore;
 //   - across clients, when a permit request finds every one of its n slots
-//     held: it then reads pg_locks (two statements, only then) for slot n, one
-//     beyond its last (held or awaited by a semaphore of more permits), and
-//     for the key's LockID (held or awaited as a lock).
+//     held: it then reads pg_locks (two statements, only then, and not again
+//     for a second per key and Driver once they found nothing) for slot n,
+//     one beyond its last (held or awaited by a semaphore of more permits),
+//     and for the key's LockID (held or awaited as a lock). A waiting Acquire
+//     looks again on each rescan that is due.
 //
 // Not seen: a permit request while its slots have room, a lock request on a
 // key that other clients use as a semaphore, and a semaphore of fewer permits
@@ -430,11 +432,12 @@ type Driver struct {
 	sweeper  *time.Timer                  // closes connections idle too long; nil when none is due
 	watch    atomic.Pointer[sessionWatch] // started with the first connection; nil before, or where there is none
 
-	perms      map[string]permitUse    // semaphores with permits held here, by key
-	permitID   func(string, int) int64 // PermitID under the prefix
-	permitTurn atomic.Uint32           // turns the first slot a permit request tries
-	listener   *permitListener         // the session listening for permits given back, or nil; guarded by mu
-	rescan     [2]time.Duration        // permitRescan and permitRescanListening; a test hook may lengthen them
+	perms        map[string]permitUse       // semaphores with permits held here, by key
+	permitID     func(string, int) int64    // PermitID under the prefix
+	permitTurn   atomic.Uint32              // turns the first slot a permit request tries
+	listener     *permitListener            // the session listening for permits given back, or nil; guarded by mu
+	shapeChecked [contendedSlots]contention // semaphores recently checked for another shape (see shapeCheckDue); guarded by mu
+	rescan       [2]time.Duration           // permitRescan and permitRescanListening; a test hook may lengthen them
 }
 
 type ownerKey struct{ key, owner string }
