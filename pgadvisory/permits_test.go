@@ -297,3 +297,41 @@ func holdsID(t testing.TB, conn *pgx.Conn, d *pgadvisory.Driver, id int64) bool 
 	}
 	return held
 }
+
+// A permit's unlock frees the slot at once and announces it when the
+// statement commits; if the announcement fails (a full NOTIFY queue, here a
+// pg_notify that raises, found first on the session's search_path), the
+// slot is free all the same, and Release says so rather than keep it in the
+// books as held.
+func TestPermitReleaseWhoseAnnouncementFailsFreesThePermit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := testserver.Postgres(t)
+	admin := connect(t, dsn)
+	mustExec(t, admin, `CREATE SCHEMA IF NOT EXISTS notify_fails`)
+	mustExec(t, admin, `CREATE OR REPLACE FUNCTION notify_fails.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'announcement refused'; END $$`)
+	t.Cleanup(func() { mustExec(t, admin, `DROP SCHEMA notify_fails CASCADE`) })
+
+	d, locker := openDriver(t, dsn, lock.WithPermits(2))
+	l, err := locker.TryAcquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgadvisory.ExecOnLockSessionsForTest(d, `SET search_path = notify_fails, pg_catalog, public`); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release of a permit whose announcement failed: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if holdsID(t, admin, d, pgadvisory.PermitID(pgadvisory.DefaultPrefix, t.Name(), i)) {
+			t.Fatalf("slot %d still held after the release", i)
+		}
+	}
+	_, other := openDriver(t, dsn, lock.WithPermits(2))
+	for i := 0; i < 2; i++ {
+		if _, err := other.TryAcquire(ctx, t.Name()); err != nil {
+			t.Fatalf("permit %d of 2 after the release: %v", i+1, err)
+		}
+	}
+}

@@ -98,6 +98,19 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 				cause := errSessionLost(err)
 				d.kill(c, cause)
 				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case err != nil && h.permits >= 2:
+				// A permit's unlock happens at once, its announcement at
+				// the statement's commit, which can fail after the unlock
+				// (a full NOTIFY queue): settle it with a plain unlock,
+				// whose false result means the slot was already freed.
+				uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+				ok, uerr := c.exec(uctx, unlockStmt, h.id)
+				cancel()
+				if uerr != nil || ok.null {
+					cause := errSessionLost(fmt.Errorf("unlock of a permit failed (%v), then %v", err, uerr))
+					d.kill(c, cause)
+					out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+				}
 			case err != nil:
 				gone = false // the lock stays held
 				out = classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err))
