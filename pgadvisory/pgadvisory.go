@@ -138,7 +138,9 @@
 // and wakes the waiters of the other slots of that semaphore, which cancel
 // their wait and try every slot again (about 3 ms on the development
 // machine). A slot freed without an announcement (its holder's session
-// ended, an SQL client unlocked it) is found by the waiters' rescan, every
+// ended, an SQL client unlocked it, or the announcement failed at commit,
+// after the unlock, as with a full NOTIFY queue: the release then settles
+// with a plain unlock and succeeds) is found by the waiters' rescan, every
 // second (every 100 ms until the listening session is in force, or after it
 // failed and before another one is). The rule for permits: a permit is
 // granted to the request that finds its slot free first; waiters queued on
