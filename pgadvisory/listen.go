@@ -40,7 +40,6 @@ func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
 type permitListener struct {
 	ready chan struct{} // closed once LISTEN is in force
 	bells map[int64]map[*permitBell]struct{}
-	ended bool // the session failed or the Driver closed: no more rings
 }
 
 // permitBellFor registers interest in ids and returns the bell, and whether
@@ -100,7 +99,6 @@ func (d *Driver) unring(b *permitBell) {
 func (d *Driver) listen(l *permitListener) {
 	defer func() {
 		d.mu.Lock()
-		l.ended = true
 		if d.listener == l {
 			d.listener = nil
 		}
