@@ -25,6 +25,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if err != nil {
 		return driver.Grant{}, classify(ctx, err)
 	}
+	if req.Permits >= 2 {
+		g, err := d.acquirePermit(ctx, req, st, false)
+		return g, classify(ctx, err)
+	}
 	g, err := d.try(ctx, req, st, d.lockID(req.Key))
 	return g, classify(ctx, err)
 }
@@ -157,6 +161,9 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	st, err := d.statements(ctx)
 	if err != nil {
 		return driver.Grant{}, err
+	}
+	if req.Permits >= 2 {
+		return d.acquirePermit(ctx, req, st, true)
 	}
 	id := d.lockID(req.Key)
 	// A key found held a moment ago is waited for at once; any other is first

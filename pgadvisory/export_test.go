@@ -83,3 +83,26 @@ func OpenForTest(ctx context.Context, rawURL string, opts ...Option) (*Driver, e
 	}
 	return openURL(ctx, u, opts)
 }
+
+// SetPermitRescanForTest sets how often d's waiting permit requests try every
+// slot again, without and with its listening session in force.
+func SetPermitRescanForTest(d *Driver, quiet, listening time.Duration) {
+	d.rescan = [2]time.Duration{quiet, listening}
+}
+
+// PermitListeningForTest reports whether d's session listening for permits
+// given back is in force.
+func PermitListeningForTest(d *Driver) bool {
+	d.mu.Lock()
+	l := d.listener
+	d.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.ready:
+		return true
+	default:
+		return false
+	}
+}

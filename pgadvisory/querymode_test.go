@@ -122,3 +122,63 @@ func waitUntilQueued(t *testing.T, dsn, key string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The semaphore's statements (the slots' try and wait, the pg_locks look of a
+// full semaphore, the unlock that announces a permit given back) work in
+// every query mode too.
+func TestEveryQueryExecModeTakesAndGivesBackPermits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn := testserver.Postgres(t)
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			url := withParam(t, dsn, "default_query_exec_mode", mode)
+			_, a := openDriver(t, url, lock.WithPermits(2))
+			_, b := openDriver(t, url, lock.WithPermits(2))
+			key := t.Name()
+			var held []*lock.Lock
+			for i := 0; i < 2; i++ {
+				l, err := a.TryAcquire(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, l)
+			}
+			if _, err := b.TryAcquire(ctx, key); !errors.Is(err, lock.ErrLocked) {
+				t.Fatalf("TryAcquire of a full semaphore = %v, want ErrLocked", err)
+			}
+			got := make(chan *lock.Lock, 1)
+			errc := make(chan error, 1)
+			go func() {
+				l, err := b.Acquire(ctx, key)
+				if err != nil {
+					errc <- err
+					return
+				}
+				got <- l
+			}()
+			probe := connect(t, dsn)
+			eventually(t, 10*time.Second, "the permit request queued on a slot", func() bool {
+				return waiters(t, probe, pgadvisory.PermitID(pgadvisory.DefaultPrefix, key, 0))+
+					waiters(t, probe, pgadvisory.PermitID(pgadvisory.DefaultPrefix, key, 1)) > 0
+			})
+			if err := held[0].Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			select {
+			case l := <-got:
+				if l.Token() <= held[1].Token() {
+					t.Errorf("token %d of the permit given back not above %d", l.Token(), held[1].Token())
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case err := <-errc:
+				t.Fatalf("the waiting Acquire: %v", err)
+			}
+			if err := held[1].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

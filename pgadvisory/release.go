@@ -89,7 +89,7 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		done()
 		return err
 	}
-	_, err, gaveUp := roundTrip(d, ctx, 0, c, unlockFor(h.shared), h.id, nil,
+	_, err, gaveUp := roundTrip(d, ctx, 0, c, h.unlockStmt(), h.id, nil,
 		func(hand *handoff[struct{}], ok result, err error) (struct{}, error) {
 			gone := true
 			var out error
@@ -98,6 +98,19 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 				cause := errSessionLost(err)
 				d.kill(c, cause)
 				out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+			case err != nil && h.permits >= 2:
+				// A permit's unlock happens at once, its announcement at
+				// the statement's commit, which can fail after the unlock
+				// (a full NOTIFY queue): settle it with a plain unlock,
+				// whose false result means the slot was already freed.
+				uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+				ok, uerr := c.exec(uctx, unlockStmt, h.id)
+				cancel()
+				if uerr != nil || ok.null {
+					cause := errSessionLost(fmt.Errorf("unlock of a permit failed (%v), then %v", err, uerr))
+					d.kill(c, cause)
+					out = fmt.Errorf("%w: %w", driver.ErrNotHeld, cause)
+				}
 			case err != nil:
 				gone = false // the lock stays held
 				out = classify(ctx, fmt.Errorf("pgadvisory: unlock: %w", err))
@@ -115,6 +128,14 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		return errNoAnswer("unlock", err)
 	}
 	return err
+}
+
+// unlockStmt is the statement that gives h back.
+func (h *holding) unlockStmt() *stmt {
+	if h.permits >= 2 {
+		return unlockPermitStmt
+	}
+	return unlockFor(h.shared)
 }
 
 // settle enters the outcome of an unlock of h in the books (see unlock); hand

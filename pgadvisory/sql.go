@@ -38,13 +38,23 @@ const (
 
 	// unlockSQL returns NULL (wrong session), true, or false when the session
 	// did not hold the lock.
-	unlockSQL       = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
+	unlockSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
+	// unlockPermitSQL is unlockSQL for a permit's slot, which also announces
+	// the slot given back to the waiters of other slots (see listen.go).
+	unlockPermitSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_unlock($1) THEN (SELECT true FROM pg_notify('` + permitChannel + `', $1::text)) ELSE false END`
 	unlockSharedSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock_shared($1) END`
 
 	// unlockAllSQL clears a waiting connection after a cancelled or failed wait,
 	// when the lock may have been granted as the wait ended. Waiting connections
 	// hold nothing else.
 	unlockAllSQL = `SELECT pg_advisory_unlock_all() IS NOT NULL`
+
+	// inUseSQL returns whether any session of this database holds or awaits
+	// the advisory lock $1 (read by a permit request that found every permit
+	// held, to detect another shape in use on the key).
+	inUseSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid)`
 
 	// pingSQL confirms that the session is alive and still the same one.
 	pingSQL = `SELECT pg_backend_pid()`
@@ -80,6 +90,8 @@ var (
 	unlockSharedStmt = &stmt{bit: 1 << 1, name: "distlock_unlock_shared", sql: unlockSharedSQL, oids: lockParamOIDs[:2]}
 	unlockAllStmt    = &stmt{bit: 1 << 2, name: "distlock_unlock_all", sql: unlockAllSQL}
 	pingStmt         = &stmt{bit: 1 << 3, name: "distlock_ping", sql: pingSQL}
+	unlockPermitStmt = &stmt{bit: 1 << 9, name: "distlock_unlock_permit", sql: unlockPermitSQL, oids: lockParamOIDs[:2]}
+	inUseStmt        = &stmt{bit: 1 << 8, name: "distlock_in_use", sql: inUseSQL, oids: lockParamOIDs[:1]}
 )
 
 // lockStatements are the statements that draw a token, built for one fencing

@@ -1,0 +1,172 @@
+package pgadvisory
+
+// Waking permit waiters: a permit request that waits is queued in the server
+// on one slot, which wakes it when that slot is freed; a permit given back on
+// any other slot is announced by the releasing statement itself
+// (pg_notify on permitChannel, the payload the slot's id), and a session of
+// the Driver's that LISTENs on the channel wakes the waiters that want that
+// slot, which then try the slots again. Frees that announce nothing (a
+// holder's session ended, an SQL client unlocked a slot) are found by the
+// waiters' rescan, every permitRescanListening.
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// permitChannel is the LISTEN/NOTIFY channel of permits given back, in the
+// database the driver locks in.
+const permitChannel = "distlock_permits"
+
+// permitRescanListening is how often a waiting permit request tries every
+// slot again while the Driver's listening session runs: frees that are not
+// announced are found within it.
+const permitRescanListening = time.Second
+
+// permitBell is one waiting permit request's interest in some slots.
+type permitBell struct {
+	once sync.Once
+	ch   chan struct{}
+	ids  []int64
+}
+
+func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
+
+// permitListener is the Driver's listening session, started by the first
+// permit request that waits and ended by Close or by a failure (the next
+// waiting request starts another).
+type permitListener struct {
+	ready chan struct{} // closed once LISTEN is in force
+	bells map[int64]map[*permitBell]struct{}
+}
+
+// permitBellFor registers interest in ids and returns the bell, and whether
+// announcements reach it (the listening session is in force): if not, the
+// caller rescans every permitRescan. Call unring when done.
+func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
+	b = &permitBell{ch: make(chan struct{}), ids: ids}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return b, false
+	}
+	l := d.listener
+	if l == nil {
+		l = &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
+		if !d.goJobLocked(func() { d.listen(l) }) {
+			return b, false
+		}
+		d.listener = l
+	}
+	for _, id := range ids {
+		m := l.bells[id]
+		if m == nil {
+			m = map[*permitBell]struct{}{}
+			l.bells[id] = m
+		}
+		m[b] = struct{}{}
+	}
+	select {
+	case <-l.ready:
+		return b, true
+	default:
+		return b, false
+	}
+}
+
+// unring drops b's interest.
+func (d *Driver) unring(b *permitBell) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := d.listener
+	if l == nil {
+		return
+	}
+	for _, id := range b.ids {
+		if m := l.bells[id]; m != nil {
+			delete(m, b)
+			if len(m) == 0 {
+				delete(l.bells, id)
+			}
+		}
+	}
+}
+
+// listen runs the listening session l until Close or a failure, ringing the
+// bells of the slots announced.
+func (d *Driver) listen(l *permitListener) {
+	defer func() {
+		d.mu.Lock()
+		if d.listener == l {
+			d.listener = nil
+		}
+		// Waiters rescan at their own pace from now on; wake them so they
+		// look now, rather than wait for a bell that will not ring.
+		for _, m := range l.bells {
+			for b := range m {
+				b.ring()
+			}
+		}
+		d.mu.Unlock()
+	}()
+	conn, err := d.connect(d.closing)
+	if err != nil {
+		return
+	}
+	defer closeQuickly(conn)
+	// Tagged like the lock sessions, so an operator finds it among them.
+	if _, err := conn.Exec(d.closing, "SELECT set_config('application_name', $1, false)", d.tag); err != nil {
+		return
+	}
+	if _, err := conn.Exec(d.closing, "LISTEN "+permitChannel); err != nil {
+		return
+	}
+	close(l.ready)
+	for {
+		n, err := conn.WaitForNotification(d.closing)
+		if err != nil {
+			return
+		}
+		id, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err != nil {
+			continue // not the driver's
+		}
+		d.mu.Lock()
+		for b := range l.bells[id] {
+			b.ring()
+		}
+		d.mu.Unlock()
+	}
+}
+
+// goJobLocked is goJob with d.mu held and Close not begun.
+func (d *Driver) goJobLocked(f func()) bool {
+	if d.closed {
+		return false
+	}
+	d.jobs.Add(1)
+	go func() {
+		defer d.jobs.Done()
+		f()
+	}()
+	return true
+}
+
+// waitRinging runs wait (a permit wait on one slot, under wctx) and cancels it
+// when b rings.
+func waitRinging[T any](ctx context.Context, b *permitBell, wait func(context.Context) T) T {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-b.ch:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return wait(wctx)
+}
