@@ -280,13 +280,14 @@ import (
 // lock.Open; its methods implement driver.Driver, driver.Acquirer and
 // driver.BatchRefresher.
 type Driver struct {
-	conn     *zk.Conn
-	ownConn  bool            // made by Open: closed by Close, watched through tapConn and onEvent
-	events   <-chan zk.Event // own connection only: closed when go-zookeeper's loop has ended
-	root     string          // the node every key's node lives under: chroot + "/" + escaped prefix
-	rootPath []string        // root and its ancestors below "/", to create when missing
-	acl      []zk.ACL
-	declared time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
+	conn      *zk.Conn
+	ownConn   bool            // made by Open: closed by Close, watched through tapConn and onEvent
+	events    <-chan zk.Event // own connection only: closed when go-zookeeper's loop has ended
+	root      string          // the node every key's node lives under: chroot + "/" + escaped prefix
+	rootPath  []string        // root and its ancestors below "/", to create when missing
+	acl       []zk.ACL
+	exclusive string        // the kind of an exclusive request's node: lockName, or writeName (WithWriteLockNodes)
+	declared  time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
@@ -358,6 +359,10 @@ type holding struct {
 	name   string // our node's name under parent, "" until known
 	state  holdState
 
+	kind    string // the node's kind: lockName, readName, writeName or leaseName
+	permits int    // a semaphore's n (leaseName); 0 otherwise
+	fence   int64  // a zxid of the grant's own, the token instead of the pzxid (0: none)
+
 	createdIn int64    // the live session before its create was sent (0: unknown)
 	owner     int64    // the session that owns the node called name, once known
 	view      *zk.Stat // the key node's stat in the listing that made the lock ours
@@ -422,15 +427,16 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		prefix = DefaultPrefix
 	}
 	d := &Driver{
-		root:    chroot + "/" + escapeName(prefix),
-		acl:     acl,
-		epoch:   time.Now(),
-		done:    make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		jobs:    make(chan func()),
-		holds:   map[holdKey]*holding{},
-		byPath:  map[string]*holding{},
-		parents: map[string]struct{}{},
+		root:      chroot + "/" + escapeName(prefix),
+		exclusive: lockName,
+		acl:       acl,
+		epoch:     time.Now(),
+		done:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		jobs:      make(chan func()),
+		holds:     map[holdKey]*holding{},
+		byPath:    map[string]*holding{},
+		parents:   map[string]struct{}{},
 	}
 	for i := 1; i < len(d.root); i++ {
 		if d.root[i] == '/' {
@@ -584,7 +590,8 @@ func (d *Driver) LockPath(key string) string { return d.root + "/" + escapeName(
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true}
+	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true,
+		Shared: true, WriterPreference: true, Permits: true}
 }
 
 // closeGrace is how long Close waits for the server to confirm the end of the
