@@ -416,6 +416,9 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 		return nil, o.err
 	}
 	d := newDriver(o.chroot, o.prefix, o.acl)
+	if o.writeNodes {
+		d.exclusive = writeName
+	}
 	d.conn = conn
 	d.declared = o.sessionTimeout
 	d.start()
@@ -477,6 +480,9 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		acl = zk.DigestACL(zk.PermAll, c.user, c.password)
 	}
 	d := newDriver(c.chroot, prefix, acl)
+	if c.writeNodes {
+		d.exclusive = writeName
+	}
 	d.ownConn = true
 	distinct := map[string]struct{}{}
 	for _, s := range servers {
