@@ -114,10 +114,10 @@
 // So once an exclusive request waits, shared requests that arrive after it
 // wait behind it, and readers that arrived before it keep their turn: a
 // stream of overlapping readers delays a writer by the readers ahead of it
-// only (WriterIsNotStarvedByAStreamOfReaders, eight runs under -race on a
-// 2-core machine at load 6 to 8: the writer's longest wait 41ms to 0.48s on
-// 1s streams, 74ms to 0.66s on 3s streams, mostly about 0.1s; the tail is
-// CPU starvation, not the queue). Each waiter
+// only (WriterIsNotStarvedByAStreamOfReaders, 30 runs under -race on a
+// shared 2-core machine at load 4 to 9: the writer's longest wait 40ms to
+// 0.73s, mostly 0.05s to 0.25s, on 1s and 3s streams alike; the tail follows
+// the machine's load, not the stream). Each waiter
 // watches the one node whose deletion can let it in: a release wakes the next
 // writer, or the readers behind the released writer, never the whole queue.
 //
