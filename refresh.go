@@ -136,12 +136,15 @@ func (lk *Locker) collect(now time.Time) (due []*Lock, wait time.Duration) {
 // refresh confirms a batch of due locks, in one round trip where the driver can.
 func (lk *Locker) refresh(due []*Lock) {
 	defer lk.wg.Done()
+	// Under lk.mu: a manual Refresh (confirmed) moves deadlines meanwhile.
+	lk.mu.Lock()
 	deadline := due[0].deadline
 	for _, l := range due[1:] {
 		if l.deadline.Before(deadline) {
 			deadline = l.deadline
 		}
 	}
+	lk.mu.Unlock()
 	ctx, cancel := context.WithDeadline(lk.ctx, deadline)
 	defer cancel()
 	start := time.Now()

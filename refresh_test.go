@@ -183,3 +183,25 @@ func TestRefreshRacingOwnReleaseDoesNotReportLoss(t *testing.T) {
 	default:
 	}
 }
+
+// A manual Refresh while automatic refreshes run moves the lock's deadline
+// under the Locker's mutex; the automatic refresh must read the deadlines of
+// its batch under it too (under -race this test failed when it did not).
+func TestManualRefreshBesideAutomaticRefreshesIsRaceFree(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 60 * time.Millisecond // automatic refreshes every 20ms
+	lk := lock.New(memdriver.New(t.Name()), lock.WithTTL(ttl))
+	defer lk.Close()
+	l, err := lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -46,12 +48,15 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	if req.Shared {
-		return driver.Grant{}, fmt.Errorf("%w: shared locks", driver.ErrUnsupported)
+	if req.Shared && req.Permits > 1 {
+		return driver.Grant{}, fmt.Errorf("%w: shared and permits together", driver.ErrInvalidArgument)
 	}
 	h, g, held, err := d.holding(req)
 	if held || err != nil {
 		return g, err
+	}
+	if h.permits > 1 {
+		return d.acquirePermit(ctx, h, wait)
 	}
 	for {
 		g, err := d.step(ctx, h, wait)
@@ -85,6 +90,13 @@ func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant,
 		return driver.Grant{}, err
 	}
 	if pred == "" {
+		if h.kind == readName {
+			// Readers hold together, so the listing's pzxid may be another
+			// reader's token too: take a zxid of our own.
+			if err := d.fence(ctx, h, nil); err != nil {
+				return driver.Grant{}, err
+			}
+		}
 		return d.grant(ctx, h, start)
 	}
 	if !wait {
@@ -128,7 +140,12 @@ func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 	if lst.err != nil {
 		return "", d.closedOr(lst.err)
 	}
-	pred, present := predecessor(lst.children, name)
+	var present bool
+	if h.kind == leaseName {
+		present = slices.Contains(lst.children, name) // leases have no order: they are counted
+	} else {
+		pred, present = predecessor(lst.children, name)
+	}
 	if !present {
 		// Deleted, or gone with an expired session: queue again.
 		d.forget(h, name)
@@ -181,7 +198,14 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 		}
 		return h, driver.Grant{}, false, nil
 	}
-	h = &holding{req: req, parent: d.root + "/" + escapeName(req.Key)}
+	h = &holding{req: req, parent: d.root + "/" + escapeName(req.Key), kind: d.exclusive}
+	switch {
+	case req.Shared:
+		h.kind = readName
+	case req.Permits > 1:
+		h.kind, h.permits = leaseName, req.Permits
+		h.parent += "/" + leasesNode
+	}
 	d.holds[k] = h
 	return h, driver.Grant{}, false, nil
 }
@@ -212,6 +236,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			h.unsure = false
 			if name != "" {
 				h.name, h.createdIn, h.owner, h.view = name, 0, 0, nil // its owner is unknown: read it
+				h.fence = 0
 				d.mu.Unlock()
 				return nil, nil
 			}
@@ -231,7 +256,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			parentErr  error
 			known      = d.knownParent(parent)
 			session    = d.conn.SessionID()
-			createPath = parent + "/" + nodePrefix(marker)
+			createPath = parent + "/" + nodePrefix(marker, h.kind)
 		)
 		switch {
 		case known:
@@ -250,6 +275,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		case err == nil:
 			d.mu.Lock()
 			h.name, h.createdIn, h.owner, h.view = path[len(parent)+1:], session, 0, nil
+			h.fence = 0
 			d.mu.Unlock()
 			d.rememberParent(parent)
 			return lst, nil
@@ -259,7 +285,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			// is missing. Make them again.
 			d.forgetParent(parent)
 			if errors.Is(parentErr, zk.ErrNoNode) {
-				if err := d.ensureRoot(ctx); err != nil {
+				if err := d.ensureAbove(ctx, parent); err != nil {
 					return nil, d.closedOr(err)
 				}
 			}
@@ -418,14 +444,24 @@ func (d *Driver) ensureParent(ctx context.Context, parent string) error {
 			return nil
 		case errors.Is(err, zk.ErrNoNode) && attempt == 0:
 			// The prefix itself is missing (deleted by an operator, or a
-			// Driver from New that has not made it yet).
-			if err := d.ensureRoot(ctx); err != nil {
+			// Driver from New that has not made it yet), or, for a
+			// semaphore's nodes, the key node.
+			if err := d.ensureAbove(ctx, parent); err != nil {
 				return err
 			}
 		default:
 			return fmt.Errorf("zkdriver: create key node: %w", err)
 		}
 	}
+}
+
+// ensureAbove makes the node that parent lives in: the root, or for a
+// semaphore's locks and leases nodes the key node.
+func (d *Driver) ensureAbove(ctx context.Context, parent string) error {
+	if up := path.Dir(parent); up != d.root {
+		return d.ensureParent(ctx, up)
+	}
+	return d.ensureRoot(ctx)
 }
 
 // ensureRoot makes the chroot and prefix nodes where missing. They are
@@ -486,10 +522,14 @@ func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver
 		// A node of a session that ended (the server deletes it any moment):
 		// not a lock. Queue again in the live session.
 		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
+		h.fence = 0
 		return driver.Grant{}, errVanished
 	}
 	h.state = stateGranted
 	h.token, h.session, h.start = uint64(h.view.Pzxid), h.owner, start
+	if h.fence != 0 {
+		h.token = uint64(h.fence)
+	}
 	first := len(d.byPath) == 0
 	d.byPath[h.path()] = h
 	if first || d.ownConn && !d.armWake {
@@ -526,6 +566,7 @@ func (d *Driver) forget(h *holding, name string) {
 	d.mu.Lock()
 	if h.name == name {
 		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
+		h.fence = 0
 	}
 	d.mu.Unlock()
 }

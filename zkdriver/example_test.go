@@ -82,3 +82,57 @@ func ExampleDriver_LockPath() {
 	defer peer.Unlock()
 	fmt.Println(d.LockPath("invoice:42")) // /distlock/invoice:42
 }
+
+// Readers share a key and a writer has it alone, with Curator's
+// InterProcessReadWriteLock layout: a writer that waits holds back the readers
+// that come after it. With exclusive=write in the URL, the exclusive lock is
+// Curator's write lock, so Java services using InterProcessReadWriteLock on
+// the same path take part too.
+func Example_sharedLock() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/app?exclusive=write")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// Many readers at once.
+	err = locker.Do(ctx, "catalog", func(ctx context.Context) error {
+		return readCatalog(ctx)
+	}, lock.WithShared(true))
+	if err != nil {
+		log.Print(err)
+	}
+
+	// One writer, once the readers ahead of it are done.
+	w, err := locker.Acquire(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+	fmt.Println("writer's token fences every reader before it:", w.Token())
+}
+
+func readCatalog(context.Context) error { return nil }
+
+// A semaphore of 4 permits, laid out as Curator's InterProcessSemaphoreV2: at
+// most four holders at once, each with its own lock (Lost, refresh, release);
+// Curator's leases on the same path count against the same 4.
+func Example_semaphore() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// Every user of the key must ask for the same number of permits.
+	err = locker.Do(ctx, "encoder-slots", func(ctx context.Context) error {
+		return encodeVideo(ctx)
+	}, lock.WithPermits(4))
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+func encodeVideo(context.Context) error { return nil }

@@ -47,13 +47,18 @@ func isPlain(c byte) bool {
 }
 
 // Lock node names follow Apache Curator's protected mode, which go-zookeeper's
-// zk.Lock uses too: "_c_" + a unique marker + "-" + "lock-", to which ZooKeeper
+// zk.Lock uses too: "_c_" + a unique marker + "-" + a kind, to which ZooKeeper
 // appends a ten-digit sequence number. The marker lets a client whose create
-// lost its reply find the node it made; the sequence after the last "lock-"
-// orders the queue, and every participant sorts by it.
+// lost its reply find the node it made; the sequence after the kind orders
+// the queue, and every participant sorts by it. The kinds are Curator's: an
+// InterProcessMutex's (and zk.Lock's) "lock-", an InterProcessReadWriteLock's
+// "__READ__" and "__WRIT__", and an InterProcessSemaphoreV2's "lease-".
 const (
 	protectedPrefix = "_c_"
 	lockName        = "lock-"
+	readName        = "__READ__"
+	writeName       = "__WRIT__"
+	leaseName       = "lease-"
 )
 
 // newMarker returns a random marker in the form Curator uses (a version 4 UUID),
@@ -68,29 +73,53 @@ func newMarker() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
-// nodePrefix is the name a lock node is created with; ZooKeeper appends the
-// sequence number.
-func nodePrefix(marker string) string { return protectedPrefix + marker + "-" + lockName }
+// nodePrefix is the name a node of kind is created with; ZooKeeper appends
+// the sequence number.
+func nodePrefix(marker, kind string) string { return protectedPrefix + marker + "-" + kind }
 
-// hasMarker reports whether the node name was created with marker.
+// hasMarker reports whether the node name was created with marker, whatever
+// its kind (a marker is unique to one create).
 func hasMarker(name, marker string) bool {
-	return strings.HasPrefix(name, nodePrefix(marker))
+	return len(name) > len(protectedPrefix)+len(marker) && strings.HasPrefix(name, protectedPrefix) &&
+		name[len(protectedPrefix):len(protectedPrefix)+len(marker)] == marker &&
+		name[len(protectedPrefix)+len(marker)] == '-'
 }
 
 // sequence returns the sequence number of a lock node name: what follows the
 // last "lock-", as Curator's StandardLockInternalsDriver.fixForSorting and
 // go-zookeeper's zk.Lock read it. ok is false for a child that is not a lock
 // node (it is then no competitor).
-func sequence(name string) (seq int32, ok bool) {
-	i := strings.LastIndex(name, lockName)
+func sequence(name string) (seq int32, ok bool) { return sequenceAfter(name, lockName) }
+
+// sequenceAfter returns the sequence number that follows the last kind in
+// name.
+func sequenceAfter(name, kind string) (seq int32, ok bool) {
+	i := strings.LastIndex(name, kind)
 	if i < 0 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[i+len(lockName):], 10, 32)
+	n, err := strconv.ParseInt(name[i+len(kind):], 10, 32)
 	if err != nil {
 		return 0, false
 	}
 	return int32(n), true
+}
+
+// queued reads a child of a key node as a member of the queue: its sequence,
+// and whether it is shared (a "__READ__" node) rather than exclusive (a
+// "lock-" or "__WRIT__" node). ok is false for any other child (a
+// semaphore's "locks" and "leases" nodes, say), which is no competitor.
+// Curator's read-write lock orders its nodes by the sequence after either of
+// its names, as this does across all three.
+func queued(name string) (seq int32, shared, ok bool) {
+	if seq, ok = sequenceAfter(name, lockName); ok {
+		return seq, false, true
+	}
+	if seq, ok = sequenceAfter(name, writeName); ok {
+		return seq, false, true
+	}
+	seq, ok = sequenceAfter(name, readName)
+	return seq, true, ok
 }
 
 // before reports whether sequence a was handed out before b. ZooKeeper's
@@ -101,10 +130,14 @@ func sequence(name string) (seq int32, ok bool) {
 // us and with each other.)
 func before(a, b int32) bool { return int32(uint32(a)-uint32(b)) < 0 }
 
-// predecessor finds our node among children and the lock node right before it
-// in the queue (the one to watch), or "" if we are first.
+// predecessor finds our node among children and the node it waits for, or ""
+// if it holds. An exclusive node waits for the node right before it in the
+// queue, of any kind; a shared node for the nearest exclusive node before it
+// (held or waiting), and holds when there is none: so readers run together,
+// and a waiting writer holds back every reader queued after it. Each waiter
+// watches only the one node whose deletion can let it in (no herd effect).
 func predecessor(children []string, ours string) (pred string, present bool) {
-	mine, ok := sequence(ours)
+	mine, shared, ok := queued(ours)
 	if !ok {
 		return "", false
 	}
@@ -114,8 +147,8 @@ func predecessor(children []string, ours string) (pred string, present bool) {
 			present = true
 			continue
 		}
-		s, ok := sequence(c)
-		if !ok || !before(s, mine) {
+		s, sh, ok := queued(c)
+		if !ok || !before(s, mine) || shared && sh {
 			continue
 		}
 		if pred == "" || before(best, s) {

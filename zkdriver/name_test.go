@@ -168,3 +168,34 @@ func TestPredecessorIsTheNextLowerSequenceAcrossTheCounterWrap(t *testing.T) {
 		t.Error("a node missing from the children was reported present")
 	}
 }
+
+// The read-write queue: an exclusive node ("lock-" or Curator's "__WRIT__")
+// waits for the node right before it, of any kind; a shared ("__READ__") node
+// for the nearest exclusive node before it, and for no reader. So a reader
+// behind a waiting writer waits, and readers before it do not.
+func TestReadersWaitOnlyForTheNearestEarlierWriter(t *testing.T) {
+	r := func(seq string) string { return "_c_r" + seq + "-__READ__" + seq }
+	w := func(seq string) string { return "_c_w" + seq + "-__WRIT__" + seq }
+	m := func(seq string) string { return "_c_m" + seq + "-lock-" + seq }
+	queue := []string{r("0000000001"), w("0000000002"), r("0000000003"), m("0000000004"), r("0000000005"), r("0000000006"), "leases", "locks"}
+	cases := []struct{ ours, want string }{
+		{r("0000000001"), ""},              // first: holds
+		{w("0000000002"), r("0000000001")}, // a writer waits for the reader before it
+		{r("0000000003"), w("0000000002")}, // a reader behind a writer waits for it
+		{m("0000000004"), r("0000000003")}, // the mutex's nodes are writers too
+		{r("0000000005"), m("0000000004")}, // the nearest writer, not the first
+		{r("0000000006"), m("0000000004")}, // readers never wait for readers
+	}
+	for _, c := range cases {
+		got, present := zkdriver.Predecessor(queue, c.ours)
+		if !present || got != c.want {
+			t.Errorf("%s waits for %q (present %v); want %q", c.ours, got, present, c.want)
+		}
+	}
+	readers := []string{r("0000000007"), r("0000000008"), r("0000000009")}
+	for _, ours := range readers {
+		if got, _ := zkdriver.Predecessor(readers, ours); got != "" {
+			t.Errorf("reader %s waits for %s among readers only; want none", ours, got)
+		}
+	}
+}

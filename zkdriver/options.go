@@ -21,6 +21,7 @@ type options struct {
 	chroot         string
 	acl            []zk.ACL
 	sessionTimeout time.Duration
+	writeNodes     bool
 	err            error
 }
 
@@ -80,6 +81,18 @@ func WithSessionTimeout(d time.Duration) Option {
 		}
 		o.sessionTimeout = d
 	}
+}
+
+// WithWriteLockNodes makes exclusive requests queue as the write lock of
+// Curator's InterProcessReadWriteLock ("__WRIT__" nodes) instead of as an
+// InterProcessMutex ("lock-" nodes): use it where Java services lock the same
+// keys with InterProcessReadWriteLock, so that their readers wait for this
+// driver's exclusive holders and their writers for all of this driver's
+// holders. Such exclusive locks no longer exclude an InterProcessMutex or a
+// zk.Lock on the key (see "Curator and zk.Lock" in the package
+// documentation). The URL parameter exclusive=write does the same.
+func WithWriteLockNodes() Option {
+	return func(o *options) { o.writeNodes = true }
 }
 
 func (o *options) fail(err error) {

@@ -38,6 +38,7 @@ type urlConfig struct {
 	user, password string   // digest credentials; user is "" without them
 	sessionTimeout time.Duration
 	connectTimeout time.Duration
+	writeNodes     bool // exclusive=write: exclusive requests make "__WRIT__" nodes
 }
 
 // parseURL reads a zk:// URL that url.Parse has already accepted. Its errors
@@ -80,6 +81,13 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		"a duration between 1ms and 24h, such as 10s")
 	c.connectTimeout = p.Duration("connect_timeout", DefaultConnectTimeout, 1, math.MaxInt64,
 		"a positive duration, such as 10s")
+	switch v := p.String("exclusive", "mutex"); v {
+	case "mutex":
+	case "write":
+		c.writeNodes = true
+	default:
+		p.Refuse("exclusive", fmt.Sprintf("is %q; want mutex (Curator's InterProcessMutex layout, the default) or write (its InterProcessReadWriteLock's write lock)", v))
+	}
 	if err := p.Check(); err != nil {
 		return urlConfig{}, err
 	}

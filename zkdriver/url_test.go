@@ -66,6 +66,7 @@ func TestBadURLsAreRejectedWithoutTheirPassword(t *testing.T) {
 		"zk://:" + secret + "@h:2181":                            "user and a password",
 		"zk://u@h:2181":                                          "user and a password",
 		"zk://u:" + secret + "@h:2181#frag":                      "fragment",
+		"zk://u:" + secret + "@h:2181?exclusive=writer":          "exclusive",
 		"zk://u:" + secret + "@":                                 "want zk://host",
 		"zk://u:" + secret + "@h:2181/%zz":                       "", // url.Parse fails: the portable layer redacts
 		"zk://u:" + strings.ReplaceAll(secret, "-", "%zz") + "@": "",

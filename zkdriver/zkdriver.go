@@ -20,6 +20,7 @@
 //	zk://zk1:2181/services/billing             under a chroot, as in the Java connect string
 //	zk://locker:secret@zk1:2181/app            digest authentication and ACLs
 //	zk://zk1:2181?session_timeout=30s&connect_timeout=5s&prefix=jobs&ttl=1m
+//	zk://zk1:2181?exclusive=write               exclusive locks as Curator's write lock
 //
 // session_timeout is the session timeout the driver asks for (default 10s, the
 // time a crashed holder blocks others); the server bounds it to its
@@ -27,7 +28,10 @@
 // default), and the driver uses what the server granted. connect_timeout
 // bounds how long Open waits for the first session (default 10s). The portable
 // ttl, auto_refresh and prefix are described in package lock; any other
-// parameter is an error that lists these.
+// parameter is an error that lists these. exclusive is mutex (the default:
+// exclusive requests queue as Curator's InterProcessMutex) or write (as the
+// write lock of its InterProcessReadWriteLock; WithWriteLockNodes for New):
+// see "Read-write locks and semaphores".
 //
 // With a user and password the session authenticates with ZooKeeper's digest
 // scheme, and every node the driver makes gets the ACL zk.DigestACL(zk.PermAll,
@@ -52,7 +56,11 @@
 //
 // # Layout
 //
-//	<chroot>/<prefix>/<key>/_c_<uuid>-lock-<sequence>
+//	<chroot>/<prefix>/<key>/_c_<uuid>-lock-<sequence>       exclusive
+//	<chroot>/<prefix>/<key>/_c_<uuid>-__WRIT__<sequence>    exclusive, with exclusive=write
+//	<chroot>/<prefix>/<key>/_c_<uuid>-__READ__<sequence>    shared
+//	<chroot>/<prefix>/<key>/locks/_c_<uuid>-lock-<sequence> semaphore: its acquirers' mutex
+//	<chroot>/<prefix>/<key>/leases/_c_<uuid>-lease-<sequence> semaphore: a permit
 //
 // The prefix node ("distlock" unless set) is persistent. Under it each key has a
 // key node, named by the key with bytes outside [A-Za-z0-9_:.-] escaped as %XX
@@ -82,10 +90,83 @@
 // with the same chroot, or with the chroot prepended) therefore takes the same
 // lock as the driver: Java services and Go services exclude each other. Curator
 // makes missing key nodes as containers too; zk.Lock makes them persistent, and
-// those stay. Curator's revocation (writing to a holder's node) is ignored, and
-// its InterProcessReadWriteLock, whose nodes are named __READ__ and __WRIT__,
-// is a different lock. Tokens are the driver's own; Curator and zk.Lock have
-// none.
+// those stay. Curator's revocation (writing to a holder's node) is ignored.
+// Tokens are the driver's own; Curator and zk.Lock have none. Shared locks
+// and semaphores are Curator's InterProcessReadWriteLock and
+// InterProcessSemaphoreV2: see the next section, which says which mixes of
+// Curator's recipes and the driver's shapes exclude each other.
+//
+// # Read-write locks and semaphores
+//
+// A shared request (lock.WithShared) queues a "__READ__" node in the key's
+// one queue, beside the exclusive requests' "lock-" (or "__WRIT__") nodes, all
+// ordered by the sequence after their name, as Curator's read-write lock
+// orders its two names. The queueing rule, over that order:
+//
+//   - an exclusive request holds when no node of any kind is before its own,
+//     and watches the node right before it;
+//   - a shared request holds when no exclusive node (held or waiting) is
+//     before its own, and watches the nearest exclusive node before it;
+//     shared nodes before it do not hold it back;
+//   - TryAcquire queues a node like Acquire, checks the rule once and deletes
+//     the node if it does not hold.
+//
+// So once an exclusive request waits, shared requests that arrive after it
+// wait behind it, and readers that arrived before it keep their turn: a
+// stream of overlapping readers delays a writer by the readers ahead of it
+// only (WriterIsNotStarvedByAStreamOfReaders, 30 runs under -race on a
+// shared 2-core machine at load 4 to 9: the writer's longest wait 40ms to
+// 0.73s, mostly 0.05s to 0.25s, on 1s and 3s streams alike; the tail follows
+// the machine's load, not the stream). Each waiter
+// watches the one node whose deletion can let it in: a release wakes the next
+// writer, or the readers behind the released writer, never the whole queue.
+//
+// A permit of a semaphore of n (lock.WithPermits(n), n >= 2) follows Curator's
+// InterProcessSemaphoreV2: an Acquire takes the key's "locks" mutex (the
+// exclusive rule above, on <key>/locks), creates its lease under
+// <key>/leases, and lists the leases, watching them, until there are at most n,
+// its own among them (Curator counts the children: at most maxLeases); then it
+// holds with its lease and deletes its mutex node. Only the acquirer holding
+// the mutex waits, so freed permits go to acquirers in the mutex's order.
+// TryAcquire creates its lease without the mutex and keeps it only if at most
+// n leases exist: the count alone keeps the holders to n (of n+1 holders, the
+// one whose listing came last would have seen all n+1), the mutex only orders
+// the waiters. Refresh, Release, Lost and Close treat a lease as a lock node.
+//
+// Fencing tokens of shared and permit grants cannot be the listing's pzxid
+// (two readers may see the same one): once its node holds, such a grant
+// writes the key node (setData, one more round trip) and takes the zxid of
+// that write, larger than every zxid before it, so larger than every token
+// granted earlier on the key, of any shape, and a writer's pzxid after the
+// readers' deletions exceeds all their tokens. The exclusive grant is
+// unchanged (its pzxid). A permit's write stores the semaphore's n in the key
+// node ("distlock permits=N"); a permit request whose n differs from the one
+// stored while another lease exists is driver.ErrInvalidArgument (its lease is
+// deleted); with no other lease, it stores its own n.
+//
+// Interplay with Curator on LockPath(key), both ways:
+//
+//   - InterProcessReadWriteLock's write lock and the driver's shared locks
+//     exclude each other, and its read lock shares with them; a Curator
+//     writer waiting behind the driver's readers holds back the driver's
+//     later readers, and the other way round.
+//   - The driver's exclusive locks take part only with exclusive=write: in
+//     the default layout Curator's readers wait for "__WRIT__" nodes alone,
+//     and its writers sort "lock-" nodes after their own, so neither would
+//     wait for the driver's exclusive holder. So where Java services use
+//     InterProcessReadWriteLock on the same keys, open the driver with
+//     exclusive=write; its exclusive locks then no longer exclude an
+//     InterProcessMutex or a zk.Lock (zk.Lock also fails on a key holding
+//     "__READ__" nodes, whose sequence it cannot parse).
+//   - InterProcessSemaphoreV2 on the same path with the same maxLeases shares
+//     the permits with the driver's. Curator keeps no n of its own beside the
+//     leases (a SharedCount, if used, lives elsewhere), so a Curator client's
+//     n is not checked; Curator leaves the key node's data alone.
+//
+// Not detected: a key used both as a lock and as a semaphore (the lock's
+// nodes and the semaphore's "locks" and "leases" nodes live side by side in
+// the key node and ignore each other), and permits of another n when no
+// other lease is held at that moment.
 //
 // # Capabilities
 //
@@ -99,9 +180,11 @@
 //     a lock is trusted without a confirmed refresh, which reads the node, or
 //     (for a node with a watch) any path: see below.
 //   - Notify: yes; a waiter is woken by a watch on the node before its own.
-//   - FIFO: yes; the sequence numbers are the order of arrival.
-//   - Shared: no, not yet: read locks would follow Curator's read-write lock
-//     (__READ__ and __WRIT__ nodes in the same queue).
+//   - FIFO: yes; the sequence numbers are the order of arrival (for permits,
+//     the order of the semaphore's locks mutex).
+//   - Shared: yes, with WriterPreference (the rule above).
+//   - Permits: yes; another n is ErrInvalidArgument where it can be seen (see
+//     Read-write locks and semaphores).
 //
 // # Deadlines and Close
 //
@@ -259,6 +342,14 @@
 // sequence counter passes 2^31 (two billion locks without ever being empty)
 // wraps to negative numbers (ZOOKEEPER-2944); the driver orders across the wrap,
 // Curator and zk.Lock do not.
+//
+// Shapes: a shared grant costs one write more than the mutex's (the token's
+// setData); a permit, uncontended, about seven round trips (the locks mutex's
+// create, listing and delete, the lease's create and listing, and the n's
+// read and write), and permit acquirers wait one at a time behind the locks
+// mutex, as Curator's do. A semaphore's waiter whose session expires while it
+// waits queues again in the new session. Readers woken by a writer's release
+// all list the queue at once (they may all hold).
 package zkdriver
 
 import (
@@ -280,13 +371,14 @@ import (
 // lock.Open; its methods implement driver.Driver, driver.Acquirer and
 // driver.BatchRefresher.
 type Driver struct {
-	conn     *zk.Conn
-	ownConn  bool            // made by Open: closed by Close, watched through tapConn and onEvent
-	events   <-chan zk.Event // own connection only: closed when go-zookeeper's loop has ended
-	root     string          // the node every key's node lives under: chroot + "/" + escaped prefix
-	rootPath []string        // root and its ancestors below "/", to create when missing
-	acl      []zk.ACL
-	declared time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
+	conn      *zk.Conn
+	ownConn   bool            // made by Open: closed by Close, watched through tapConn and onEvent
+	events    <-chan zk.Event // own connection only: closed when go-zookeeper's loop has ended
+	root      string          // the node every key's node lives under: chroot + "/" + escaped prefix
+	rootPath  []string        // root and its ancestors below "/", to create when missing
+	acl       []zk.ACL
+	exclusive string        // the kind of an exclusive request's node: lockName, or writeName (WithWriteLockNodes)
+	declared  time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
@@ -358,6 +450,10 @@ type holding struct {
 	name   string // our node's name under parent, "" until known
 	state  holdState
 
+	kind    string // the node's kind: lockName, readName, writeName or leaseName
+	permits int    // a semaphore's n (leaseName); 0 otherwise
+	fence   int64  // a zxid of the grant's own, the token instead of the pzxid (0: none)
+
 	createdIn int64    // the live session before its create was sent (0: unknown)
 	owner     int64    // the session that owns the node called name, once known
 	view      *zk.Stat // the key node's stat in the listing that made the lock ours
@@ -411,6 +507,9 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 		return nil, o.err
 	}
 	d := newDriver(o.chroot, o.prefix, o.acl)
+	if o.writeNodes {
+		d.exclusive = writeName
+	}
 	d.conn = conn
 	d.declared = o.sessionTimeout
 	d.start()
@@ -422,15 +521,16 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		prefix = DefaultPrefix
 	}
 	d := &Driver{
-		root:    chroot + "/" + escapeName(prefix),
-		acl:     acl,
-		epoch:   time.Now(),
-		done:    make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		jobs:    make(chan func()),
-		holds:   map[holdKey]*holding{},
-		byPath:  map[string]*holding{},
-		parents: map[string]struct{}{},
+		root:      chroot + "/" + escapeName(prefix),
+		exclusive: lockName,
+		acl:       acl,
+		epoch:     time.Now(),
+		done:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		jobs:      make(chan func()),
+		holds:     map[holdKey]*holding{},
+		byPath:    map[string]*holding{},
+		parents:   map[string]struct{}{},
 	}
 	for i := 1; i < len(d.root); i++ {
 		if d.root[i] == '/' {
@@ -471,6 +571,9 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		acl = zk.DigestACL(zk.PermAll, c.user, c.password)
 	}
 	d := newDriver(c.chroot, prefix, acl)
+	if c.writeNodes {
+		d.exclusive = writeName
+	}
 	d.ownConn = true
 	distinct := map[string]struct{}{}
 	for _, s := range servers {
@@ -584,7 +687,8 @@ func (d *Driver) LockPath(key string) string { return d.root + "/" + escapeName(
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true}
+	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true,
+		Shared: true, WriterPreference: true, Permits: true}
 }
 
 // closeGrace is how long Close waits for the server to confirm the end of the
