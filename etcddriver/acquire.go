@@ -92,8 +92,14 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	}
 	d.mu.Unlock()
 
-	if !wait {
+	shaped := reqShape(req) != shapeExclusive
+	switch {
+	case !wait && shaped:
+		return d.tryShaped(ctx, e)
+	case !wait:
 		return d.try(ctx, e)
+	case shaped:
+		return d.enqueueShaped(ctx, e)
 	}
 	return d.enqueue(ctx, e)
 }
@@ -118,6 +124,9 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(mine) == 0 {
 			d.forget(e)
+			if err := mismatch(e.rng, shapeExclusive, first); err != nil {
+				return driver.Grant{}, err
+			}
 			return driver.Grant{}, driver.ErrLocked
 		}
 		kv := mine[0]
@@ -220,6 +229,11 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		return err
 	}
 	for {
+		// A writer behind a semaphore's permit: the key is in use as a
+		// semaphore (only the key just before ours is seen, so only then).
+		if keyShape(e.rng, pred.Key) > 0 {
+			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng, shapeExclusive, []*mvccpb.KeyValue{pred}))
+		}
 		if err := d.waitDelete(ctx, e, pred, known); err != nil {
 			return driver.Grant{}, waitFailed(err)
 		}

@@ -386,12 +386,15 @@ func measureMinTTL(ctx context.Context, c *clientv3.Client) (time.Duration, erro
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Fencing:  true,
-		Expiring: true,
-		Notify:   true,
-		FIFO:     true,
-		MinTTL:   d.minTTL,
-		MaxTTL:   maxLeaseTTL,
+		Fencing:          true,
+		Expiring:         true,
+		Notify:           true,
+		FIFO:             true,
+		Shared:           true,
+		WriterPreference: true,
+		Permits:          true,
+		MinTTL:           d.minTTL,
+		MaxTTL:           maxLeaseTTL,
 	}
 }
 
