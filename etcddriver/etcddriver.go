@@ -104,10 +104,12 @@
 // waits, shared requests that arrive after it wait behind it, and those that
 // arrived before it keep their turn and hold together with the current
 // readers: a stream of overlapping readers delays a writer by the readers ahead
-// of it only (WriterIsNotStarvedByAStreamOfReaders: worst wait 0.2s to 0.3s
-// here, the same for 1s and 3s streams; readers hold 20ms each, and each
-// handoff in the chain can take a delayed etcd 3.4 watch's recheck). A
-// semaphore admits in arrival order whichever holder leaves first.
+// of it only (WriterIsNotStarvedByAStreamOfReaders, readers of 20ms arriving
+// every 4ms: the writer's worst wait was 0.15s to 0.27s over six runs on a
+// loaded two-core machine under the race detector, no longer under 3s streams
+// than under 1s ones; the readers ahead of it release one by one, and the
+// writer reads and watches again after each). A semaphore admits in arrival
+// order whichever holder leaves first.
 //
 // A concurrency.Mutex or etcdctl lock on the same name waits for every key
 // before its own, readers and permits included, and every reader waits for
