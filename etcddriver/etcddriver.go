@@ -107,9 +107,9 @@
 // of it only (WriterIsNotStarvedByAStreamOfReaders, readers of 20ms arriving
 // every 4ms: the writer's worst wait was 0.15s to 0.27s over six runs on a
 // loaded two-core machine under the race detector, no longer under 3s streams
-// than under 1s ones; the readers ahead of it release one by one, and the
-// writer reads and watches again after each). A semaphore admits in arrival
-// order whichever holder leaves first.
+// than under 1s ones: the writer watches the last reader before it, then
+// reads again, and watches any earlier one still there). A semaphore admits in
+// arrival order whichever holder leaves first.
 //
 // A concurrency.Mutex or etcdctl lock on the same name waits for every key
 // before its own, readers and permits included, and every reader waits for
