@@ -64,7 +64,7 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	}
 	defer untrack()
 
-	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared}
+	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared, Label: encodeLabel(o.owner(), time.Now(), o.value)}
 	if o.permits > 1 {
 		req.Permits = o.permits // one permit is the exclusive lock
 	}

@@ -64,6 +64,13 @@ var (
 	// of the wrong type, a server configuration the driver cannot work with).
 	// errors.As reaches the backend's own error.
 	ErrBackend = errors.New("backend error")
+
+	// ErrForceReleased is the cause of a lock lost because an operator freed
+	// it with ForceRelease, where the backend can tell: Lock.Err matches it.
+	ErrForceReleased = driver.ErrForceReleased
+
+	// ErrNoLeader is returned by Leader when no one leads the election.
+	ErrNoLeader = errors.New("no leader")
 )
 
 // Error is the one wrapper around every error the package returns. It names the

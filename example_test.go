@@ -158,3 +158,71 @@ func ExampleWithPermits() {
 	// third export after one ended: true
 	// another number of permits: true
 }
+
+func ExampleLocker_Campaign() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-campaign", lock.WithOwnerName("web-1"))
+	defer locker.Close()
+
+	// Campaign blocks until this process leads "scheduler"; the value is
+	// published with the leadership (here, where to reach the leader).
+	lead, err := locker.Campaign(ctx, "scheduler", "10.0.0.7:8080")
+	if err != nil {
+		return
+	}
+	l, _ := locker.Leader(ctx, "scheduler")
+	fmt.Println("leader:", l.Owner, l.Value, "term", l.Token)
+
+	// Work as the leader until the leadership is lost or given up.
+	select {
+	case <-lead.Lost():
+		fmt.Println("lost:", lead.Err())
+	default:
+		_ = lead.Resign(ctx)
+	}
+	_, err = locker.Leader(ctx, "scheduler")
+	fmt.Println("after Resign:", errors.Is(err, lock.ErrNoLeader))
+	// Output:
+	// leader: web-1 10.0.0.7:8080 term 1
+	// after Resign: true
+}
+
+func ExampleLocker_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	locker, _ := lock.Open(ctx, "mem://example-observe")
+	defer locker.Close()
+
+	changes := locker.Observe(ctx, "scheduler")
+	fmt.Println("elected:", (<-changes).Elected)
+
+	lead, _ := locker.Campaign(ctx, "scheduler", "10.0.0.7:8080")
+	l := <-changes
+	fmt.Println("elected:", l.Elected, l.Value)
+
+	_ = lead.Resign(ctx)
+	fmt.Println("elected:", (<-changes).Elected)
+	// Output:
+	// elected: false
+	// elected: true 10.0.0.7:8080
+	// elected: false
+}
+
+func ExampleLocker_Inspect() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-inspect", lock.WithOwnerName("billing-2"))
+	defer locker.Close()
+
+	l, _ := locker.Acquire(ctx, "invoice:42")
+	in, _ := locker.Inspect(ctx, "invoice:42")
+	fmt.Println(in.Held, in.Holders, in.Owner, in.Token == l.Token())
+
+	// An operator frees a stuck lock; its holder learns why, and the next
+	// holder's token fences it out.
+	_ = locker.ForceRelease(ctx, "invoice:42")
+	<-l.Lost()
+	fmt.Println(errors.Is(l.Err(), lock.ErrForceReleased))
+	// Output:
+	// true 1 billing-2 true
+	// true
+}

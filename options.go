@@ -26,7 +26,9 @@ type options struct {
 	backoff      Backoff
 	closeTimeout time.Duration
 	grace        time.Duration
-	err          error // first invalid option value, reported by validate
+	ownerName    string // WithOwnerName; empty: host:pid
+	value        string // a leader's published value (Campaign)
+	err          error  // first invalid option value, reported by validate
 }
 
 func defaultOptions() options {

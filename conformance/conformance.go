@@ -177,6 +177,18 @@ func Run(t *testing.T, h Harness) {
 	run("StaleSharedAndPermitHoldersCannotFreeOthers", testStaleSharedAndPermitHoldersCannotFreeOthers)
 	run("SharedAndPermitHoldersSeeLostAndAreReleasedByClose", testSharedAndPermitHoldersSeeLostAndAreReleasedByClose)
 
+	// Inspection, operator calls and leader election (inspect.go, elect.go):
+	// those that need an optional driver interface (Inspector, Lister,
+	// Evictor, Labeler) are skipped naming it.
+	run("InspectAgreesWithHolders", testInspectAgreesWithHolders)
+	run("ListShowsHeldKeysUnderAPrefix", testListShowsHeldKeysUnderAPrefix)
+	run("ForceReleaseEvictsAndFences", testForceReleaseEvictsAndFences)
+	run("ExactlyOneLeaderAmongCampaigners", testExactlyOneLeaderAmongCampaigners)
+	run("ResignHandsOverPromptly", testResignHandsOverPromptly)
+	run("LeaderReportsValueTermAndStart", testLeaderReportsValueTermAndStart)
+	run("ObserveSeesEveryChangeInOrder", testObserveSeesEveryChangeInOrder)
+	run("KilledLeaderProcessIsReplaced", testKilledLeaderProcessIsReplaced)
+
 	// Ownership.
 	run("RetriedAcquireBySameOwnerSucceeds", testRetriedAcquireBySameOwnerSucceeds)
 	run("ReleaseAndRefreshCheckTheOwner", testReleaseAndRefreshCheckTheOwner)

@@ -58,8 +58,26 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		},
 		{
 			broken: "no-exclusion",
-			run:    "MutualExclusionUnderContention|TryAcquireReportsLockedWhileHeld",
-			fail:   []string{"MutualExclusionUnderContention", "TryAcquireReportsLockedWhileHeld"},
+			run:    "MutualExclusionUnderContention|TryAcquireReportsLockedWhileHeld|ExactlyOneLeaderAmongCampaigners",
+			fail:   []string{"MutualExclusionUnderContention", "TryAcquireReportsLockedWhileHeld", "ExactlyOneLeaderAmongCampaigners"},
+		},
+		{
+			// Inspect reports the first token ever granted, and no names.
+			broken: "inspect-stale",
+			run:    "InspectAgreesWithHolders|LeaderReportsValueTermAndStart",
+			fail:   []string{"InspectAgreesWithHolders", "LeaderReportsValueTermAndStart"},
+		},
+		{
+			// ForceRelease deletes the key and tells no one why.
+			broken: "force-release-silent",
+			run:    "ForceReleaseEvictsAndFences",
+			fail:   []string{"ForceReleaseEvictsAndFences"},
+		},
+		{
+			// Watch never signals: Observe learns only by its safety poll.
+			broken: "watch-silent",
+			run:    "ObserveSeesEveryChangeInOrder",
+			fail:   []string{"ObserveSeesEveryChangeInOrder"},
 		},
 		{
 			// A writer that polls instead of queueing: overlapping readers
@@ -244,6 +262,34 @@ func (b *broken) Release(ctx context.Context, req *driver.Request) error {
 		return nil
 	}
 	return b.Driver.Release(ctx, req)
+}
+
+func (b *broken) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	in, err := b.Driver.Inspect(ctx, key)
+	if b.kind == "inspect-stale" {
+		in.Token = 1
+		for i := range in.Holders {
+			in.Holders[i].Token, in.Holders[i].Label = 1, ""
+		}
+	}
+	return in, err
+}
+
+func (b *broken) ForceRelease(ctx context.Context, key string) (int, error) {
+	if b.kind == "force-release-silent" {
+		b.Driver.Delete(key)
+		return 1, nil
+	}
+	return b.Driver.ForceRelease(ctx, key)
+}
+
+func (b *broken) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if b.kind == "watch-silent" {
+		c := make(chan struct{})
+		context.AfterFunc(ctx, func() { close(c) })
+		return c, nil
+	}
+	return b.Driver.Watch(ctx, key)
 }
 
 func (b *broken) Refresh(ctx context.Context, req *driver.Request) error {

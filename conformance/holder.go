@@ -25,6 +25,9 @@ type holderSpec struct {
 	URL string        `json:"url"`
 	Key string        `json:"key"`
 	TTL time.Duration `json:"ttl"`
+	// Campaign: the holder leads the election Key (with this value) rather
+	// than holding a plain lock; the output is the same.
+	Campaign string `json:"campaign,omitempty"`
 }
 
 // HolderMain turns the test binary into a holder process when the suite started
@@ -66,20 +69,36 @@ func runHolder(raw string) int {
 	}
 	defer lk.Close()
 	began := time.Now()
-	l, err := lk.Acquire(ctx, spec.Key)
-	if err != nil {
-		fmt.Printf("error %s\n", oneLine(err))
-		return 1
-	}
-	var tok uint64
-	if lk.Capabilities().Fencing {
-		tok = l.Token()
+	var (
+		tok     uint64
+		release func(context.Context) error
+	)
+	if spec.Campaign != "" {
+		ld, err := lk.Campaign(ctx, spec.Key, spec.Campaign)
+		if err != nil {
+			fmt.Printf("error %s\n", oneLine(err))
+			return 1
+		}
+		if lk.Capabilities().Fencing {
+			tok = ld.Token()
+		}
+		release = ld.Resign
+	} else {
+		l, err := lk.Acquire(ctx, spec.Key)
+		if err != nil {
+			fmt.Printf("error %s\n", oneLine(err))
+			return 1
+		}
+		if lk.Capabilities().Fencing {
+			tok = l.Token()
+		}
+		release = l.Release
 	}
 	fmt.Printf("held %d %d\n", tok, began.UnixNano())
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the suite is done with us
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
-	_ = l.Release(rctx)
+	_ = release(rctx)
 	return 0
 }
 
@@ -104,7 +123,18 @@ func (e *env) needHolderProcesses() {
 // The process is killed at the end of the property.
 func (e *env) startHolder(key string, ttl time.Duration) *holderProc {
 	e.Helper()
-	spec, _ := json.Marshal(holderSpec{URL: e.h.URL, Key: key, TTL: ttl})
+	return e.startHolderOf(holderSpec{URL: e.h.URL, Key: key, TTL: ttl})
+}
+
+// startLeader starts a holder process that leads the election name.
+func (e *env) startLeader(name string, ttl time.Duration) *holderProc {
+	e.Helper()
+	return e.startHolderOf(holderSpec{URL: e.h.URL, Key: name, TTL: ttl, Campaign: "leader-process"})
+}
+
+func (e *env) startHolderOf(hs holderSpec) *holderProc {
+	e.Helper()
+	spec, _ := json.Marshal(hs)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
@@ -154,7 +184,7 @@ func (e *env) startHolder(key string, ttl time.Duration) *holderProc {
 	select {
 	case line, ok = <-lines:
 	case <-t.C:
-		e.Fatalf("the holder process did not acquire %q within 30s", key)
+		e.Fatalf("the holder process did not acquire %q within 30s", hs.Key)
 	}
 	go func() { // drain the rest so the holder never blocks on a full pipe
 		for range lines {

@@ -137,6 +137,12 @@ type Request struct {
 	// key in use as a lock) returns ErrInvalidArgument.
 	Permits int
 
+	// Label is what the holder publishes beside its hold, encoded by the
+	// portable layer (an owner name, and a leader's value): a driver that
+	// implements Inspector stores it with the hold and reports it unchanged
+	// in Holder.Label. At most MaxLabelLen bytes of valid UTF-8.
+	Label string
+
 	// Lost is set by the portable layer. A driver calls it (from any goroutine, any
 	// number of times, without holding its own locks) when it learns that the lock
 	// is gone without a Refresh or Release having told the caller: session expired,
@@ -146,6 +152,9 @@ type Request struct {
 
 // MaxKeyLen is the longest key, in bytes, that every driver accepts.
 const MaxKeyLen = 1024
+
+// MaxLabelLen is the longest Request.Label, in bytes.
+const MaxLabelLen = 4096
 
 // Grant is what a driver reports about a lock it just acquired.
 type Grant struct {

@@ -11,12 +11,13 @@ import (
 // store is the shared state of all clients of one name, playing the server.
 type store struct {
 	mu       sync.Mutex
-	keys     map[string]*keyState // only keys with a holder or a waiter
-	counters map[string]uint64    // fencing counters, kept for the life of the store
+	keys     map[string]*keyState                  // only keys with a holder or a waiter
+	counters map[string]uint64                     // fencing counters, kept for the life of the store
+	watchers map[string]map[chan struct{}]struct{} // Watch channels by key
 }
 
 func newStore() *store {
-	return &store{keys: map[string]*keyState{}, counters: map[string]uint64{}}
+	return &store{keys: map[string]*keyState{}, counters: map[string]uint64{}, watchers: map[string]map[chan struct{}]struct{}{}}
 }
 
 // keyState is one key's holders and its queue of waiting Acquire calls.
@@ -35,8 +36,11 @@ type keyState struct {
 type holder struct {
 	token   uint64
 	shared  bool
+	since   time.Time
 	expires time.Time
+	label   string
 	client  *Driver
+	lost    func(error) // the request's Lost
 }
 
 type waiter struct {
@@ -84,12 +88,24 @@ func (s *store) expire(k string, ks *keyState, now time.Time) {
 	}
 }
 
-// changed wakes k's waiters, and forgets k once no one holds or waits.
+// changed wakes k's waiters and watchers, and forgets k once no one holds or
+// waits.
 func (s *store) changed(k string, ks *keyState) {
 	close(ks.wake)
 	ks.wake = make(chan struct{})
 	if len(ks.holders) == 0 && len(ks.queue) == 0 {
 		delete(s.keys, k)
+	}
+	s.notify(k)
+}
+
+// notify signals k's watchers without blocking: one pending signal each.
+func (s *store) notify(k string) {
+	for c := range s.watchers[k] {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -124,8 +140,9 @@ func (ks *keyState) mayTake(shared bool, pos int) bool {
 // grant makes req a holder of k, with the next token.
 func (s *store) grant(k string, ks *keyState, req *driver.Request, d *Driver, now time.Time) driver.Grant {
 	s.counters[k]++
-	h := &holder{token: s.counters[k], shared: req.Shared, expires: now.Add(req.TTL), client: d}
+	h := &holder{token: s.counters[k], shared: req.Shared, since: now, expires: now.Add(req.TTL), label: req.Label, client: d, lost: req.Lost}
 	ks.holders[req.Owner] = h
+	s.notify(k)
 	return driver.Grant{Token: h.token, Start: now}
 }
 

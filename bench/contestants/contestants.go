@@ -22,6 +22,7 @@ type Servers struct {
 	Postgres  string   // postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 	Etcd      string   // etcd://127.0.0.1:PORT
 	ZooKeeper string   // zk://127.0.0.1:PORT
+	File      string   // file:///DIR, a directory of its own; "" leaves the file driver out
 }
 
 // Backend names, the groups contestants are compared within.
@@ -31,6 +32,8 @@ const (
 	Postgres  = "PostgreSQL"
 	Etcd      = "etcd"
 	ZooKeeper = "ZooKeeper"
+	Mem       = "mem (in-process)"
+	File      = "file (flock)"
 )
 
 // Contestant labels used by the targets.
@@ -72,7 +75,44 @@ func All(s Servers) ([]*harness.Contestant, error) {
 	cs = append(cs, postgresContestants(s.Postgres, pgSrv)...)
 	cs = append(cs, etcdContestants(s.Etcd, etcdSrv)...)
 	cs = append(cs, zkContestants(s.ZooKeeper, zkSrv)...)
+	// The local drivers are the reference implementation (mem) and the
+	// single-host one (file): shapes only, nothing to compare with.
+	cs = append(cs, oursLocal(Mem, "mem://bench"))
+	if s.File != "" {
+		cs = append(cs, oursLocal(File, s.File))
+	}
+	for _, c := range cs {
+		if why, ok := noShapes[c.ID()]; ok {
+			c.NA = withNA(c.NA, why)
+		}
+	}
 	return cs, nil
+}
+
+// noShapes says, per contestant, why it has neither a read-write lock nor a
+// semaphore. Our drivers are not listed: they run the shape scenarios when
+// their Capabilities say they can (harness.ErrUnsupported otherwise).
+var noShapes = map[string]string{
+	Redis + "/" + floorName + " (SET NX PX + compare-and-delete)": "the mutex floor; the read-write and semaphore recipes are rows of their own",
+	Redis + "/bsm/redislock (default: no retry)":                  "bsm/redislock has mutexes only",
+	Redis + "/bsm/redislock (tuned: 1 ms linear backoff)":         "bsm/redislock has mutexes only",
+	Redis + "/redsync (default: 50–250 ms retry delay)":           "redsync has mutexes only",
+	Redis + "/" + redsyncTunedLabel:                               "redsync has mutexes only",
+	Redlock + "/redsync (default: 50–250 ms retry delay)":         "redsync has mutexes only",
+	Redlock + "/" + redsyncTunedLabel:                             "redsync has mutexes only",
+	Etcd + "/" + floorName + " (Put + Delete)":                    "a plain Put excludes nobody",
+	Etcd + "/" + mutexLabel:                                       "concurrency.Mutex is exclusive (etcd's read-write lock is recipe.RWMutex, a row of its own; etcd's client has no semaphore)",
+	ZooKeeper + "/zk.Lock (default)":                              "go-zookeeper has zk.Lock only: no read-write lock and no semaphore (Curator's InterProcessReadWriteLock and InterProcessSemaphoreV2 are Java)",
+}
+
+// withNA returns na with both shape scenarios n/a for why, in a new map
+// (contestants may share one).
+func withNA(na map[harness.Scenario]string, why string) map[harness.Scenario]string {
+	out := map[harness.Scenario]string{harness.ReadHeavy: why, harness.Semaphore: why}
+	for k, v := range na {
+		out[k] = v
+	}
+	return out
 }
 
 // Targets are the performance targets the driver issues (#4 Redis, #5

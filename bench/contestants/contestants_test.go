@@ -16,6 +16,55 @@ var servers = Servers{
 	Postgres:  "postgres://postgres@127.0.0.1:7005/postgres?sslmode=disable",
 	Etcd:      "etcd://127.0.0.1:7006",
 	ZooKeeper: "zk://127.0.0.1:7007",
+	File:      "file:///tmp/lockbench-test",
+}
+
+// Every contestant listed as without shapes exists (a renamed one would
+// silently run, and fail, the shape scenarios), and every contestant either
+// has a reason for each shape scenario it skips or can be asked for it.
+func TestShapelessContestantsExistAndSayWhy(t *testing.T) {
+	cs, err := All(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]*harness.Contestant{}
+	for _, c := range cs {
+		ids[c.ID()] = c
+	}
+	for id := range noShapes {
+		if ids[id] == nil {
+			t.Errorf("noShapes names %q, which is not a contestant", id)
+		}
+	}
+	for _, c := range cs {
+		for _, s := range []harness.Scenario{harness.ReadHeavy, harness.Semaphore} {
+			if why, na := c.NA[s]; na && why == "" {
+				t.Errorf("%s: %s n/a without a reason", c.ID(), s)
+			}
+		}
+		if c.Role == harness.Ours {
+			if _, na := c.NA[harness.ReadHeavy]; na {
+				t.Errorf("%s: ours is n/a in read-heavy by list; its driver's capabilities decide", c.ID())
+			}
+		}
+	}
+	// Each network backend's shapes have something to compare ours with,
+	// except where no Go library or raw recipe exists (ZooKeeper; etcd's
+	// semaphore).
+	for _, want := range []struct {
+		backend string
+		s       harness.Scenario
+	}{{Redis, harness.ReadHeavy}, {Redis, harness.Semaphore}, {Postgres, harness.ReadHeavy}, {Postgres, harness.Semaphore}, {Etcd, harness.ReadHeavy}} {
+		n := 0
+		for _, c := range cs {
+			if _, na := c.NA[want.s]; c.Backend == want.backend && c.Role != harness.Ours && !na {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s, %s: nothing to compare ours with", want.backend, want.s)
+		}
+	}
 }
 
 // Every target names contestants that exist, except our Redlock driver,
@@ -50,7 +99,7 @@ func TestEveryBackendHasOursAndAPeerOrFloor(t *testing.T) {
 			roles[c.Backend] = map[harness.Role]int{}
 		}
 		roles[c.Backend][c.Role]++
-		if c.Server == nil || len(c.Server.Ports) == 0 {
+		if c.Server == nil || (len(c.Server.Ports) == 0 && c.Backend != Mem && c.Backend != File) {
 			t.Errorf("%s: no server ports to count connections on", c.ID())
 		}
 	}

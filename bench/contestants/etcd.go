@@ -25,6 +25,7 @@ func etcdContestants(url string, srv *harness.Server) []*harness.Contestant {
 		oursContestant(Etcd, url, srv, true),
 		rawEtcdContestant(url, srv),
 		etcdMutexContestant(url, srv),
+		etcdRWMutexContestant(url, srv),
 	}
 }
 

@@ -3,10 +3,13 @@ package contestants
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/distlock/lock"
 	_ "github.com/distlock/lock/etcddriver"
+	_ "github.com/distlock/lock/filedriver"
+	_ "github.com/distlock/lock/memdriver"
 	_ "github.com/distlock/lock/pgadvisory"
 	_ "github.com/distlock/lock/redisdriver"
 	_ "github.com/distlock/lock/redlockdriver"
@@ -54,6 +57,59 @@ func (o ours) TryAcquire(ctx context.Context, key string) (harness.Release, erro
 }
 
 func (o ours) Close() error { return o.lk.Close() }
+
+// AcquireRW takes a shared (read) or exclusive lock. A driver without shared
+// locks (Capabilities().Shared false) is harness.ErrUnsupported: the scenario
+// is n/a for it, so that drivers gaining the shape join the comparison
+// without a change here.
+func (o ours) AcquireRW(ctx context.Context, key string, shared bool) (harness.Release, error) {
+	if !o.lk.Capabilities().Shared {
+		return nil, fmt.Errorf("%w: the driver has no shared locks yet (Capabilities().Shared is false)", harness.ErrUnsupported)
+	}
+	return o.take(ctx, key, lock.WithShared(shared))
+}
+
+// AcquirePermit takes one of permits permits of key; harness.ErrUnsupported on
+// a driver without semaphores, as for AcquireRW.
+func (o ours) AcquirePermit(ctx context.Context, key string, permits int) (harness.Release, error) {
+	if !o.lk.Capabilities().Permits {
+		return nil, fmt.Errorf("%w: the driver has no semaphores yet (Capabilities().Permits is false)", harness.ErrUnsupported)
+	}
+	return o.take(ctx, key, lock.WithPermits(permits))
+}
+
+// take acquires with opt. A driver whose Capabilities claim the shape but
+// which refuses it anyway (lock.ErrUnsupported, a documented limit) is n/a
+// too, with the driver's words.
+func (o ours) take(ctx context.Context, key string, opt lock.Option) (harness.Release, error) {
+	l, err := o.lk.Acquire(ctx, key, opt)
+	if errors.Is(err, lock.ErrUnsupported) {
+		return nil, fmt.Errorf("%w: %v", harness.ErrUnsupported, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// shapeOnlyNA marks a contestant that is in the read-write and semaphore
+// comparison only.
+func shapeOnlyNA(why string) map[harness.Scenario]string {
+	na := map[harness.Scenario]string{}
+	for _, s := range harness.MutexScenarios {
+		na[s] = why
+	}
+	return na
+}
+
+// oursLocal is our in-process or file driver: no server and no peer, so it
+// runs the shape scenarios only, as the reference the network drivers are
+// read against.
+func oursLocal(backend, url string) *harness.Contestant {
+	c := oursContestant(backend, url, &harness.Server{}, true)
+	c.NA = shapeOnlyNA("no server and no peer library: this backend is in the shape scenarios only")
+	return c
+}
 
 // oursContestant is our driver for backend at url.
 func oursContestant(backend, url string, srv *harness.Server, try bool) *harness.Contestant {

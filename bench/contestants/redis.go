@@ -16,6 +16,8 @@ func redisContestants(url string, srv *harness.Server) []*harness.Contestant {
 	return []*harness.Contestant{
 		oursContestant(Redis, url, srv, true),
 		rawRedisContestant(url, srv),
+		redisRWContestant(url, srv),
+		redisSemContestant(url, srv),
 		redislockContestant(url, srv, false),
 		redislockContestant(url, srv, true),
 		redsyncContestant(Redis, []string{url}, srv, false),

@@ -32,7 +32,13 @@ func (r *Results) WriteChart(path string) error {
 	if err != nil {
 		return err
 	}
-	rows := max(len(r.Contestants), 4)
+	rows := 0
+	for _, c := range r.Contestants {
+		if runsAny(c, []Metric{Handoffs, UncP50}) {
+			rows++
+		}
+	}
+	rows = max(rows, 4)
 	img := vgimg.New(30*vg.Centimeter, vg.Length(rows)*0.75*vg.Centimeter+3*vg.Centimeter)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter}
@@ -70,6 +76,9 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.Title.Text = title
+	if len(rows) == 0 {
+		return p, nil // a run of other scenarios only: an empty panel
+	}
 	var names []string
 	// The first row is drawn at the top: plotter rows count from the bottom.
 	for i := len(rows) - 1; i >= 0; i-- {

@@ -55,7 +55,10 @@ const (
 )
 
 // Scenarios in the order they run and are reported.
-var Scenarios = []Scenario{Uncontended, Distinct, Contended, Held}
+var Scenarios = []Scenario{Uncontended, Distinct, Contended, ReadHeavy, Semaphore, Held}
+
+// MutexScenarios are the scenarios of the exclusive lock.
+var MutexScenarios = []Scenario{Uncontended, Distinct, Contended, Held}
 
 // Contestant is one library at one setting, against one backend.
 type Contestant struct {

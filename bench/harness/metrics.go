@@ -28,11 +28,35 @@ var (
 	HeldGorout  = Metric{"held_goroutines", Held, "goroutines", "/lock", true}
 	HeldConns   = Metric{"held_conns", Held, "connections", "", true}
 	HeldReqs    = Metric{"held_reqs", Held, "server requests", "/s", true}
+
+	RWOps        = Metric{"rw_ops", ReadHeavy, "ops", "/s", false}
+	RWReadP50    = Metric{"rw_read_p50", ReadHeavy, "reader wait p50", "µs", true}
+	RWReadP99    = Metric{"rw_read_p99", ReadHeavy, "reader wait p99", "µs", true}
+	RWWriteP50   = Metric{"rw_write_p50", ReadHeavy, "writer wait p50", "µs", true}
+	RWWriteP99   = Metric{"rw_write_p99", ReadHeavy, "writer wait p99", "µs", true}
+	RWWriteMax   = Metric{"rw_write_max", ReadHeavy, "writer worst wait", "ms", true}
+	RWReaders    = Metric{"rw_readers", ReadHeavy, "most readers together", "", false}
+	RWMinShare   = Metric{"rw_min_share", ReadHeavy, "min share", "× fair", false}
+	RWViolations = Metric{"rw_violations", ReadHeavy, "violations", "", true}
+
+	SemOps        = Metric{"sem_ops", Semaphore, "ops", "/s", false}
+	SemP50        = Metric{"sem_p50", Semaphore, "wait p50", "µs", true}
+	SemP99        = Metric{"sem_p99", Semaphore, "wait p99", "µs", true}
+	SemMax        = Metric{"sem_max", Semaphore, "worst wait", "ms", true}
+	SemHolders    = Metric{"sem_holders", Semaphore, "most holders together", "", false}
+	SemMinShare   = Metric{"sem_min_share", Semaphore, "min share", "× fair", false}
+	SemViolations = Metric{"sem_violations", Semaphore, "violations", "", true}
 )
+
+// violationMetrics are the figures that count broken exclusion: two holders of
+// a mutex, a writer beside anyone, more holders than permits.
+var violationMetrics = []Metric{Violations, RWViolations, SemViolations}
 
 // Metrics lists every figure.
 var Metrics = []Metric{
 	UncP50, UncP99, UncMean, DistinctOps,
 	Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations,
 	HeldBytes, HeldGorout, HeldConns, HeldReqs,
+	RWOps, RWReadP50, RWReadP99, RWWriteP50, RWWriteP99, RWWriteMax, RWReaders, RWMinShare, RWViolations,
+	SemOps, SemP50, SemP99, SemMax, SemHolders, SemMinShare, SemViolations,
 }

@@ -49,14 +49,20 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 	p.f(": absolute figures move with their load; the ratios, measured side by side, move much less. ")
 	p.f("These are loopback figures on one small machine: they compare the client-side and protocol cost of each library against the same server, not what a network between client and server would add.\n\n")
 	if v := r.Violations(); v == 0 {
-		p.f("Mutual-exclusion violations: **0** over every contended run.\n\n")
+		p.f("Mutual-exclusion violations: **0** over every contended, read-heavy and semaphore run.\n\n")
 	} else {
-		p.f("Mutual-exclusion violations: **%d** — some library let two holders in at once (see the violations column).\n\n", v)
+		p.f("Mutual-exclusion violations: **%d** — some library let two holders in at once, a writer beside another holder, or more holders than permits (see the violations columns).\n\n", v)
 	}
 
-	p.f("## Summary\n\n")
-	p.summary(r)
-	if len(targets) > 0 {
+	mutexRun := false
+	for _, s := range MutexScenarios {
+		mutexRun = mutexRun || cfg.runs(s)
+	}
+	if mutexRun {
+		p.f("## Summary\n\n")
+		p.summary(r)
+	}
+	if len(targets) > 0 && mutexRun {
 		p.f("## Targets set by the driver issues\n\n")
 		for _, t := range targets {
 			p.f("- %s — %s\n", r.Check(t), t.Text)
@@ -64,11 +70,23 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		p.f("\n")
 	}
 
+	p.shapes(r)
+
 	for _, group := range r.Groups() {
+		if !mutexRun {
+			break // a run of the shape scenarios only
+		}
+		mutex := false
+		for _, c := range group {
+			mutex = mutex || !shapeOnly(c)
+		}
+		if !mutex {
+			continue // in the shape sections only
+		}
 		p.f("## %s\n\n", group[0].Backend)
 		p.table(r, group, timedColumns, "")
 		for _, ours := range group {
-			if ours.Role != Ours {
+			if ours.Role != Ours || shapeOnly(ours) {
 				continue
 			}
 			p.f("Ours (%s) ÷ each, repeat by repeat (latency below 1 and rates above 1 favour ours):\n\n", ours.Label())
@@ -76,6 +94,9 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		}
 		p.table(r, group, heldColumns, "Held locks")
 		for _, c := range group {
+			if shapeOnly(c) {
+				continue
+			}
 			if why, ok := c.NA[Contended]; ok {
 				p.f("- %s, contended: n/a, %s\n", c.Label(), why)
 			}
@@ -122,6 +143,9 @@ func (p *printer) table(r *Results, group []*Contestant, cols []Metric, title st
 	}
 	p.f("\n")
 	for _, c := range group {
+		if !runsAny(c, cols) {
+			continue // a contestant of the shape tables only
+		}
 		p.f("| %s |", bold(c))
 		for _, m := range cols {
 			cell := "n/a"
@@ -146,7 +170,7 @@ func (p *printer) ratios(r *Results, ours *Contestant, group []*Contestant) {
 	}
 	p.f("\n")
 	for _, c := range group {
-		if c == ours {
+		if c == ours || !runsAny(c, ratioColumns) {
 			continue
 		}
 		p.f("| %s |", c.Label())

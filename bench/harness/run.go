@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -22,7 +23,32 @@ type Config struct {
 	HeldTTL    time.Duration // TTL of the held locks (refreshed every TTL/3)
 	HeldWindow time.Duration // held-locks measurement window
 	HeldRuns   int           // repeats of the held-locks scenario
-	Log        io.Writer     // progress; nil for none
+
+	// The shape scenarios (read-heavy, semaphore); zero fields take the
+	// defaults: 16 goroutines over 4 clients, 90 % readers, 4 permits.
+	ShapeGoroutines int
+	ShapeClients    int
+	ReadShare       float64       // read-heavy: the share of shared (read) acquisitions
+	Permits         int           // semaphore: permits of the key
+	ShapeHold       time.Duration // time each holder spends inside (0: none)
+
+	// Only, when not empty, runs just these scenarios.
+	Only []Scenario
+
+	Log io.Writer // progress; nil for none
+}
+
+// runs says whether the run includes scenario s.
+func (cfg Config) runs(s Scenario) bool {
+	if len(cfg.Only) == 0 {
+		return true
+	}
+	for _, o := range cfg.Only {
+		if o == s {
+			return true
+		}
+	}
+	return false
 }
 
 // Results holds every figure of a run: per contestant ID and metric key, one
@@ -37,13 +63,16 @@ type Results struct {
 	Took        time.Duration
 }
 
-// Violations returns the total of mutual-exclusion violations seen.
+// Violations returns the total of exclusion violations seen: two holders of a
+// mutex, a writer beside another holder, more holders than permits.
 func (r *Results) Violations() int {
 	n := 0.0
 	for _, m := range r.Values {
-		for _, v := range m[Violations.Key] {
-			if !math.IsNaN(v) {
-				n += v
+		for _, vm := range violationMetrics {
+			for _, v := range m[vm.Key] {
+				if !math.IsNaN(v) {
+					n += v
+				}
 			}
 		}
 	}
@@ -88,15 +117,19 @@ func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 	timed := []struct {
 		s    Scenario
 		open newTrial
-	}{{Uncontended, openUncontended}, {Distinct, openDistinct}, {Contended, openContended}}
+	}{{Uncontended, openUncontended}, {Distinct, openDistinct}, {Contended, openContended},
+		{ReadHeavy, openReadHeavy}, {Semaphore, openSemaphore}}
 	for rep := 0; rep < cfg.Repeats; rep++ {
 		for _, t := range timed {
+			if !cfg.runs(t.s) {
+				continue
+			}
 			for _, group := range groups(contestants) {
 				r.runGroup(ctx, t.s, t.open, group, rep)
 			}
 		}
 	}
-	for rep := 0; rep < cfg.HeldRuns; rep++ {
+	for rep := 0; rep < cfg.HeldRuns && cfg.runs(Held); rep++ {
 		for _, c := range contestants {
 			r.one(ctx, Held, c, rep, runHeld)
 		}
@@ -112,6 +145,33 @@ func (r *Results) one(ctx context.Context, s Scenario, c *Contestant, rep int, r
 	begin := time.Now()
 	err := run(ctx, r, c, rep)
 	r.note(s, c, rep, time.Since(begin), err)
+}
+
+// markNA makes scenario s n/a for c because of err (ErrUnsupported found at
+// run time). The contestant's map is copied, not changed: contestants may share
+// one.
+func (r *Results) markNA(s Scenario, c *Contestant, err error) {
+	na := make(map[Scenario]string, len(c.NA)+1)
+	for k, v := range c.NA {
+		na[k] = v
+	}
+	na[s] = unsupportedReason(err)
+	c.NA = na
+	r.NA[c.ID()] = na
+	r.logf("%-11s %-50s n/a: %s", s, c.ID(), na[s])
+}
+
+// unsupportedReason is err's text without the harness's own prefix.
+func unsupportedReason(err error) string {
+	msg := err.Error()
+	for _, p := range []string{ErrUnsupported.Error() + ": ", "acquire: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	// Every goroutine of a trial reports the same refusal: keep one.
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return msg
 }
 
 // note records the outcome of one contestant's run of a scenario.

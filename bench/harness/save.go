@@ -22,6 +22,10 @@ type saved struct {
 type savedConfig struct {
 	Window, Warmup, HeldTTL, HeldWindow                          time.Duration
 	Slices, Repeats, Goroutines, Contenders, HeldLocks, HeldRuns int
+	ShapeGoroutines, ShapeClients, Permits                       int           `json:",omitempty"`
+	ReadShare                                                    float64       `json:",omitempty"`
+	ShapeHold                                                    time.Duration `json:",omitempty"`
+	Only                                                         []Scenario    `json:",omitempty"`
 }
 
 type savedContestant struct {
@@ -37,7 +41,8 @@ func (r *Results) Save(w io.Writer, m Machine) error {
 	c := r.Config
 	s := saved{
 		Machine: m, Started: r.Started, Took: r.Took, Failures: r.Failures,
-		Config: savedConfig{c.Window, c.Warmup, c.HeldTTL, c.HeldWindow, c.Slices, c.Repeats, c.Goroutines, c.Contenders, c.HeldLocks, c.HeldRuns},
+		Config: savedConfig{c.Window, c.Warmup, c.HeldTTL, c.HeldWindow, c.Slices, c.Repeats, c.Goroutines, c.Contenders, c.HeldLocks, c.HeldRuns,
+			c.ShapeGoroutines, c.ShapeClients, c.Permits, c.ReadShare, c.ShapeHold, c.Only},
 		Values: map[string]map[string][]*float64{},
 	}
 	for _, c := range r.Contestants {
@@ -71,7 +76,8 @@ func Load(rd io.Reader) (*Results, Machine, error) {
 	r := &Results{
 		Config: Config{Window: c.Window, Warmup: c.Warmup, HeldTTL: c.HeldTTL, HeldWindow: c.HeldWindow,
 			Slices: c.Slices, Repeats: c.Repeats, Goroutines: c.Goroutines, Contenders: c.Contenders,
-			HeldLocks: c.HeldLocks, HeldRuns: c.HeldRuns},
+			HeldLocks: c.HeldLocks, HeldRuns: c.HeldRuns,
+			ShapeGoroutines: c.ShapeGoroutines, ShapeClients: c.ShapeClients, Permits: c.Permits, ReadShare: c.ReadShare, ShapeHold: c.ShapeHold, Only: c.Only},
 		Started: s.Started, Took: s.Took, Failures: s.Failures,
 		Values: map[string]map[string][]float64{}, NA: map[string]map[Scenario]string{},
 	}

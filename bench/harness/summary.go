@@ -27,6 +27,9 @@ func (p *printer) summary(r *Results) {
 			}
 		}
 		for _, c := range group {
+			if !runsAny(c, summaryColumns) {
+				continue
+			}
 			p.f("| %s | %s |", c.Backend, bold(c))
 			for _, m := range summaryColumns {
 				cell, ratio := "n/a", ""

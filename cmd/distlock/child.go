@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -21,14 +22,17 @@ import (
 // still holds the lock for distlock's session (PostgreSQL, ZooKeeper, file: the
 // loss was distlock's own deadline, say after it was paused), nobody else can
 // take it while the command runs.
-func (r *runner) runHolding(l *lock.Lock) int {
+func (r *runner) runHolding(l holding) int {
 	env := append(os.Environ(), "DISTLOCK_KEY="+r.cfg.key)
+	if r.cfg.elect {
+		env = append(env, "DISTLOCK_LEADER_VALUE="+r.cfg.value)
+	}
 	if r.locker.Capabilities().Fencing {
 		tok := strconv.FormatUint(l.Token(), 10)
 		env = append(env, "DISTLOCK_TOKEN="+tok)
-		r.verbosef("holding the lock %q on %s, token %s", r.cfg.key, r.locker, tok)
+		r.verbosef("holding the %s %q on %s, token %s", r.what(), r.cfg.key, r.locker, tok)
 	} else {
-		r.verbosef("holding the lock %q on %s (no fencing token on this backend)", r.cfg.key, r.locker)
+		r.verbosef("holding the %s %q on %s (no fencing token on this backend)", r.what(), r.cfg.key, r.locker)
 	}
 	// A signal that arrived between the grant and the start ends the run here.
 	select {
@@ -67,7 +71,7 @@ func (r *runner) runHolding(l *lock.Lock) int {
 		case s := <-r.sigs:
 			_ = cmd.Process.Signal(s)
 		case <-lost:
-			r.errorf("lost the lock %q on %s; terminating %s", r.cfg.key, r.locker, r.cfg.argv[0])
+			r.errorf("lost the %s %q on %s (%v); terminating %s", r.what(), r.cfg.key, r.locker, l.Err(), r.cfg.argv[0])
 			kill = r.terminate(cmd, &wasLost)
 			lost = nil
 		case <-kill:
@@ -82,7 +86,7 @@ func (r *runner) runHolding(l *lock.Lock) int {
 	if err := r.release(l); err != nil {
 		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
-				r.errorf("the lock %q was lost before %s exited", r.cfg.key, r.cfg.argv[0])
+				r.errorf("the %s %q was lost before %s exited", r.what(), r.cfg.key, r.cfg.argv[0])
 			}
 			wasLost = true
 		} else {
@@ -93,6 +97,28 @@ func (r *runner) runHolding(l *lock.Lock) int {
 		return exitLost
 	}
 	return status
+}
+
+// holding is what a command runs under: a lock, or a leadership (whose
+// Release resigns).
+type holding interface {
+	Lost() <-chan struct{}
+	Err() error
+	Token() uint64
+	Release(ctx context.Context) error
+}
+
+// leading is a leadership as a holding.
+type leading struct{ *lock.Leadership }
+
+func (l leading) Release(ctx context.Context) error { return l.Resign(ctx) }
+
+// what names what distlock holds, for its messages.
+func (r *runner) what() string {
+	if r.cfg.elect {
+		return "leadership of"
+	}
+	return "lock"
 }
 
 // terminate sends the command SIGTERM after a loss and returns the channel that

@@ -2,6 +2,11 @@
 // or etcdctl lock, on any distlock backend.
 //
 //	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--verbose] KEY [--] CMD [ARGS...]
+//	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--verbose] NAME [--] CMD [ARGS...]
+//	distlock status [--url URL] [--json] KEY
+//	distlock list [--url URL] [--json] [PREFIX]
+//	distlock release --force [--url URL] KEY
+//	distlock leader [--url URL] [--json] [--watch] NAME
 //	distlock help
 //
 // run takes the lock on KEY (waiting for it unless told otherwise), starts CMD with
@@ -57,16 +62,41 @@
 // pass SIGTERM on to them (or exec the last one), or they outlive it. Fencing
 // tokens are what protects the resource in every case no lease can cover.
 //
+// # Leader election
+//
+// elect campaigns for the leadership of NAME (an election is an exclusive lock
+// on NAME, see lock.Locker.Campaign) and runs CMD only while leading, with
+// DISTLOCK_KEY, DISTLOCK_TOKEN (the term) and DISTLOCK_LEADER_VALUE (--value)
+// in its environment. A lost leadership stops CMD exactly as run stops it on a
+// lost lock; then distlock campaigns again, or exits 74 with --once. When CMD
+// exits by itself distlock resigns, so another campaigner leads at once, and
+// exits with CMD's status.
+//
+// # Inspection and operator commands
+//
+// status prints who holds KEY (owner names, set by the holders with
+// lock.WithOwnerName, default host:pid), since when and until when, its latest
+// token and how many wait; --json prints the same as one JSON object. list
+// prints the held keys under PREFIX, one per line (--json: an array). release
+// --force frees KEY whoever holds it: the holder's lock is lost (its Err
+// matches lock.ErrForceReleased) and the next holder's token is larger, so a
+// fenced resource rejects the evicted holder. leader prints NAME's leader;
+// with --watch it prints every change until interrupted. A backend that cannot
+// serve one of these (see its driver's documentation) makes it exit 64.
+//
 // Exit status:
 //
 //	CMD's own status  when CMD ran and the lock was held throughout
 //	128+N             CMD was killed by signal N, or distlock was stopped by signal N while waiting
+//	0                 status: KEY is held; leader: NAME has a leader; release --force: KEY freed; list
+//	3                 status: KEY is free; leader: NAME has no leader; release --force: KEY was not held
 //	64                bad usage: flags, arguments, key, URL, unknown scheme, a
 //	                  --grace too long for the TTL, --shared or --permits on a backend
 //	                  without such locks, or an N other than the holders' (EX_USAGE)
 //	69                the backend could not be opened or reached (EX_UNAVAILABLE)
 //	74                the lock was lost (or no longer trusted) while CMD ran; CMD was
-//	                  terminated, and the lock released after CMD exited (EX_IOERR)
+//	                  terminated, and the lock released after CMD exited (EX_IOERR);
+//	                  elect exits so only with --once
 //	75                the lock is held elsewhere: --no-wait, or --wait expired (EX_TEMPFAIL)
 //	126               CMD could not be started
 //	127               CMD was not found
@@ -103,36 +133,60 @@ const (
 )
 
 const usage = `usage: distlock run [flags] KEY [--] CMD [ARGS...]
+       distlock elect [flags] NAME [--] CMD [ARGS...]
+       distlock status [--url URL] [--json] KEY
+       distlock list [--url URL] [--json] [PREFIX]
+       distlock release --force [--url URL] KEY
+       distlock leader [--url URL] [--json] [--watch] NAME
        distlock help
 
-Run CMD while holding the lock on KEY. CMD gets DISTLOCK_KEY and DISTLOCK_TOKEN
-(the fencing token) in its environment; SIGINT, SIGTERM, SIGHUP and SIGQUIT are
-forwarded to it. If the lock is lost CMD gets SIGTERM, then SIGKILL after --grace,
-and the lock is released only once CMD has exited. On backends whose locks expire
-(Redis, Redlock, etcd) distlock sends the SIGTERM TTL - grace after the last
-confirmed refresh, so that CMD is gone before the lock can expire.
+run: run CMD while holding the lock on KEY. CMD gets DISTLOCK_KEY and
+DISTLOCK_TOKEN (the fencing token) in its environment; SIGINT, SIGTERM, SIGHUP
+and SIGQUIT are forwarded to it. If the lock is lost CMD gets SIGTERM, then
+SIGKILL after --grace, and the lock is released only once CMD has exited. On
+backends whose locks expire (Redis, Redlock, etcd) distlock sends the SIGTERM
+TTL - grace after the last confirmed refresh, so that CMD is gone before the
+lock can expire.
 
-Flags:
+elect: campaign for the leadership of NAME and run CMD only while leading
+(DISTLOCK_TOKEN is the term, DISTLOCK_LEADER_VALUE the --value); on a loss CMD
+is stopped as run stops it, then distlock campaigns again (unless --once). When
+CMD exits by itself distlock resigns and exits with CMD's status.
+
+status: who holds KEY, since when, until when, its token and its waiters.
+list: the held keys under PREFIX. release --force: free KEY whoever holds it
+(its holder loses it; the next holder's token fences it out). leader: the
+current leader of NAME, or every change of leader with --watch.
+
+Flags of run and elect:
   --url URL     backend URL (default $DISTLOCK_URL, else file://$TMPDIR/distlock)
   --ttl D       lock TTL, e.g. 10s (default: the URL's ttl parameter, else 30s)
-  --wait D      give up if the lock is not held after D
-  --no-wait     make one attempt; do not wait
   --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s;
                 where locks expire, under TTL/2 and by default at most TTL/3)
+  --verbose     report waiting, acquisition and release on stderr
+Flags of run:
+  --wait D      give up if the lock is not held after D
+  --no-wait     make one attempt; do not wait
   --shared      take a shared (read) lock: --shared runs hold KEY together,
                 a run without --shared holds it alone
   --permits N   KEY is a semaphore of N permits: at most N runs hold it at once
                 (every run on KEY must give the same N)
-  --verbose     report waiting, acquisition and release on stderr
+Flags of elect:
+  --value V     the value published with the leadership (an address, a host)
+  --once        exit after losing the leadership instead of campaigning again
 
 Exit status:
-  CMD's status  CMD ran and the lock was held throughout
+  CMD's status  CMD ran and the lock was held throughout (run, elect)
+  0             status: KEY is held; leader: NAME has a leader; release: freed
+  3             status: KEY is free; leader: no leader; release: KEY was not held
   128+N         CMD was killed by signal N, or distlock got signal N while waiting
   64            bad usage: flags, arguments, key, URL, unknown scheme, a
                 --grace too long for the TTL, --shared or --permits where the
-                backend has no such locks, or another N than KEY's holders
+                backend has no such locks, or another N than KEY's holders; or
+                a command the backend cannot serve (status, list, release, leader)
   69            the backend could not be opened or reached
   74            the lock was lost while CMD ran; CMD was terminated first
+                (elect: only with --once)
   75            the lock is held elsewhere (--no-wait) or --wait expired
   126           CMD could not be started
   127           CMD was not found
@@ -150,7 +204,17 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return run(args[1:], stderr)
+		return run(args[1:], stderr, false)
+	case "elect":
+		return run(args[1:], stderr, true)
+	case "status":
+		return status(args[1:], stdout, stderr)
+	case "list":
+		return list(args[1:], stdout, stderr)
+	case "release":
+		return forceRelease(args[1:], stdout, stderr)
+	case "leader":
+		return leader(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -37,22 +37,38 @@ type runConfig struct {
 	permits  int  // --permits N: one of N permits of a semaphore; 0: not given
 	key      string
 	argv     []string
+
+	// elect only
+	elect bool   // "distlock elect": key is an election's name
+	value string // --value: published with the leadership
+	once  bool   // --once: do not campaign again after a loss
 }
 
-// parseRun parses the arguments of "distlock run". It returns ok false with the
-// exit status when distlock must stop (bad usage, or help was asked for).
-func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bool) {
-	fs := flag.NewFlagSet("distlock run", flag.ContinueOnError)
+// parseRun parses the arguments of "distlock run", or of "distlock elect"
+// when elect is set. It returns ok false with the exit status when distlock
+// must stop (bad usage, or help was asked for).
+func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, status int, ok bool) {
+	cfg.elect = elect
+	name := "distlock run"
+	if elect {
+		name = "distlock elect"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&cfg.url, "url", "", "backend URL")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lock TTL")
-	fs.DurationVar(&cfg.wait, "wait", 0, "give up after this long")
-	fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
 	fs.DurationVar(&cfg.grace, "grace", 0, "time between SIGTERM and SIGKILL after a lost lock")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
-	fs.BoolVar(&cfg.shared, "shared", false, "take a shared (read) lock")
-	fs.IntVar(&cfg.permits, "permits", 0, "take one of N permits of a semaphore")
+	if elect {
+		fs.StringVar(&cfg.value, "value", "", "value published with the leadership")
+		fs.BoolVar(&cfg.once, "once", false, "do not campaign again after losing the leadership")
+	} else {
+		fs.DurationVar(&cfg.wait, "wait", 0, "give up after this long")
+		fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
+		fs.BoolVar(&cfg.shared, "shared", false, "take a shared (read) lock")
+		fs.IntVar(&cfg.permits, "permits", 0, "take one of N permits of a semaphore")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, exitOK, false
@@ -86,6 +102,9 @@ func parseRun(args []string, stderr io.Writer) (cfg runConfig, status int, ok bo
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
+		if elect {
+			return bad("missing NAME and CMD")
+		}
 		return bad("missing KEY and CMD")
 	}
 	cfg.key, rest = rest[0], rest[1:]
@@ -113,8 +132,8 @@ func defaultURL() string {
 }
 
 // run is "distlock run": it returns the exit status.
-func run(args []string, stderr io.Writer) int {
-	cfg, status, ok := parseRun(args, stderr)
+func run(args []string, stderr io.Writer, elect bool) int {
+	cfg, status, ok := parseRun(args, stderr, elect)
 	if !ok {
 		return status
 	}
@@ -213,6 +232,9 @@ func (r *runner) run() int {
 	if status, ok := r.checkGrace(); !ok {
 		return status
 	}
+	if r.cfg.elect {
+		return r.lead()
+	}
 	l, status := r.acquire()
 	if l == nil {
 		return status
@@ -287,7 +309,7 @@ func (r *runner) acquire() (*lock.Lock, int) {
 // release gives the lock up after the command, and returns the error. Where
 // locks expire, trying for longer than the TTL is pointless: the lock is gone by
 // then anyway.
-func (r *runner) release(l *lock.Lock) error {
+func (r *runner) release(l holding) error {
 	timeout := releaseTimeout
 	if r.expiring {
 		timeout = min(timeout, r.ttl)
@@ -296,7 +318,7 @@ func (r *runner) release(l *lock.Lock) error {
 	defer cancel()
 	err := l.Release(ctx)
 	if err == nil {
-		r.verbosef("released the lock %q", l.Key())
+		r.verbosef("released the %s %q", r.what(), r.cfg.key)
 	}
 	return err
 }

@@ -4,8 +4,9 @@
 // benchmarks (README-section.md), a chart (chart.png) and the figures
 // (results.json, from which -render writes the others again):
 //
-//	cd bench && go run ./cmd/lockbench            # full run, about 12 minutes
+//	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
+//	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
@@ -39,6 +40,8 @@ func run() int {
 	out := flag.String("out", "results", "directory for RESULTS.md and chart.png")
 	repeats := flag.Int("repeats", 0, "repeats of the timed scenarios (default 6, quick 1)")
 	render := flag.String("render", "", "write the report and chart of a saved run (a results.json) into -out, without measuring")
+	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+scenarioNames())
+	backends := flag.String("backends", "", "comma-separated backends to run (default all): "+backendNames())
 	flag.Parse()
 	if *render != "" {
 		return rerender(*render, *out)
@@ -48,7 +51,13 @@ func run() int {
 		Window: 1500 * time.Millisecond, Slices: 6, Warmup: 300 * time.Millisecond, Repeats: 6,
 		Goroutines: 16, Contenders: 8,
 		HeldLocks: 10000, HeldTTL: 3 * time.Second, HeldWindow: 3 * time.Second, HeldRuns: 1,
+		ShapeGoroutines: 16, ShapeClients: 4, ReadShare: 0.9, Permits: 4, ShapeHold: 500 * time.Microsecond,
 		Log: os.Stderr,
+	}
+	var err error
+	if cfg.Only, err = parseScenarios(*only); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		return 2
 	}
 	mode := "full"
 	if *quick {
@@ -89,6 +98,9 @@ func run() int {
 	}
 
 	cs, err := contestants.All(servers)
+	if err == nil {
+		cs, err = selectBackends(cs, *backends)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		return 2
@@ -106,6 +118,12 @@ func run() int {
 	machine.Command = "scripts/bench"
 	if *quick {
 		machine.Command += " -quick"
+	}
+	if *only != "" {
+		machine.Command += " -scenarios " + *only
+	}
+	if *backends != "" {
+		machine.Command += " -backends " + *backends
 	}
 	if err := write(*out, res, machine); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
@@ -194,8 +212,68 @@ func write(dir string, res *harness.Results, m harness.Machine) error {
 	return res.WriteChart(filepath.Join(dir, "chart.png"))
 }
 
+// scenarioNames lists the scenarios -scenarios accepts.
+func scenarioNames() string {
+	var names []string
+	for _, s := range harness.Scenarios {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ",")
+}
+
+func parseScenarios(list string) ([]harness.Scenario, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []harness.Scenario
+	for _, name := range strings.Split(list, ",") {
+		found := false
+		for _, s := range harness.Scenarios {
+			if string(s) == strings.TrimSpace(name) {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-scenarios: no scenario %q (have %s)", name, scenarioNames())
+		}
+	}
+	return out, nil
+}
+
+// backendFlags are the names -backends accepts, for the backends of
+// contestants.All.
+var backendFlags = map[string]string{
+	"redis": contestants.Redis, "redlock": contestants.Redlock, "postgres": contestants.Postgres,
+	"etcd": contestants.Etcd, "zk": contestants.ZooKeeper, "mem": contestants.Mem, "file": contestants.File,
+}
+
+func backendNames() string { return "redis,redlock,postgres,etcd,zk,mem,file" }
+
+// selectBackends keeps the contestants of the backends named in list (all
+// when it is empty).
+func selectBackends(cs []*harness.Contestant, list string) ([]*harness.Contestant, error) {
+	if list == "" {
+		return cs, nil
+	}
+	keep := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		b, ok := backendFlags[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("-backends: no backend %q (have %s)", name, backendNames())
+		}
+		keep[b] = true
+	}
+	var out []*harness.Contestant
+	for _, c := range cs {
+		if keep[c.Backend] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // startServers launches one Redis, three more for Redlock, PostgreSQL, etcd
-// and ZooKeeper.
+// and ZooKeeper, and makes the file driver's directory.
 func startServers() (contestants.Servers, func(), error) {
 	var launched []*testserver.Server
 	closeAll := func() {
@@ -214,7 +292,17 @@ func startServers() (contestants.Servers, func(), error) {
 		return s.URL(), nil
 	}
 	var s contestants.Servers
-	var err error
+	// The file driver's locks live in a directory of this run's own.
+	dir, err := os.MkdirTemp("", "lockbench-file-")
+	if err != nil {
+		return s, closeAll, err
+	}
+	stopServers := closeAll
+	closeAll = func() {
+		stopServers()
+		_ = os.RemoveAll(dir)
+	}
+	s.File = "file://" + dir
 	if s.Redis, err = launch("redis"); err != nil {
 		return s, closeAll, err
 	}
