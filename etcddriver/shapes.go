@@ -399,16 +399,12 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 	wch := d.c.Watch(wctx, e.rng, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
 	need := count - n + 1 // deletes of older keys that admit us
 	var (
-		recheck <-chan time.Time
-		timer   *time.Timer
 		step    = recheckFirst
-		started time.Time
+		timer   = time.NewTimer(step)
+		recheck = timer.C
+		created time.Time // when etcd confirmed the watch; zero until then
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	defer timer.Stop()
 	recount := func(linearizable bool) (bool, error) {
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.rev - 1)}
 		if !linearizable {
@@ -440,9 +436,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 						return err
 					}
 				}
-				started = time.Now()
-				timer = time.NewTimer(step)
-				recheck = timer.C
+				created = time.Now()
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE && (ev.PrevKv == nil || ev.PrevKv.CreateRevision < e.rev) {
@@ -453,7 +447,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				return nil
 			}
 		case <-recheck:
-			last := time.Since(started) >= recheckUntil
+			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			done, err := recount(last)
 			if err != nil || done {
 				return err
@@ -461,7 +455,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 			if last {
 				recheck = nil
 			} else {
-				step *= 2
+				step = min(2*step, recheckMax)
 				timer.Reset(step)
 			}
 		case <-ctx.Done():
