@@ -92,8 +92,14 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	}
 	d.mu.Unlock()
 
-	if !wait {
+	shaped := reqShape(req) != shapeExclusive
+	switch {
+	case !wait && shaped:
+		return d.tryShaped(ctx, e)
+	case !wait:
 		return d.try(ctx, e)
+	case shaped:
+		return d.enqueueShaped(ctx, e)
 	}
 	return d.enqueue(ctx, e)
 }
@@ -118,6 +124,9 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(mine) == 0 {
 			d.forget(e)
+			if err := mismatch(e.rng, shapeExclusive, first); err != nil {
+				return driver.Grant{}, err
+			}
 			return driver.Grant{}, driver.ErrLocked
 		}
 		kv := mine[0]
@@ -220,6 +229,11 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		return err
 	}
 	for {
+		// A writer behind a semaphore's permit: the key is in use as a
+		// semaphore (only the key just before ours is seen, so only then).
+		if keyShape(e.rng, pred.Key) > 0 {
+			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng, shapeExclusive, []*mvccpb.KeyValue{pred}))
+		}
 		if err := d.waitDelete(ctx, e, pred, known); err != nil {
 			return driver.Grant{}, waitFailed(err)
 		}
@@ -311,24 +325,26 @@ func (d *Driver) check(ctx context.Context, e *entry, after *mvccpb.KeyValue) (p
 // etcd 3.4 can still register a watch from "now" as unsynced: it picks the start
 // revision before it takes the lock that registers the watch, and a write in
 // between leaves the watch behind by one revision, to be served up to 100ms late.
-// So for a while after the watch starts, pred is also read again on a doubling
-// schedule (recheckFirst, twice that, ... until recheckUntil, when etcd has surely
-// caught the watch up); a handoff is then late by a few milliseconds at worst.
+// So from the moment the watch is asked for until recheckUntil after etcd
+// confirmed it (when etcd has surely caught the watch up), pred is also read
+// again on a doubling schedule (recheckFirst, twice that, ... at most
+// recheckMax apart); a handoff is then late by a few milliseconds at worst.
+// The schedule starts before the confirmation because the etcd client sends a
+// stream's watch requests one at a time, each after the previous one was
+// confirmed: with many waiters on one client (readers behind one writer, say)
+// a watch can take tens of milliseconds to start under load, and its waiter
+// would learn of a delete in that time only when it did.
 func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue, known int64) error {
 	wctx, cancel := context.WithCancel(ctx) // ctx requires a leader (see Acquire): a member without one cancels the watch
 	defer cancel()
 	wch := d.c.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
 	var (
-		recheck <-chan time.Time
-		timer   *time.Timer
 		step    = recheckFirst
-		started time.Time
+		timer   = time.NewTimer(step)
+		recheck = timer.C
+		created time.Time // when etcd confirmed the watch; zero until then
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	defer timer.Stop()
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -348,9 +364,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 						return err
 					}
 				}
-				started = time.Now()
-				timer = time.NewTimer(step)
-				recheck = timer.C
+				created = time.Now()
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
@@ -358,7 +372,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 				}
 			}
 		case <-recheck:
-			last := time.Since(started) >= recheckUntil
+			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			gone, err := d.gone(ctx, pred, last)
 			if err != nil || gone {
 				return err
@@ -366,7 +380,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			if last {
 				recheck = nil
 			} else {
-				step *= 2
+				step = min(2*step, recheckMax)
 				timer.Reset(step)
 			}
 		case <-ctx.Done():
@@ -383,10 +397,13 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 }
 
 // The schedule of the extra reads of a waiter's predecessor while its watch may
-// still be unsynced: about six reads in the first quarter second of a wait.
+// not be started or may still be unsynced: about six reads in the first
+// quarter second of a wait, then one every recheckMax while etcd has not
+// confirmed the watch.
 const (
 	recheckFirst = 4 * time.Millisecond
 	recheckUntil = 250 * time.Millisecond
+	recheckMax   = 128 * time.Millisecond
 )
 
 // gone reports whether the key kv is no longer there as it was. The early

@@ -22,7 +22,7 @@ type entry struct {
 	req   *driver.Request
 	owner string
 	s     *session
-	key   string // <prefix>/<escaped key>/<lease hex>[_<n>]
+	key   string // <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<n>]
 	rng   string // <prefix>/<escaped key>/
 	name  nameKey
 	index int // n of the key's name; 0 for the plain lease name
@@ -65,7 +65,7 @@ func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
 	}
 	used[index] = true
 	rng := rangePrefix(d.prefix, req.Key)
-	key := rng + s.hex
+	key := rng + namePrefix(req) + s.hex
 	if index > 0 {
 		key += "_" + strconv.Itoa(index)
 	}

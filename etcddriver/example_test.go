@@ -2,6 +2,7 @@ package etcddriver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -58,4 +59,57 @@ func ExampleNew() {
 	fmt.Println("fencing token", l.Token())
 	// The same lock, for etcd's own tools: etcdctl lock <this name>.
 	fmt.Println(d.LockPrefix("report:daily"))
+}
+
+// A read-write lock: many readers hold the key together; a writer
+// (a plain Acquire) holds it alone. Once a writer waits, readers that arrive
+// after it wait behind it, so a steady stream of readers cannot starve it.
+func Example_shared() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "etcd://127.0.0.1:2379/myapp?ttl=10s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// Readers: any number at once, never beside the writer.
+	err = locker.Do(ctx, "catalog", func(ctx context.Context) error {
+		// read the catalog
+		return nil
+	}, lock.WithShared(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The writer: alone. Its token exceeds every reader's before it.
+	w, err := locker.Acquire(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+	fmt.Println("writer's fencing token", w.Token())
+}
+
+// A counting semaphore: at most three holders of "render-farm" at once, each
+// with its own Lock (own refresh, Lost and release). Every user of the key
+// must ask for the same number of permits; another number, or a read or write
+// lock on the same key, is lock.ErrInvalidArgument.
+func Example_semaphore() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "etcd://127.0.0.1:2379/myapp?ttl=10s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	err = locker.Do(ctx, "render-farm", func(ctx context.Context) error {
+		// one of at most three jobs at once; ctx ends if the permit is lost
+		return nil
+	}, lock.WithPermits(3))
+	if errors.Is(err, lock.ErrInvalidArgument) {
+		log.Fatal("render-farm is used with another number of permits: ", err)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
 }

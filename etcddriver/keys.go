@@ -15,7 +15,9 @@ import (
 // concurrency.NewMutex(session, "<prefix>/<escaped key>") and
 // etcdctl lock "<prefix>/<escaped key>" write the same shape with their own
 // session's lease. Every key in the range "<prefix>/<escaped key>/" is a
-// contender; the one with the lowest create revision holds the lock.
+// contender; the one with the lowest create revision holds the lock. Shared
+// holds and semaphore permits queue in the same range under read/ and
+// sem/<n>/ (see shapes.go).
 
 // escapeKey maps a user key to one component of an etcd key. ASCII letters,
 // digits and - . _ ~ : @ stay as they are, as do bytes of multi-byte UTF-8
