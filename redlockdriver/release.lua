@@ -48,6 +48,15 @@ elseif holder == '\0shared' then
     end
   end
 end
+if r == 0 then
+  -- Not held here (its lock key expired, deleted by hand, or never taken):
+  -- drop what may be left of the owner's record.
+  local rec = redis.pcall('GET', KEYS[5])
+  if type(rec) == 'string' and string.sub(rec, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+    redis.call('DEL', KEYS[5])
+  end
+  redis.pcall('HDEL', KEYS[6], ARGV[1])
+end
 if ARGV[3] ~= '' then redis.pcall('HDEL', KEYS[2], ARGV[3]) end
 local tell = free and ARGV[2] == '1'
 if ARGV[5] == '1' and redis.pcall('HDEL', KEYS[4], ARGV[1]) == 1 then
