@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,7 +45,10 @@ const (
 // a majority said yes or every server answered or timed out. With register,
 // servers that find the lock held record this driver's inbox as waiting for it.
 func (d *Driver) attempt(ctx context.Context, k keys, req *request, register bool, lease time.Duration) vote {
-	args := []any{req.Owner, millis(req.TTL), req.Label}
+	start := time.Now()
+	// The holder's record: no token, the round's start, the label.
+	rec := "0 " + strconv.FormatInt(start.UnixMicro(), 10) + " " + req.Label
+	args := []any{req.Owner, millis(req.TTL), rec}
 	if register {
 		args = append(args, d.inbox, millis(lease))
 	}
@@ -53,7 +57,6 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 		o, keys = opAcquireShared, []string{k.lock, k.waiters, k.holders, k.writers, k.labels}
 	}
 	backs := d.backs.Load()
-	start := time.Now()
 	r := d.send(o, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
 	v := vote{start: start, errs: make([]error, len(d.servers)), yesBy: make([]bool, len(d.servers)), backs: backs}
 	for i := range v.errs {

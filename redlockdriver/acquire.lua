@@ -10,19 +10,19 @@
 --
 -- Taking the lock also writes the holder's record beside it, in the grant key
 -- with the lock's TTL: "owner 0 since-µs label" (0: no fencing token; since
--- by the server's clock), which Inspect reads. The lock key itself stays what
+-- by the holder's clock, when its round began: the server's TIME would cost
+-- the hot path a call), which Inspect reads. The lock key itself stays what
 -- any Redlock client writes.
 --
 -- KEYS: 1 lock, 2 waiters, 3 writers, 4 grant
--- ARGV: 1 owner, 2 TTL ms, 3 label, 4 inbox channel (absent: do not
---       register), 5 registration lease ms
+-- ARGV: 1 owner, 2 TTL ms, 3 the record less the owner, "0 since-µs label",
+--       4 inbox channel (absent: do not register), 5 registration lease ms
 -- Returns 1: taken now
 --         {2, pttl}: already held by owner (a retry after a lost reply)
 --         {0, holder, pttl}: held by another owner
 --         {-1}: the lock key holds a value that is not a string, not a lock
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('TIME')
-  redis.call('SET', KEYS[4], ARGV[1] .. ' 0 ' .. t[1] .. string.format('%06d', tonumber(t[2])) .. ' ' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('SET', KEYS[4], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2])
   return 1
 end
 local holder = redis.pcall('GET', KEYS[1])

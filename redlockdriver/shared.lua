@@ -10,13 +10,13 @@
 -- held shared and no live writer waits here (the writers hash: owner ->
 -- deadline of a waiting exclusive request, written by acquire.lua).
 --
--- A granted hold's record, "0 since-µs label" (since by the server's clock),
--- goes into the labels hash under the owner, which lives as long as the
--- holders set; Inspect reads it.
+-- A granted hold's record, "0 since-µs label" (since by the holder's clock,
+-- as acquire.lua's), goes into the labels hash under the owner, which lives
+-- as long as the holders set; Inspect reads it.
 --
 -- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers, 5 labels
--- ARGV: 1 owner, 2 TTL ms, 3 label, 4 inbox channel (absent: do not
---       register), 5 registration lease ms
+-- ARGV: 1 owner, 2 TTL ms, 3 the record, "0 since-µs label", 4 inbox channel
+--       (absent: do not register), 5 registration lease ms
 -- Returns 1: taken now
 --         {2, pttl}: already held by owner (a retry after a lost reply)
 --         {0, holder, pttl}: not now; holder is the exclusive owner, or
@@ -56,7 +56,7 @@ if not busy then
   -- its holds'): one left without it is stale.
   if pt == -2 then redis.call('DEL', KEYS[3], KEYS[5]) end
   if type(redis.pcall('ZADD', KEYS[3], now + ttl, ARGV[1])) == 'table' then return {-3} end
-  if type(redis.pcall('HSET', KEYS[5], ARGV[1], '0 ' .. t[1] .. string.format('%06d', tonumber(t[2])) .. ' ' .. ARGV[3])) == 'table' then
+  if type(redis.pcall('HSET', KEYS[5], ARGV[1], ARGV[3])) == 'table' then
     return {-3}
   end
   if pt < ttl then
