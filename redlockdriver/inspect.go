@@ -103,6 +103,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	}
 	views := map[string]*view{}
 	var order []string
+	wrong := 0
 	see := func(owner string, shared bool, ms int64, rec string) {
 		v := views[owner]
 		if v == nil {
@@ -133,8 +134,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 			status, _ = vals[0].(int64)
 		}
 		switch {
-		case status == 0, status == -1:
-			// Free here, or not a lock: no holder here.
+		case status == 0:
+		case status == -1:
+			wrong++ // not a lock: no holder here
 		case status == 1 && len(vals) == 4:
 			owner, _ := vals[1].(string)
 			pttl, _ := vals[2].(int64)
@@ -154,6 +156,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	n, errs := answered(replies)
 	if n < d.quorum {
 		return driver.Info{}, d.quorumError(errs, n)
+	}
+	if wrong >= d.quorum {
+		return driver.Info{}, ErrWrongType
 	}
 	in := driver.Info{Waiters: -1}
 	for _, owner := range order {
@@ -429,6 +434,9 @@ func (d *Driver) evicted(key string, owners map[string]bool) {
 		if req.Lost != nil {
 			req.Lost(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))
 		}
+		// The servers that did not answer may still hold it: give it back
+		// there, as a lock found lost is.
+		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
 }
 

@@ -360,3 +360,55 @@ func TestPlainRedlockClientStillInteroperates(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 }
+
+// ForceRelease wakes the waiting drivers as a release does: a waiter gets the
+// lock at once, not when the evicted holder's TTL runs out.
+func TestForceReleaseWakesTheWaiters(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	var lks [3]*lock.Locker
+	for i := range lks {
+		lk, err := lock.Open(ctx, redlockURL(servers), lock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lk.Close()
+		lks[i] = lk
+	}
+	holder, waiter, op := lks[0], lks[1], lks[2]
+	if _, err := holder.Acquire(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "k")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	admin := admins(t, servers)
+	waitUntil(ctx, t, "the waiter to register on every server", func() bool {
+		for _, a := range admin {
+			if a.Exists(ctx, DefaultPrefix+":{k}:waiters").Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	forced := time.Now()
+	if err := op.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		t.Logf("the waiter held the lock %v after ForceRelease began", time.Since(forced).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		// Unwoken, it would look again only when its registration is due
+		// for renewal, a third of the 30s TTL after it registered.
+		t.Fatal("the waiter did not get the lock within 5s of ForceRelease (the evicted lock's TTL is 30s)")
+	}
+}
