@@ -262,12 +262,16 @@
 // (TestPlainRedlockClientStillInteroperates), and their locks show in Inspect,
 // named by their value. The record costs the uncontended acquire and release
 // one more SET and one more DEL inside the scripts already sent, no round
-// trip: no difference measurable by BenchmarkUncontended on a loaded 2-core
-// machine (the ratio of an acquire and release to the raw three-server
-// protocol, median of five runs, 1.166 before and 1.178 after for Acquire,
-// 1.116 and 1.124 for TryAcquire), and 0.4µs of server time per call
-// measured with INFO commandstats. (Reading the servers' clock with TIME for
-// since cost 0.7µs more per call, which is why since is the holder's.)
+// trip: about 0.4µs of server time per script call (INFO commandstats, 10,000
+// acquire and release pairs on one server: 2.1µs per call without the record,
+// 2.5µs with it). BenchmarkUncontended (-count 5, twice each, before and
+// after, alternating, on a loaded 2-core machine where the three servers
+// share the client's cores) puts an acquire and release at 1.113 times the
+// raw three-server protocol before and 1.149 after for TryAcquire, 1.133 and
+// 1.164 for Acquire (medians of ten; the same code varies by ±0.03 from one
+// set of five to the next): about 3%, some 5µs of 165–190µs. (Reading the
+// servers' clock with TIME for since cost another 0.7µs per call, which is
+// why since is the holder's.)
 //
 // Inspect runs one script on every server at once, as a round does, and waits
 // for every answer, at most the per-server timeout or 500ms, whichever is
