@@ -79,7 +79,7 @@ type view struct {
 	shared  bool
 	servers int         // where it holds the lock
 	ends    []time.Time // by those servers, when it ends there (zero: never)
-	sinces  []int64     // the records' since (µs, server clocks)
+	sinces  []int64     // the records' since (µs, the holder's clock)
 	labels  []string    // the records' labels
 }
 
@@ -197,7 +197,7 @@ func (v *view) holder(quorum int, start time.Time) driver.Holder {
 	if len(v.sinces) > 0 {
 		s := slices.Clone(v.sinces)
 		slices.Sort(s)
-		h.Since = time.UnixMicro(s[len(s)/2]) // the median: one server's clock may be off
+		h.Since = time.UnixMicro(s[len(s)/2]) // the median: a server an earlier round of the same request reached late may keep that round's record
 	}
 	h.Label = mostCommon(v.labels)
 	if len(v.labels) == 0 && !v.shared {
