@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,16 +45,18 @@ const (
 // a majority said yes or every server answered or timed out. With register,
 // servers that find the lock held record this driver's inbox as waiting for it.
 func (d *Driver) attempt(ctx context.Context, k keys, req *request, register bool, lease time.Duration) vote {
-	args := []any{req.Owner, millis(req.TTL)}
+	start := time.Now()
+	// The holder's record: no token, the round's start, the label.
+	rec := "0 " + strconv.FormatInt(start.UnixMicro(), 10) + " " + req.Label
+	args := []any{req.Owner, millis(req.TTL), rec}
 	if register {
 		args = append(args, d.inbox, millis(lease))
 	}
-	o, keys := opAcquire, []string{k.lock, k.waiters, k.writers}
+	o, keys := opAcquire, []string{k.lock, k.waiters, k.writers, k.grant}
 	if req.Shared {
-		o, keys = opAcquireShared, []string{k.lock, k.waiters, k.holders, k.writers}
+		o, keys = opAcquireShared, []string{k.lock, k.waiters, k.holders, k.writers, k.labels}
 	}
 	backs := d.backs.Load()
-	start := time.Now()
 	r := d.send(o, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
 	v := vote{start: start, errs: make([]error, len(d.servers)), yesBy: make([]bool, len(d.servers)), backs: backs}
 	for i := range v.errs {
@@ -172,10 +175,17 @@ func (d *Driver) failed(v vote, o outcome) error {
 	case late:
 		return errLate
 	}
+	return d.quorumError(v.errs, v.answered)
+}
+
+// quorumError is the error of a round that fewer than a majority of the
+// servers answered: errs holds each server's failure (nil where it
+// answered).
+func (d *Driver) quorumError(errs0 []error, answered int) error {
 	var why []string
 	var errs []error
 	transient := 0
-	for i, err := range v.errs {
+	for i, err := range errs0 {
 		if err != nil {
 			e := d.serverError(i, err)
 			why = append(why, e.Error())
@@ -185,13 +195,13 @@ func (d *Driver) failed(v vote, o outcome) error {
 			}
 		}
 	}
-	err := fmt.Errorf("%w: %d of %d answered, %d needed: %s%w", ErrNoQuorum, v.answered, len(d.servers), d.quorum,
+	err := fmt.Errorf("%w: %d of %d answered, %d needed: %s%w", ErrNoQuorum, answered, len(d.servers), d.quorum,
 		strings.Join(why, "; "), wrapOnly(errs))
 	// Unavailable when the servers that failed for a reason that may pass
 	// (unreachable, too slow, loading, failing over) could still make a
 	// majority; permanent when servers that refused us (an ACL, a wrong
 	// password) stand in the way of any majority.
-	if v.answered+transient >= d.quorum {
+	if answered+transient >= d.quorum {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	return err

@@ -29,6 +29,9 @@ const (
 	opCheck // is the lock the owner's here? changes nothing
 	opInfo  // INFO server, for the server's run_id
 	opAcquireShared
+	opInspect // inspect.lua: changes nothing
+	opForce   // force.lua
+	opRelabel // relabel.lua
 )
 
 func (o op) script() *redis.Script {
@@ -41,6 +44,12 @@ func (o op) script() *redis.Script {
 		return checkScript
 	case opAcquireShared:
 		return sharedScript
+	case opInspect:
+		return inspectScript
+	case opForce:
+		return forceScript
+	case opRelabel:
+		return relabelScript
 	default:
 		return refreshScript
 	}

@@ -364,6 +364,7 @@ func (d *Driver) checkHeld() {
 		unknown int8 = iota
 		holds
 		gone
+		forced // gone: an operator evicted it there
 	)
 	state := make([][]int8, len(reqs))
 	for c := range state {
@@ -381,6 +382,8 @@ func (d *Driver) checkHeld() {
 		case rep.err != nil:
 		case rep.val == int64(1):
 			state[rep.call][rep.server] = holds
+		case rep.val == int64(2):
+			state[rep.call][rep.server] = forced
 		default:
 			state[rep.call][rep.server] = gone
 		}
@@ -392,8 +395,12 @@ func (d *Driver) checkHeld() {
 
 	for c, req := range reqs {
 		var why []string
+		evicted := false
 		for i := range d.servers {
 			switch {
+			case state[c][i] == forced:
+				evicted = true
+				why = append(why, fmt.Sprintf("server %d (%s): force-released", i+1, d.servers[i].name))
 			case state[c][i] == gone:
 				why = append(why, fmt.Sprintf("server %d (%s): not held", i+1, d.servers[i].name))
 			case state[c][i] == holds && ids[c][i] != "" && now[i] != "" && ids[c][i] != now[i]:
@@ -412,7 +419,11 @@ func (d *Driver) checkHeld() {
 			continue // released meanwhile
 		}
 		if req.Lost != nil {
-			req.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, ErrForgotten, strings.Join(why, "; ")))
+			cause := ErrForgotten
+			if evicted {
+				cause = driver.ErrForceReleased
+			}
+			req.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, cause, strings.Join(why, "; ")))
 		}
 		// What is left of it on a minority would weigh on the next holder's
 		// majority: give it back, and tell the waiters.
@@ -427,11 +438,11 @@ func identifiable(c redis.UniversalClient) bool {
 	return ok
 }
 
-// checkKeys are the keys check.lua reads for req: the lock, and the holders
-// set for a shared hold.
+// checkKeys are the keys check.lua reads for req: the lock, the tombstones,
+// and the holders set for a shared hold.
 func checkKeys(k keys, req *request) []string {
 	if req.Shared {
-		return []string{k.lock, k.holders}
+		return []string{k.lock, k.forced, k.holders}
 	}
-	return []string{k.lock}
+	return []string{k.lock, k.forced}
 }

@@ -12,18 +12,24 @@ import "github.com/distlock/lock/internal/redisproto"
 //	                         their expiry (ms, server clock)
 //	esc(P):{esc(K)}:writers  hash: owner -> registration deadline (ms, server
 //	                         clock) of a waiting exclusive request
+//	esc(P):{esc(K)}:grant    the exclusive holder's record, "owner 0 since-µs
+//	                         label", with the lock's TTL (0: no fencing token)
+//	esc(P):{esc(K)}:labels   hash: shared holder -> its record, "0 since-µs label"
+//	esc(P):{esc(K)}:forced   hash: owner evicted by ForceRelease -> "1", for a
+//	                         few TTLs
 //
-// This is redisdriver's layout for the lock, its shared marker and holders
-// (less its fence and queue keys), so a server
+// This is redisdriver's layout for the lock, its shared marker, holders,
+// records and tombstones (less its fence and queue keys), so a server
 // shows a lock the same way to an operator whichever driver took it. The braces
 // are a Redis Cluster hash tag, which keeps both keys of a lock in one slot when
 // a server given to New is a Cluster. esc() is injective, so distinct keys are
 // distinct locks.
 type keys struct {
-	lock, waiters, holders, writers string
+	lock, waiters, holders, writers, grant, labels, forced string
 }
 
 func (d *Driver) keys(key string) keys {
 	lock := d.prefix + ":{" + redisproto.Escape(key) + "}"
-	return keys{lock: lock, waiters: lock + ":waiters", holders: lock + ":holders", writers: lock + ":writers"}
+	return keys{lock: lock, waiters: lock + ":waiters", holders: lock + ":holders", writers: lock + ":writers",
+		grant: lock + ":grant", labels: lock + ":labels", forced: lock + ":forced"}
 }

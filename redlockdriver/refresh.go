@@ -14,7 +14,9 @@ import (
 // what is left of it is given back), and otherwise an error matching
 // ErrNoQuorum (and driver.ErrUnavailable unless a server refused for good):
 // the outcome is unknown, and package lock tries again until the lock's
-// validity deadline.
+// validity deadline. A lock lost because an operator evicted it
+// (ForceRelease, whose tombstone a server reports) is driver.ErrNotHeld
+// wrapping driver.ErrForceReleased.
 func (d *Driver) Refresh(ctx context.Context, req *request) error {
 	return d.RefreshBatch(ctx, []*request{req})[0]
 }
@@ -33,6 +35,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	defer d.calls.Done()
 	type tally struct {
 		ok, not   int
+		forced    int    // of not: servers where an operator evicted the owner
 		okBy      []bool // by server, whether it extended the lock
 		firstErr  error
 		permanent bool // a server refused for a reason that will not pass
@@ -47,9 +50,9 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	timeout := time.Duration(0)
 	for i, r := range reqs {
 		k := d.keys(r.Key)
-		keys[i] = []string{k.lock}
+		keys[i] = []string{k.lock, k.grant, k.forced}
 		if r.Shared {
-			keys[i] = append(keys[i], k.holders)
+			keys[i] = append(keys[i], k.holders, k.labels)
 		}
 		timeout = max(timeout, d.timeoutFor(r.TTL))
 	}
@@ -85,9 +88,12 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 				x.firstErr = d.serverError(rep.server, rep.err)
 			}
 			x.permanent = x.permanent || !isTransient(rep.err)
-		case n == 1:
+		case n == refHeld:
 			x.ok++
 			x.okBy[rep.server] = true
+		case n == refForced:
+			x.not++
+			x.forced++
 		default:
 			x.not++
 		}
@@ -102,6 +108,11 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		case x.ok >= d.quorum:
 		case x.not > len(d.servers)-d.quorum:
 			errs[i] = driver.ErrNotHeld
+			if x.forced > 0 {
+				// An operator evicted it (on the others it may have
+				// expired meanwhile, or the eviction did not reach them).
+				errs[i] = fmt.Errorf("%w: %w (on %d of %d servers)", driver.ErrNotHeld, driver.ErrForceReleased, x.forced, len(d.servers))
+			}
 			lost = append(lost, reqs[i])
 		default:
 			if x.firstErr == nil {

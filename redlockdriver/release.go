@@ -150,7 +150,7 @@ func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, 
 	if ended {
 		e = "1"
 	}
-	keys := []string{k.lock, k.waiters, k.holders, k.writers}
+	keys := []string{k.lock, k.waiters, k.holders, k.writers, k.grant, k.labels}
 	args := []any{req.Owner, n, inbox, d.inbox, e}
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.

@@ -8,7 +8,9 @@
 -- waiting writer (the request ended): the readers it held back are then told
 -- (whatever ARGV[2] says) unless the key is held exclusively.
 --
--- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers
+-- The holder's record (grant key, or its entry in labels) goes with its hold.
+--
+-- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers, 5 grant, 6 labels
 -- ARGV: 1 owner, 2 "1" to notify waiters, "0" not to (a partial grant given
 --       back after a lost vote: the lock is not free), 3 inbox to unregister
 --       ("" for none), 4 the releasing driver's own inbox ("" for none),
@@ -18,7 +20,7 @@ local r = 0
 local free = false
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[5])
   r, free = 1, true
 elseif holder == '\0shared' then
   local sc = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
@@ -26,19 +28,34 @@ elseif holder == '\0shared' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.pcall('HDEL', KEYS[6], ARGV[1])
     if tonumber(sc) > now then r = 1 end
-    -- Drop the expired holds; the marker ends with the last live one.
+    -- Drop the expired holds and their records; the marker ends with the
+    -- last live one.
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+      redis.pcall('HDEL', KEYS[6], m)
+    end
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
     local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     if #top == 0 then
-      redis.call('DEL', KEYS[1], KEYS[3])
+      redis.call('DEL', KEYS[1], KEYS[3], KEYS[6])
       free = true
     else
       local at = string.format('%.0f', tonumber(top[2]))
       redis.call('PEXPIREAT', KEYS[1], at)
       redis.call('PEXPIREAT', KEYS[3], at)
+      redis.pcall('PEXPIREAT', KEYS[6], at)
     end
   end
+end
+if r == 0 then
+  -- Not held here (its lock key expired, deleted by hand, or never taken):
+  -- drop what may be left of the owner's record.
+  local rec = redis.pcall('GET', KEYS[5])
+  if type(rec) == 'string' and string.sub(rec, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+    redis.call('DEL', KEYS[5])
+  end
+  redis.pcall('HDEL', KEYS[6], ARGV[1])
 end
 if ARGV[3] ~= '' then redis.pcall('HDEL', KEYS[2], ARGV[3]) end
 local tell = free and ARGV[2] == '1'

@@ -21,12 +21,21 @@ var (
 	checkLua string
 	//go:embed shared.lua
 	sharedLua string
+	//go:embed inspect.lua
+	inspectLua string
+	//go:embed force.lua
+	forceLua string
+	//go:embed relabel.lua
+	relabelLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
 	refreshScript = redis.NewScript(refreshLua)
 	checkScript   = redis.NewScript(checkLua)
 	sharedScript  = redis.NewScript(sharedLua)
+	inspectScript = redis.NewScript(inspectLua)
+	forceScript   = redis.NewScript(forceLua)
+	relabelScript = redis.NewScript(relabelLua)
 )
 
 // Results of acquire.lua and shared.lua.
@@ -36,6 +45,13 @@ const (
 	acqBusy      = 0  // {0, holder, pttl}
 	acqWrongType = -1 // {-1}: the lock key is not a string
 	acqForeign   = -3 // {-3}: the waiters or writers key is not a hash, or holders not a sorted set
+)
+
+// Results of refresh.lua.
+const (
+	refNotHeld = 0 // not held here
+	refHeld    = 1 // extended
+	refForced  = 2 // not held here: an operator evicted the owner (ForceRelease)
 )
 
 // sharedMarker is what the lock key holds while shared holds exist (see

@@ -10,9 +10,13 @@
 -- held shared and no live writer waits here (the writers hash: owner ->
 -- deadline of a waiting exclusive request, written by acquire.lua).
 --
--- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers
--- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: do not register),
---       4 registration lease ms
+-- A granted hold's record, "0 since-µs label" (since by the holder's clock,
+-- as acquire.lua's), goes into the labels hash under the owner, which lives
+-- as long as the holders set; Inspect reads it.
+--
+-- KEYS: 1 lock, 2 waiters, 3 holders, 4 writers, 5 labels
+-- ARGV: 1 owner, 2 TTL ms, 3 the record, "0 since-µs label", 4 inbox channel
+--       (absent: do not register), 5 registration lease ms
 -- Returns 1: taken now
 --         {2, pttl}: already held by owner (a retry after a lost reply)
 --         {0, holder, pttl}: not now; holder is the exclusive owner, or
@@ -50,18 +54,22 @@ if not busy then
   local pt = redis.call('PTTL', KEYS[1])
   -- A holders set outlives no marker (the marker's expiry is never before
   -- its holds'): one left without it is stale.
-  if pt == -2 then redis.call('DEL', KEYS[3]) end
+  if pt == -2 then redis.call('DEL', KEYS[3], KEYS[5]) end
   if type(redis.pcall('ZADD', KEYS[3], now + ttl, ARGV[1])) == 'table' then return {-3} end
+  if type(redis.pcall('HSET', KEYS[5], ARGV[1], ARGV[3])) == 'table' then
+    return {-3}
+  end
   if pt < ttl then
     redis.call('SET', KEYS[1], marker, 'PX', ttl)
     pt = ttl
   end
   redis.call('PEXPIRE', KEYS[3], pt)
+  redis.call('PEXPIRE', KEYS[5], pt)
   return 1
 end
-if ARGV[3] then
-  local lease = tonumber(ARGV[4])
-  if type(redis.pcall('HSET', KEYS[2], ARGV[3], string.format('%.0f', now + lease))) == 'table' then
+if ARGV[4] then
+  local lease = tonumber(ARGV[5])
+  if type(redis.pcall('HSET', KEYS[2], ARGV[4], string.format('%.0f', now + lease))) == 'table' then
     return {-3}
   end
   if redis.call('PTTL', KEYS[2]) < 2 * lease then redis.call('PEXPIRE', KEYS[2], 2 * lease) end
