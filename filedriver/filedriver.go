@@ -169,6 +169,12 @@ type holding struct {
 	extra []*os.File
 	token uint64
 	start time.Time // when the flock that took it was attempted
+
+	// The hold's holder file (see inspect.go), flocked while it holds; nil
+	// until published.
+	pub *os.File
+	dir string // the key's holders directory
+	id  string // the holder file's name without its prefix
 }
 
 // detach returns the hold's descriptors, f first, and forgets them; the caller
@@ -178,8 +184,21 @@ func (h *holding) detach() []*os.File {
 		return nil
 	}
 	files := append([]*os.File{h.f}, h.extra...)
-	h.f, h.extra = nil, nil
+	if h.pub != nil {
+		files = append(files, h.pub)
+	}
+	h.f, h.extra, h.pub = nil, nil, nil
 	return files
+}
+
+// end removes the hold's holder file (under its holder or tombstone name) and
+// then closes files, the hold's descriptors from detach: the holder file goes
+// first, so Inspect never shows a holder after the key is free for another.
+func (h *holding) end(files []*os.File) {
+	if h.dir != "" && files != nil {
+		unpublish(h.dir, h.id)
+	}
+	closeAll(files)
 }
 
 func closeAll(files []*os.File) {
@@ -254,11 +273,16 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 		return d.tryShared(ctx, req)
 	}
 	path := d.path(req.Key)
-	f, start, err := tryLock(path, lockEx)
-	if err != nil {
-		return driver.Grant{}, err
+	for i := 0; ; i++ {
+		f, start, err := tryLock(path, lockEx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, err := d.grantExclusive(ctx, req, f, path, start)
+		if !errors.Is(err, errReplaced) || i == maxReplaced {
+			return g, err
+		}
 	}
-	return d.grantExclusive(req, f, path, start)
 }
 
 // heldBy reports the grant of req.Owner if it already holds req.Key.
@@ -313,14 +337,44 @@ func tryLock(path string, mode int) (*os.File, time.Time, error) {
 }
 
 // grantExclusive bumps the fencing counter of the exclusively locked file f and
-// records the lock, taken by a flock attempted at start.
-func (d *Driver) grantExclusive(req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
+// records the lock, taken by a flock attempted at start. It publishes the
+// holder file, then checks again that path still names f: ForceRelease may
+// have replaced the lock file since our flock, and a lock on the old file
+// excludes no one, so that is errReplaced (the caller starts again) and the
+// token is never handed out. A check that passes comes before the
+// replacement, whose second tombstone pass then finds our holder file.
+func (d *Driver) grantExclusive(ctx context.Context, req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
 	token, err := nextToken(f)
 	if err != nil {
 		f.Close()
 		return driver.Grant{}, err
 	}
-	return d.grant(req, &holding{f: f, path: path, token: token, start: start})
+	h := &holding{f: f, path: path, token: token, start: start}
+	if err := d.publish(ctx, req, h, kindExclusive); err != nil {
+		h.end(h.detach())
+		return driver.Grant{}, err
+	}
+	if err := checkSame(f, path); err != nil {
+		h.end(h.detach())
+		return driver.Grant{}, err
+	}
+	return d.grant(req, h)
+}
+
+// errReplaced: the path no longer names the file a request has locked, so
+// it starts again on the file now there.
+var errReplaced = errors.New("lock file replaced")
+
+// checkSame returns errReplaced unless path still names the file f has open.
+func checkSame(f *os.File, path string) error {
+	same, err := samePath(f, path)
+	switch {
+	case err != nil:
+		return err
+	case !same:
+		return errReplaced
+	}
+	return nil
 }
 
 // grant records h, whose token is set, as req's lock; if the driver was closed
@@ -329,7 +383,7 @@ func (d *Driver) grant(req *driver.Request, h *holding) (driver.Grant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		closeAll(h.detach())
+		h.end(h.detach())
 		return driver.Grant{}, driver.ErrClosed
 	}
 	d.held[holdKey{req.Key, req.Owner}] = h
@@ -371,7 +425,11 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	case err != nil:
 		return err
 	case !same:
+		forced := h.dir != "" && evicted(h.dir, h.id)
 		d.drop(k, h)
+		if forced {
+			return fmt.Errorf("%w: %w: lock file %s was replaced", driver.ErrNotHeld, driver.ErrForceReleased, h.path)
+		}
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
 	return nil
@@ -387,7 +445,7 @@ func (d *Driver) drop(k holdKey, h *holding) {
 	}
 	files := h.detach()
 	d.mu.Unlock()
-	closeAll(files)
+	h.end(files)
 }
 
 // Release closes req.Owner's descriptor on the key's lock file, which drops the
@@ -413,7 +471,7 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return errSevered
 	}
 	same, err := samePath(files[0], h.path)
-	closeAll(files) // closing the last descriptor of an open file drops its flock
+	h.end(files) // closing the last descriptor of an open file drops its flock
 	if err == nil && !same {
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
@@ -447,14 +505,20 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	close(d.done)
-	var files []*os.File
+	type ending struct {
+		h     *holding
+		files []*os.File
+	}
+	var ends []ending
 	for _, h := range d.held {
-		files = append(files, h.detach()...)
+		ends = append(ends, ending{h, h.detach()})
 	}
 	d.held = nil
 	n := d.notify
 	d.mu.Unlock()
-	closeAll(files)
+	for _, e := range ends {
+		e.h.end(e.files)
+	}
 	n.close()
 	return nil
 }

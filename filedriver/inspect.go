@@ -1,0 +1,611 @@
+package filedriver
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Holder files. flock(2) tells whether a file is locked, not by whom, so each
+// holder publishes itself in the key's holders directory ("K.lock.h", beside
+// the lock file "K.lock"): a file named "h-" plus its owner, which it keeps
+// exclusively flocked for as long as it holds the key and removes when it
+// lets go. A request waiting in Acquire does the same with "w-" plus its
+// owner while it waits. A holder file holds one line, then the key (List
+// needs it: long keys' file names are hashed), then the label:
+//
+//	<token> <exclusive|shared|permit> <len(key)> <len(label)>\n<key>\n<label>\n
+//
+// A holder file whose flock anyone can take belongs to a process that died
+// (the kernel dropped its flocks but could not remove the file): Inspect and
+// List skip it and remove it. ForceRelease renames each holder file it evicts
+// to "x-" plus the owner, a tombstone its holder still has flocked; the
+// evicted holder's next Refresh finds it there (driver.ErrForceReleased) and
+// removes it.
+const (
+	holdersSuffix = ".h"
+	holderPrefix  = "h-"
+	waiterPrefix  = "w-"
+	evictedPrefix = "x-"
+
+	kindExclusive = "exclusive"
+	kindShared    = "shared"
+	kindPermit    = "permit"
+
+	// staleAge is how old a holder file with no content must be, unflocked,
+	// before Inspect removes it: its writer died between creating it and
+	// writing it. A younger one may be one whose writer has not flocked it yet.
+	staleAge = time.Minute
+
+	// maxHolderFile bounds what Inspect reads of a holder file: the line, a
+	// key and a label.
+	maxHolderFile = 64 + driver.MaxKeyLen + driver.MaxLabelLen
+)
+
+func encodeHolder(token uint64, kind, key, label string) []byte {
+	b := make([]byte, 0, 48+len(key)+len(label))
+	b = strconv.AppendUint(b, token, 10)
+	b = append(b, ' ')
+	b = append(b, kind...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(key)), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(label)), 10)
+	b = append(b, '\n')
+	b = append(b, key...)
+	b = append(b, '\n')
+	b = append(b, label...)
+	return append(b, '\n')
+}
+
+// holderInfo is a parsed holder file.
+type holderInfo struct {
+	token      uint64
+	kind       string
+	key, label string
+}
+
+// parseHolder reads a holder file's content; ok is false for one that is
+// incomplete or torn (being rewritten by Relabel).
+func parseHolder(b []byte) (holderInfo, bool) {
+	line, rest, ok := bytes.Cut(b, []byte{'\n'})
+	if !ok {
+		return holderInfo{}, false
+	}
+	f := strings.Fields(string(line))
+	if len(f) != 4 {
+		return holderInfo{}, false
+	}
+	token, err1 := strconv.ParseUint(f[0], 10, 64)
+	kl, err2 := strconv.Atoi(f[2])
+	ll, err3 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil || err3 != nil || kl < 0 || ll < 0 || len(rest) != kl+1+ll+1 ||
+		rest[kl] != '\n' || rest[len(rest)-1] != '\n' {
+		return holderInfo{}, false
+	}
+	return holderInfo{token: token, kind: f[1], key: string(rest[:kl]), label: string(rest[kl+1 : kl+1+ll])}, true
+}
+
+// createFlocked creates the file name in dir (and dir if missing), takes an
+// exclusive flock on it and writes content. The flock may have to wait a
+// moment for an Inspect that tries it to let go.
+func (d *Driver) createFlocked(ctx context.Context, dir, name string, content []byte) (*os.File, error) {
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, openFlags, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("filedriver: create holders directory: %w", err)
+		}
+		f, err = os.OpenFile(p, openFlags, 0o644)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("filedriver: create holder file: %w", err)
+	}
+	err = flockNB(f, lockEx)
+	if errors.Is(err, driver.ErrLocked) {
+		err = d.lockBriefly(ctx, f, lockEx)
+	}
+	if err == nil {
+		_, err = f.WriteAt(content, 0)
+	}
+	if err != nil {
+		os.Remove(p)
+		f.Close()
+		return nil, fmt.Errorf("filedriver: write holder file: %w", err)
+	}
+	return f, nil
+}
+
+// publish writes h's holder file, for req in the shape kind.
+func (d *Driver) publish(ctx context.Context, req *driver.Request, h *holding, kind string) error {
+	h.dir, h.id = d.path(req.Key)+holdersSuffix, escapeName(req.Owner)
+	f, err := d.createFlocked(ctx, h.dir, holderPrefix+h.id, encodeHolder(h.token, kind, req.Key, req.Label))
+	if err != nil {
+		h.dir = ""
+		return err
+	}
+	h.pub = f
+	return nil
+}
+
+// unpublish removes the holder file of id in dir, or its tombstone if it was
+// evicted.
+func unpublish(dir, id string) {
+	if err := os.Remove(filepath.Join(dir, holderPrefix+id)); errors.Is(err, fs.ErrNotExist) {
+		os.Remove(filepath.Join(dir, evictedPrefix+id))
+	}
+}
+
+// evicted reports whether ForceRelease left a tombstone for id in dir.
+func evicted(dir, id string) bool {
+	_, err := os.Lstat(filepath.Join(dir, evictedPrefix+id))
+	return err == nil
+}
+
+// waiting is one Acquire call, which publishes a waiter file the first time
+// it blocks so that Inspect can count it.
+type waiting struct {
+	d          *Driver
+	key, owner string
+	f          *os.File
+	dir, name  string
+}
+
+func (w *waiting) block() {
+	if w.f != nil || w.dir != "" {
+		return
+	}
+	w.dir, w.name = w.d.path(w.key)+holdersSuffix, waiterPrefix+escapeName(w.owner)
+	// Best effort: a waiter that cannot publish itself still waits; it is
+	// just not counted.
+	f, err := w.d.createFlocked(context.Background(), w.dir, w.name, []byte("waiting\n"))
+	if err == nil {
+		w.f = f
+	}
+}
+
+func (w *waiting) done() {
+	if w.f != nil {
+		os.Remove(filepath.Join(w.dir, w.name))
+		w.f.Close()
+	}
+}
+
+// holderEntry is a live holder file found by scan.
+type holderEntry struct {
+	name string // its file name
+	holderInfo
+}
+
+// scan reads the holders directory dir: its live holder files (with their
+// content), its live waiter files (counted), and the files of dead processes,
+// which it removes. With first set it stops at the first live holder.
+func scan(dir string, first bool) (holders []holderEntry, waiters int, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("filedriver: read holders directory: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		prefix := name[:min(2, len(name))]
+		if prefix != holderPrefix && prefix != waiterPrefix && prefix != evictedPrefix {
+			continue
+		}
+		live, content, err := probe(filepath.Join(dir, name))
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case !live || prefix == evictedPrefix:
+		case prefix == waiterPrefix:
+			waiters++
+		default:
+			hi, ok := parseHolder(content)
+			if !ok {
+				continue // not written yet
+			}
+			holders = append(holders, holderEntry{name: name, holderInfo: hi})
+			if first {
+				return holders, waiters, nil
+			}
+		}
+	}
+	return holders, waiters, nil
+}
+
+// probe reports whether the holder, waiter or tombstone file at p is flocked
+// by its (live) writer, and its content. A file nobody flocks is a dead
+// process's: probe removes it, unless it is empty and young (its writer may
+// not have flocked it yet).
+func probe(p string) (live bool, content []byte, err error) {
+	f, err := os.OpenFile(p, readFlags, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil, nil
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("filedriver: open holder file: %w", err)
+	}
+	defer f.Close() // read-only: its close wakes no holders directory watch
+	locked := flockNB(f, lockEx)
+	if locked != nil && !errors.Is(locked, driver.ErrLocked) {
+		return false, nil, locked
+	}
+	// A holder file being rewritten by Relabel can read torn: read again.
+	for i := 0; i < 3; i++ {
+		content, err = io.ReadAll(io.LimitReader(f, maxHolderFile))
+		if err != nil {
+			return false, nil, fmt.Errorf("filedriver: read holder file: %w", err)
+		}
+		if _, ok := parseHolder(content); ok || !strings.HasPrefix(filepath.Base(p), holderPrefix) {
+			break
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return false, nil, err
+		}
+	}
+	if locked != nil {
+		return true, content, nil
+	}
+	if len(content) == 0 {
+		if fi, err := f.Stat(); err != nil || time.Since(fi.ModTime()) < staleAge {
+			return false, nil, nil
+		}
+	}
+	os.Remove(p)
+	return false, nil, nil
+}
+
+var _ driver.Inspector = (*Driver)(nil)
+
+// Inspect implements driver.Inspector: the key's live holder files, the
+// counter in its lock file, its waiters on Linux (-1 elsewhere, where the
+// portable layer's polling waits without publishing itself), and its
+// permits file while permits are held. It removes the holder files of dead
+// processes it finds.
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	path := d.path(key)
+	entries, waiters, err := scan(path+holdersSuffix, false)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	in := driver.Info{Waiters: waiters}
+	if !notifySupported {
+		in.Waiters = -1
+	}
+	if in.Token, err = readNumber(path); err != nil {
+		return driver.Info{}, err
+	}
+	for _, e := range entries {
+		if e.key != key { // another key whose long name hashed alike: never seen
+			continue
+		}
+		in.Holders = append(in.Holders, driver.Holder{Owner: e.name[len(holderPrefix):], Label: e.label, Shared: e.kind == kindShared, Token: e.token})
+		in.Token = max(in.Token, e.token)
+		if e.kind == kindPermit && in.Permits == 0 {
+			n, err := readNumber(path + permitsSuffix)
+			if err != nil {
+				return driver.Info{}, err
+			}
+			in.Permits = int(n)
+		}
+	}
+	slices.SortFunc(in.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return in, nil
+}
+
+// readNumber reads the decimal number in the file at p (a fencing counter,
+// a number of permits); a missing file or one that does not hold a number
+// reads as 0.
+func readNumber(p string) (uint64, error) {
+	f, err := os.OpenFile(p, readFlags, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("filedriver: open %s: %w", p, err)
+	}
+	defer f.Close()
+	var buf [maxCounterLen]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("filedriver: read %s: %w", p, err)
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
+	return v, nil
+}
+
+// check returns the error of a call made after Close or with ctx done.
+func (d *Driver) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.ErrClosed
+	}
+	return nil
+}
+
+var _ driver.Lister = (*Driver)(nil)
+
+// List implements driver.Lister by walking the lock directory: a key is held
+// while its holders directory has a live holder file, which also gives the
+// key (file names of long keys are hashed).
+func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("filedriver: read lock directory: %w", err)
+	}
+	var keys []string
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), lockSuffix+holdersSuffix) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		found, _, err := scan(filepath.Join(d.dir, e.Name()), true)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 1 && strings.HasPrefix(found[0].key, prefix) {
+			keys = append(keys, found[0].key)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+var _ driver.Labeler = (*Driver)(nil)
+
+// Relabel implements driver.Labeler: it rewrites req.Owner's holder file.
+func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.held[holdKey{req.Key, req.Owner}]
+	var pub, f *os.File
+	var kind string
+	if h != nil {
+		pub, f = h.pub, h.f
+		switch {
+		case len(h.extra) > 0:
+			kind = kindPermit
+		case req.Shared:
+			kind = kindShared
+		default:
+			kind = kindExclusive
+		}
+	}
+	d.mu.Unlock()
+	if pub == nil || f == nil {
+		return driver.ErrNotHeld
+	}
+	if same, err := samePath(f, h.path); err != nil || !same {
+		return driver.ErrNotHeld // evicted or replaced: its Refresh will tell
+	}
+	out := encodeHolder(h.token, kind, req.Key, label)
+	if _, err := pub.WriteAt(out, 0); err != nil {
+		return fmt.Errorf("filedriver: write holder file: %w", err)
+	}
+	if err := pub.Truncate(int64(len(out))); err != nil {
+		return fmt.Errorf("filedriver: write holder file: %w", err)
+	}
+	return nil
+}
+
+var _ driver.Evictor = (*Driver)(nil)
+
+// ForceRelease implements driver.Evictor. flock(2) cannot take a lock from
+// another process, so it replaces the key's files under their holders: under
+// the counter guard (which holds back shared and permit grants, and other
+// ForceRelease calls), it renames each live holder file to its tombstone,
+// creates a new lock file holding the counter, exclusively flocked, and
+// renames it over the old one, replaces the slot files of a semaphore the
+// same way, renames the holder files that appeared meanwhile, and lets the
+// new lock file go. Every acquire path checks after its flock, and again
+// after publishing its holder file, that the files it locked are still
+// there, so nobody is granted the old files from then on; the evicted
+// holders keep their flocks on files no one else will lock, learn at their
+// next Refresh that they were evicted (driver.ErrForceReleased), and can free
+// nothing but those.
+func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := d.check(ctx); err != nil {
+		return 0, err
+	}
+	path := d.path(key)
+	g, err := openLockFile(path + guardSuffix)
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	if err := d.lockBriefly(ctx, g, lockEx); err != nil {
+		return 0, err
+	}
+
+	old, err := os.OpenFile(path, os.O_RDWR|(openFlags&^os.O_CREATE), 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, driver.ErrNotHeld
+	}
+	if err != nil {
+		return 0, fmt.Errorf("filedriver: open lock file: %w", err)
+	}
+	defer old.Close()
+	switch err := flockNB(old, lockEx); {
+	case err == nil: // nobody holds it; closing old lets it go
+		return 0, driver.ErrNotHeld
+	case !errors.Is(err, driver.ErrLocked):
+		return 0, err
+	}
+
+	dir := path + holdersSuffix
+	n, err := tombstone(dir)
+	if err != nil {
+		return 0, err
+	}
+	counter, err := stableCounter(old)
+	if err != nil {
+		return 0, err
+	}
+	nf, err := replace(path, func(f *os.File) error { return writeCounter(f, counter) })
+	if err != nil {
+		return 0, err
+	}
+	defer nf.Close() // last: lets the new lock file go
+	// Tokens granted on the old file before the rename were written before
+	// it; a later grant there fails its check and is never handed out.
+	if after, err := stableCounter(old); err != nil {
+		return 0, err
+	} else if after > counter {
+		if err := writeCounter(nf, after); err != nil {
+			return 0, err
+		}
+	}
+	if permits, err := readNumber(path + permitsSuffix); err != nil {
+		return 0, err
+	} else {
+		for i := 1; i <= int(min(permits, MaxPermits)); i++ {
+			slot := path + slotSuffix + strconv.Itoa(i)
+			if _, err := os.Lstat(slot); err != nil {
+				continue
+			}
+			f, err := replace(slot, nil)
+			if err != nil {
+				return 0, err
+			}
+			f.Close()
+		}
+	}
+	more, err := tombstone(dir)
+	if err != nil {
+		return 0, err
+	}
+	return max(n+more, 1), nil // a holder that has not published yet counts too
+}
+
+// tombstone renames every live holder file in dir to its tombstone name and
+// returns how many it renamed.
+func tombstone(dir string) (int, error) {
+	holders, _, err := scan(dir, false)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range holders {
+		err := os.Rename(filepath.Join(dir, h.name), filepath.Join(dir, evictedPrefix+h.name[len(holderPrefix):]))
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, fs.ErrNotExist): // released meanwhile
+			return 0, fmt.Errorf("filedriver: evict holder: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// stableCounter reads the fencing counter of f without its flock (its
+// holder keeps that) until two reads agree, so a write under way cannot give
+// a torn value.
+func stableCounter(f *os.File) (uint64, error) {
+	read := func() (string, error) {
+		var buf [maxCounterLen]byte
+		n, err := f.ReadAt(buf[:], 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("filedriver: read fencing counter: %w", err)
+		}
+		return string(buf[:n]), nil
+	}
+	prev, err := read()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		cur, err := read()
+		if err != nil {
+			return 0, err
+		}
+		if cur == prev {
+			if strings.TrimSpace(cur) == "" {
+				return 0, nil
+			}
+			v, err := strconv.ParseUint(strings.TrimSpace(cur), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("filedriver: %s does not hold a fencing counter (%q); refusing to replace it", f.Name(), cur)
+			}
+			return v, nil
+		}
+		prev = cur
+	}
+}
+
+// writeCounter writes v as the fencing counter of f and syncs it.
+func writeCounter(f *os.File, v uint64) error {
+	out := strconv.AppendUint(nil, v, 10)
+	out = append(out, '\n')
+	if _, err := f.WriteAt(out, 0); err != nil {
+		return fmt.Errorf("filedriver: write fencing counter: %w", err)
+	}
+	if err := f.Truncate(int64(len(out))); err != nil {
+		return fmt.Errorf("filedriver: write fencing counter: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("filedriver: sync fencing counter: %w", err)
+	}
+	return nil
+}
+
+// replace creates a new file beside path, exclusively flocked, lets fill
+// write it, and renames it over path. It returns the new file, still
+// flocked. Its temporary name starts with '.', which no key's file name
+// does.
+func replace(path string, fill func(*os.File) error) (*os.File, error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	f, err := os.OpenFile(tmp, openFlags|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("filedriver: create replacement: %w", err)
+	}
+	fail := func(err error) (*os.File, error) {
+		os.Remove(tmp)
+		f.Close()
+		return nil, err
+	}
+	if err := flockNB(f, lockEx); err != nil {
+		return fail(err)
+	}
+	if fill != nil {
+		if err := fill(f); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("filedriver: replace %s: %w", path, err))
+	}
+	return f, nil
+}
