@@ -91,6 +91,76 @@
 // not (do not mix them). Shared and permit holders bump the token counter
 // under a brief exclusive flock of "K.lock.g".
 //
+// # Inspection, eviction and leader election
+//
+// The driver implements driver.Inspector, driver.Lister, driver.Evictor and
+// driver.Labeler everywhere, and driver.Watcher on Linux, so Inspect, List,
+// ForceRelease, Campaign, Leader and Observe work, as do the distlock
+// status, list, release --force, elect and leader commands.
+//
+// Layout. flock(2) tells whether a file is locked but not by whom, so each
+// holder also publishes itself in the key's holders directory "K.lock.h"
+// beside the lock file: a holder file "h-" plus its owner id, holding its
+// token, its shape (exclusive, shared or permit), the key and its label,
+//
+//	<token> <shape> <len(key)> <len(label)>
+//	<key>
+//	<label>
+//
+// which it keeps exclusively flocked while it holds the key and removes
+// before it lets the key go. An Acquire that has to wait publishes a waiter
+// file "w-" plus its owner id the same way until it returns. The directory
+// stays, like the lock file. Other flock(2) users of the lock file (flock(1),
+// say) keep excluding and being excluded, but publish nothing, so Inspect and
+// List do not see them.
+//
+// Exact: holders, their shapes, tokens and labels (Inspect reads the holder
+// files a live process keeps flocked); the latest token (the counter in the
+// lock file); Waiters on Linux, counting this driver's waiting Acquire
+// calls. Approximate: a holder shows from just after its grant until just
+// before its release, and a holder file whose process died (the kernel drops
+// its flock but cannot remove the file) is skipped, and removed, by the next
+// Inspect or List. Since is zero (the portable layer reads the holder's time
+// from its label) and Expires is zero (session-bound). Waiters is -1 where the
+// portable layer polls (no inotify), as such waiters publish nothing.
+//
+// List walks the lock directory and reports the keys whose holders
+// directory has a live holder file, reading each key from it (long keys'
+// file names are hashed).
+//
+// ForceRelease. No process can take another's flock, so ForceRelease
+// replaces the key's files under their holders. Holding the key's counter
+// guard (which holds back shared and permit grants and other ForceRelease
+// calls), it renames each live holder file to a tombstone "x-" plus the
+// owner id, writes the counter into a new, exclusively flocked lock file
+// and renames it over the old one (so tokens continue: the next grant's
+// token exceeds every evicted holder's), replaces a semaphore's slot files
+// the same way, renames to tombstones the holder files that appeared
+// meanwhile, and lets the new lock file go. The evicted holders keep flocks
+// on files nobody else will lock: their next Refresh finds the lock file
+// replaced and their tombstone there, returns driver.ErrNotHeld wrapping
+// driver.ErrForceReleased (so Lock.Err matches lock.ErrForceReleased) and
+// removes the tombstone, whose life is so bounded by the holder's refresh
+// interval (or its process: a tombstone nobody flocks is removed by
+// Inspect); their Release frees nothing of the new holder's. Every acquire
+// path (exclusive, shared, permits, the writer-intent and slot files, and
+// waiters already blocked on the old file) checks after its flock that the
+// path still names the file it locked, and checks again after it has taken
+// its token and published its holder file (under the counter guard for
+// shared and permit grants): a request that finds its file replaced drops
+// it and starts again on the new one, so no request holds the old file
+// beside the new file's holder, and its token is never handed out. A
+// request whose second check passed held the key before the replacement
+// and is evicted with the others. An evicted holder learns of it at its
+// next refresh, not at once.
+//
+// Watch uses inotify on the holders directory, which changes with every
+// grant, release, eviction, relabelling, and the death of a holder's process
+// (the kernel's close of its holder file); elsewhere Observe polls.
+//
+// The holder file costs each grant an open, a flock and a write, and each
+// release an unlink: a few microseconds beside the fsync of the counter.
+//
 // # TTL
 //
 // A lock here cannot expire, so the TTL does not bound how long it lives. It
@@ -101,9 +171,11 @@
 //
 // # Limits
 //
-// Deleting or replacing a lock file while it is held breaks exclusion (a new
-// holder locks the new file); the holder notices at its next refresh and loses
-// the lock, but the new file's tokens start again at 1. A lock file that is a
+// Deleting or replacing a lock file by hand while it is held breaks
+// exclusion (a new holder locks the new file); the holder notices at its
+// next refresh and loses the lock, but the new file's tokens start again at
+// 1. Use ForceRelease (distlock release --force) instead, which keeps the
+// tokens and tells the holder. A lock file that is a
 // symbolic link or not a regular file is refused, so a link planted in a shared
 // directory such as /tmp cannot make the driver write elsewhere. Lock files are
 // created with mode 0644, so processes of different users share a lock only if
@@ -157,6 +229,9 @@ type Driver struct {
 
 	// testHookWait, if set, runs each time a waiting Acquire is about to block.
 	testHookWait func(key string)
+	// testHookGranting, if set, runs when a request has flocked the key's
+	// files and checked them, before it takes a token.
+	testHookGranting func(key string)
 }
 
 type holdKey struct{ key, owner string }
@@ -344,6 +419,9 @@ func tryLock(path string, mode int) (*os.File, time.Time, error) {
 // token is never handed out. A check that passes comes before the
 // replacement, whose second tombstone pass then finds our holder file.
 func (d *Driver) grantExclusive(ctx context.Context, req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
+	if d.testHookGranting != nil {
+		d.testHookGranting(req.Key)
+	}
 	token, err := nextToken(f)
 	if err != nil {
 		f.Close()

@@ -441,6 +441,9 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, err
 	}
 	path := d.path(key)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return 0, driver.ErrNotHeld // never used: leave no guard file behind
+	}
 	g, err := openLockFile(path + guardSuffix)
 	if err != nil {
 		return 0, err

@@ -199,6 +199,9 @@ func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holdi
 }
 
 func (d *Driver) guarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) error {
+	if d.testHookGranting != nil {
+		d.testHookGranting(req.Key)
+	}
 	g, err := openLockFile(path + guardSuffix)
 	if err != nil {
 		return err
