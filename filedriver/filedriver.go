@@ -247,9 +247,10 @@ type holding struct {
 
 	// The hold's holder file (see inspect.go), flocked while it holds; nil
 	// until published.
-	pub *os.File
-	dir string // the key's holders directory
-	id  string // the holder file's name without its prefix
+	pub  *os.File
+	dir  string // the key's holders directory
+	id   string // the owner, escaped: names its shared holder file and tombstone
+	kept bool   // pub is the key's kept exclusive holder file, never removed
 }
 
 // detach returns the hold's descriptors, f first, and forgets them; the caller
@@ -258,20 +259,29 @@ func (h *holding) detach() []*os.File {
 	if h.f == nil {
 		return nil
 	}
-	files := append([]*os.File{h.f}, h.extra...)
+	var files []*os.File
 	if h.pub != nil {
 		files = append(files, h.pub)
 	}
+	files = append(append(files, h.f), h.extra...)
 	h.f, h.extra, h.pub = nil, nil, nil
 	return files
 }
 
-// end removes the hold's holder file (under its holder or tombstone name) and
-// then closes files, the hold's descriptors from detach: the holder file goes
-// first, so Inspect never shows a holder after the key is free for another.
-func (h *holding) end(files []*os.File) {
+// end takes down the hold's holder file and then closes files, the hold's
+// descriptors from detach, holder file first: so Inspect never shows a
+// holder after the key is free for another. A shared or permit holder file
+// is removed (or its tombstone, after an eviction); the kept exclusive one
+// is only let go, and its tombstone removed if replaced says the hold was
+// found replaced (perhaps evicted).
+func (h *holding) end(files []*os.File, replaced bool) {
 	if h.dir != "" && files != nil {
-		unpublish(h.dir, h.id)
+		switch {
+		case !h.kept:
+			unpublish(h.dir, h.id)
+		case replaced:
+			os.Remove(filepath.Join(h.dir, evictedPrefix+h.id))
+		}
 	}
 	closeAll(files)
 }
@@ -428,12 +438,12 @@ func (d *Driver) grantExclusive(ctx context.Context, req *driver.Request, f *os.
 		return driver.Grant{}, err
 	}
 	h := &holding{f: f, path: path, token: token, start: start}
-	if err := d.publish(ctx, req, h, kindExclusive); err != nil {
-		h.end(h.detach())
+	if err := d.publishExclusive(ctx, req, h); err != nil {
+		h.end(h.detach(), false)
 		return driver.Grant{}, err
 	}
 	if err := checkSame(f, path); err != nil {
-		h.end(h.detach())
+		h.end(h.detach(), false)
 		return driver.Grant{}, err
 	}
 	return d.grant(req, h)
@@ -461,7 +471,7 @@ func (d *Driver) grant(req *driver.Request, h *holding) (driver.Grant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		h.end(h.detach())
+		h.end(h.detach(), false)
 		return driver.Grant{}, driver.ErrClosed
 	}
 	d.held[holdKey{req.Key, req.Owner}] = h
@@ -492,19 +502,19 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	if f == nil {
-		d.drop(k, h)
+		d.drop(k, h, false)
 		return errSevered
 	}
 	same, err := samePath(f, h.path)
 	switch {
 	case errors.Is(err, os.ErrClosed): // severed while we looked
-		d.drop(k, h)
+		d.drop(k, h, false)
 		return errSevered
 	case err != nil:
 		return err
 	case !same:
 		forced := h.dir != "" && evicted(h.dir, h.id)
-		d.drop(k, h)
+		d.drop(k, h, true)
 		if forced {
 			return fmt.Errorf("%w: %w: lock file %s was replaced", driver.ErrNotHeld, driver.ErrForceReleased, h.path)
 		}
@@ -515,15 +525,16 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 
 var errSevered = fmt.Errorf("%w: the lock file descriptor was closed", driver.ErrNotHeld)
 
-// drop forgets h and closes its descriptor, if it is still the lock of k.
-func (d *Driver) drop(k holdKey, h *holding) {
+// drop forgets h and closes its descriptor, if it is still the lock of k;
+// replaced: its lock file was found replaced.
+func (d *Driver) drop(k holdKey, h *holding, replaced bool) {
 	d.mu.Lock()
 	if d.held[k] == h {
 		delete(d.held, k)
 	}
 	files := h.detach()
 	d.mu.Unlock()
-	h.end(files)
+	h.end(files, replaced)
 }
 
 // Release closes req.Owner's descriptor on the key's lock file, which drops the
@@ -543,13 +554,14 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	delete(d.held, k)
+	f := h.f
 	files := h.detach()
 	d.mu.Unlock()
 	if files == nil {
 		return errSevered
 	}
-	same, err := samePath(files[0], h.path)
-	h.end(files) // closing the last descriptor of an open file drops its flock
+	same, err := samePath(f, h.path)
+	h.end(files, err == nil && !same) // closing the last descriptor of an open file drops its flock
 	if err == nil && !same {
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
@@ -595,7 +607,7 @@ func (d *Driver) Close() error {
 	n := d.notify
 	d.mu.Unlock()
 	for _, e := range ends {
-		e.h.end(e.files)
+		e.h.end(e.files, false)
 	}
 	n.close()
 	return nil

@@ -47,17 +47,17 @@ func holderFiles(t *testing.T, d *Driver, key string) []string {
 	return names
 }
 
-func TestHolderFileIsPublishedWhileHeldAndRemovedOnRelease(t *testing.T) {
+func TestHolderFileIsPublishedWhileHeldAndLetGoOnRelease(t *testing.T) {
 	d := newDriver(t, t.TempDir())
 	ctx := testCtx(t)
 	r := labelled("k", "a1", `{"owner":"web-1"}`)
 	tok := mustAcquire(t, d, r)
-	b, err := os.ReadFile(filepath.Join(d.path("k")+holdersSuffix, holderPrefix+"a1"))
+	b, err := os.ReadFile(filepath.Join(d.path("k")+holdersSuffix, exclusiveName))
 	if err != nil {
 		t.Fatalf("holder file: %v", err)
 	}
 	hi, ok := parseHolder(b)
-	if !ok || hi.token != tok || hi.kind != kindExclusive || hi.key != "k" || hi.label != `{"owner":"web-1"}` {
+	if !ok || hi.token != tok || hi.kind != kindExclusive || hi.id != "a1" || hi.key != "k" || hi.label != `{"owner":"web-1"}` {
 		t.Fatalf("holder file %q parses as %+v, %v", b, hi, ok)
 	}
 	in := inspect(t, d, "k")
@@ -68,11 +68,21 @@ func TestHolderFileIsPublishedWhileHeldAndRemovedOnRelease(t *testing.T) {
 	if err := d.Release(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if names := holderFiles(t, d, "k"); len(names) != 0 {
-		t.Fatalf("holder files left after the release: %q", names)
-	}
 	if in := inspect(t, d, "k"); len(in.Holders) != 0 || in.Token != tok {
 		t.Fatalf("Inspect after the release = %+v, want no holder and token %d", in, tok)
+	}
+	// The exclusive holder file stays for the next holder; a shared one goes.
+	s := labelled("k", "s1", "")
+	s.Shared = true
+	mustAcquire(t, d, s)
+	if names := holderFiles(t, d, "k"); !slices.Equal(names, []string{exclusiveName, sharedPrefix + "s1"}) {
+		t.Fatalf("holder files with a shared holder: %q", names)
+	}
+	if err := d.Release(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if names := holderFiles(t, d, "k"); !slices.Equal(names, []string{exclusiveName}) {
+		t.Fatalf("holder files after the releases: %q", names)
 	}
 }
 
@@ -155,29 +165,37 @@ func TestInspectCountsWaitersUntilTheyLeave(t *testing.T) {
 }
 
 func TestHolderFilesOfAKilledProcessAreSkippedAndRemoved(t *testing.T) {
-	dir := t.TempDir()
-	child, tok := startHolder(t, dir, "job")
-	d := newDriver(t, dir)
-	in := inspect(t, d, "job")
-	if len(in.Holders) != 1 || in.Holders[0].Token != tok || !strings.Contains(in.Holders[0].Label, `"owner"`) {
-		t.Fatalf("Inspect of the child's lock: %+v", in)
-	}
-	if keys, err := d.List(testCtx(t), ""); err != nil || !slices.Equal(keys, []string{"job"}) {
-		t.Fatalf("List = %q, %v", keys, err)
-	}
-	child.kill(t)
-	waitFor(t, child.exited, "the holder to exit")
-	if names := holderFiles(t, d, "job"); len(names) != 1 {
-		t.Fatalf("holder files of the killed process: %q, want its one file still there", names)
-	}
-	if keys, err := d.List(testCtx(t), ""); err != nil || len(keys) != 0 {
-		t.Fatalf("List after the holder was killed = %q, %v", keys, err)
-	}
-	if in := inspect(t, d, "job"); len(in.Holders) != 0 || in.Token != tok {
-		t.Fatalf("Inspect after the holder was killed: %+v", in)
-	}
-	if names := holderFiles(t, d, "job"); len(names) != 0 {
-		t.Fatalf("holder files left after Inspect: %q", names)
+	for _, permits := range []string{"", "2"} {
+		t.Run("permits="+permits, func(t *testing.T) {
+			dir := t.TempDir()
+			var env []string
+			if permits != "" {
+				env = append(env, childPermitsEnv+"="+permits)
+			}
+			child, tok := startHolder(t, dir, "job", env...)
+			d := newDriver(t, dir)
+			in := inspect(t, d, "job")
+			if len(in.Holders) != 1 || in.Holders[0].Token != tok || !strings.Contains(in.Holders[0].Label, `"owner"`) {
+				t.Fatalf("Inspect of the child's lock: %+v", in)
+			}
+			if keys, err := d.List(testCtx(t), ""); err != nil || !slices.Equal(keys, []string{"job"}) {
+				t.Fatalf("List = %q, %v", keys, err)
+			}
+			before := holderFiles(t, d, "job")
+			child.kill(t)
+			waitFor(t, child.exited, "the holder to exit")
+			if keys, err := d.List(testCtx(t), ""); err != nil || len(keys) != 0 {
+				t.Fatalf("List after the holder was killed = %q, %v", keys, err)
+			}
+			if in := inspect(t, d, "job"); len(in.Holders) != 0 || in.Token != tok {
+				t.Fatalf("Inspect after the holder was killed: %+v", in)
+			}
+			// A permit holder's file is removed; the exclusive one stays.
+			after := holderFiles(t, d, "job")
+			if permits != "" && (len(before) != 1 || len(after) != 0) || permits == "" && !slices.Equal(after, []string{exclusiveName}) {
+				t.Fatalf("holder files %q while held, %q after the holder was killed", before, after)
+			}
+		})
 	}
 }
 
@@ -216,7 +234,7 @@ func TestForceReleaseTellsTheHolderAndTokensContinue(t *testing.T) {
 	if !errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, driver.ErrForceReleased) {
 		t.Fatalf("the evicted holder's Refresh: %v, want ErrNotHeld and ErrForceReleased", err)
 	}
-	if names := holderFiles(t, d, "k"); !slices.Equal(names, []string{holderPrefix + "b"}) {
+	if names := holderFiles(t, d, "k"); !slices.Equal(names, []string{exclusiveName}) {
 		t.Fatalf("holders directory after the evicted holder learnt it: %q", names)
 	}
 	if err := d.Release(ctx, a); !errors.Is(err, driver.ErrNotHeld) {

@@ -192,7 +192,7 @@ func (d *Driver) enterPermits(ctx context.Context, f *os.File, n int) (int, erro
 // the token is never handed out).
 func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) (driver.Grant, error) {
 	if err := d.guarded(ctx, req, h, counter, path, kind); err != nil {
-		h.end(h.detach())
+		h.end(h.detach(), false)
 		return driver.Grant{}, err
 	}
 	return d.grant(req, h)
@@ -230,12 +230,23 @@ func (d *Driver) guarded(ctx context.Context, req *driver.Request, h *holding, c
 // for a moment (the counter guard while a token is written, the permits file
 // while n is written), which are not worth a watch.
 func (d *Driver) lockBriefly(ctx context.Context, f *os.File, mode int) error {
+	return d.lockWhile(ctx, f, mode, nil)
+}
+
+// lockWhile is lockBriefly that also gives up with check's error, which it
+// calls before each pause.
+func (d *Driver) lockWhile(ctx context.Context, f *os.File, mode int, check func() error) error {
 	pause := 20 * time.Microsecond
 	var t *time.Timer
 	for {
 		err := flockNB(f, mode)
 		if !errors.Is(err, driver.ErrLocked) {
 			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		if t == nil {
 			t = time.NewTimer(pause)
