@@ -100,27 +100,31 @@
 //
 // Layout. flock(2) tells whether a file is locked but not by whom, so each
 // holder also publishes itself in the key's holders directory "K.lock.h"
-// beside the lock file: a holder file "h-" plus its owner id, holding its
-// token, its shape (exclusive, shared or permit), the key and its label,
+// beside the lock file, in a holder file it keeps exclusively flocked while
+// it holds the key: an exclusive holder in "e", which stays from one holder
+// to the next (each flocks it and writes itself in), a shared or permit
+// holder in "s-" plus its owner id, created at the grant and removed before
+// the release. A holder file holds the holder's token, shape (exclusive,
+// shared or permit), owner id, the key and its label:
 //
-//	<token> <shape> <len(key)> <len(label)>
+//	<token> <shape> <owner> <len(key)> <len(label)>
 //	<key>
 //	<label>
 //
-// which it keeps exclusively flocked while it holds the key and removes
-// before it lets the key go. An Acquire that has to wait publishes a waiter
-// file "w-" plus its owner id the same way until it returns. The directory
-// stays, like the lock file. Other flock(2) users of the lock file (flock(1),
-// say) keep excluding and being excluded, but publish nothing, so Inspect and
-// List do not see them.
+// An Acquire that has to wait keeps one of the waiter files "w1", "w2", ...
+// flocked until it returns. The directory and the kept files stay, like the
+// lock file. Other flock(2) users of the lock file (flock(1), say) keep
+// excluding and being excluded, but publish nothing, so Inspect and List do
+// not see them.
 //
 // Exact: holders, their shapes, tokens and labels (Inspect reads the holder
 // files a live process keeps flocked); the latest token (the counter in the
 // lock file); Waiters on Linux, counting this driver's waiting Acquire
 // calls. Approximate: a holder shows from just after its grant until just
-// before its release, and a holder file whose process died (the kernel drops
-// its flock but cannot remove the file) is skipped, and removed, by the next
-// Inspect or List. Since is zero (the portable layer reads the holder's time
+// before its release (the content of "e" counts only once it agrees with the
+// lock file's counter), and a holder file whose process died (the kernel
+// drops its flock but cannot remove the file) is skipped by Inspect and List,
+// which remove it unless it is a kept one. Since is zero (the portable layer reads the holder's time
 // from its label) and Expires is zero (session-bound). Waiters is -1 where the
 // portable layer polls (no inotify), as such waiters publish nothing.
 //
@@ -158,8 +162,11 @@
 // grant, release, eviction, relabelling, and the death of a holder's process
 // (the kernel's close of its holder file); elsewhere Observe polls.
 //
-// The holder file costs each grant an open, a flock and a write, and each
-// release an unlink: a few microseconds beside the fsync of the counter.
+// The kept exclusive holder file costs an exclusive grant an open, a flock,
+// an fstat and a write, and a check of the lock file's path: a few
+// microseconds beside the fsync of the counter. (Creating and removing a
+// file per grant instead would add a directory update to every fsync's
+// journal commit, which on ext4 doubled the cost of an uncontended lock.)
 //
 // # TTL
 //
@@ -181,8 +188,9 @@
 // created with mode 0644, so processes of different users share a lock only if
 // the directory and files are made writable for all of them.
 //
-// Each held lock, and each waiting Acquire, keeps one file descriptor open (two
-// for a writer waiting with the intent file, three for a permit) and needs no
+// Each held lock keeps two file descriptors open (the lock file and its
+// holder file; four for a permit), and each waiting Acquire one (two for a
+// writer waiting with the intent file), plus its waiter file; none needs a
 // goroutine: one inotify reader serves all the waiters of a Driver. Go raises
 // the soft RLIMIT_NOFILE to the hard limit at start-up. A waiting permit
 // request tries the slot files in turn each time a permit is given back, so a
