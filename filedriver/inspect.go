@@ -253,47 +253,6 @@ func evicted(dir, id string) bool {
 	return err == nil
 }
 
-// waiting is one Acquire call, which flocks a waiter file the first time it
-// blocks so that Inspect can count it. Waiter files stay, for the next
-// waiters.
-type waiting struct {
-	d          *Driver
-	key, owner string
-	tried      bool
-	f          *os.File
-}
-
-// maxWaiterFiles bounds the waiter files of a key; waiters beyond are not
-// counted.
-const maxWaiterFiles = 1024
-
-func (w *waiting) block() {
-	if w.tried {
-		return
-	}
-	w.tried = true
-	dir := w.d.path(w.key) + holdersSuffix
-	// Best effort: a waiter that cannot publish itself still waits; it is
-	// just not counted.
-	for i := 1; i <= maxWaiterFiles; i++ {
-		f, err := openHolderFile(dir, waiterPrefix+strconv.Itoa(i))
-		if err != nil {
-			return
-		}
-		if flockNB(f, lockEx) == nil {
-			w.f = f
-			return
-		}
-		f.Close()
-	}
-}
-
-func (w *waiting) done() {
-	if w.f != nil {
-		w.f.Close()
-	}
-}
-
 // holderEntry is a live holder file found by scan.
 type holderEntry struct {
 	name string // its file name
@@ -386,23 +345,25 @@ func probe(p string, holder, removable bool) (live bool, content []byte, err err
 	return false, nil, nil
 }
 
-// readHolder reads a holder file's content; one being rewritten (by Relabel,
-// or by a new exclusive holder) can read torn, so it reads again a few times
-// until it parses.
+// readHolder reads a holder file's content. One being rewritten (by Relabel,
+// or by a new exclusive holder) can read torn, even into something that
+// parses, so it takes the content once two reads in a row agree and parse,
+// reading a few times at most.
 func readHolder(f *os.File) ([]byte, error) {
-	var content []byte
-	for i := 0; i < 3; i++ {
+	var prev []byte
+	for i := 0; i < 5; i++ {
 		buf := make([]byte, maxHolderFile)
 		n, err := f.ReadAt(buf, 0)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("filedriver: read holder file: %w", err)
 		}
-		content = buf[:n]
-		if _, ok := parseHolder(content); ok {
-			break
+		cur := buf[:n]
+		if _, ok := parseHolder(cur); ok && bytes.Equal(cur, prev) {
+			return cur, nil
 		}
+		prev = cur
 	}
-	return content, nil
+	return prev, nil
 }
 
 var _ driver.Inspector = (*Driver)(nil)

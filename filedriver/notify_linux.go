@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -475,4 +476,45 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		close(ch)
 	}()
 	return ch, nil
+}
+
+// waiting is one Acquire call, which flocks a waiter file the first time it
+// blocks so that Inspect can count it. Waiter files stay, for the next
+// waiters.
+type waiting struct {
+	d          *Driver
+	key, owner string
+	tried      bool
+	f          *os.File
+}
+
+// maxWaiterFiles bounds the waiter files of a key; waiters beyond are not
+// counted.
+const maxWaiterFiles = 1024
+
+func (w *waiting) block() {
+	if w.tried {
+		return
+	}
+	w.tried = true
+	dir := w.d.path(w.key) + holdersSuffix
+	// Best effort: a waiter that cannot publish itself still waits; it is
+	// just not counted.
+	for i := 1; i <= maxWaiterFiles; i++ {
+		f, err := openHolderFile(dir, waiterPrefix+strconv.Itoa(i))
+		if err != nil {
+			return
+		}
+		if flockNB(f, lockEx) == nil {
+			w.f = f
+			return
+		}
+		f.Close()
+	}
+}
+
+func (w *waiting) done() {
+	if w.f != nil {
+		w.f.Close()
+	}
 }
