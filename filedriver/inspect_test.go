@@ -425,7 +425,15 @@ func TestWaitersBlockedOnTheReplacedFileTakeTurnsOnTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(newDriver(t, dir), "newcomer")
-	time.Sleep(5 * time.Millisecond) // let some take the new file before the old one is let go
+	// The waiters moved to the new file: one holds it while the evicted
+	// holder still has the old one.
+	deadline := time.Now().Add(watchdog)
+	for len(inspect(t, op, "k").Holders) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no waiter took the new lock file")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := holder.Release(ctx, a); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("the evicted holder's Release: %v", err)
 	}
@@ -521,6 +529,69 @@ func TestForceReleaseUnderContentionNeverGrantsATokenTwiceNorOverlapsLiveHolders
 			if x.token < y.token && y.granted.Before(x.release) && !x.evicted && !(x.shared && y.shared) {
 				t.Errorf("token %d granted at %v while token %d, not evicted, held until %v", y.token, y.granted, x.token, x.release)
 			}
+		}
+	}
+}
+
+// Each change of a key's holders is followed by a signal after which Inspect
+// shows it: what Observe relies on.
+func TestWatchSignalsEveryChangeOfHoldersAndClosesWithItsContext(t *testing.T) {
+	dir := t.TempDir()
+	d, op := newDriver(t, dir), newDriver(t, dir)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	ch, err := op.Watch(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signalled := func(what string, shown func(driver.Info) bool) {
+		t.Helper()
+		deadline := time.After(watchdog)
+		for {
+			select {
+			case <-ch:
+				if shown(inspect(t, op, "job")) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no signal after %s: Inspect shows %+v", what, inspect(t, op, "job"))
+			}
+		}
+	}
+	holders := func(n int) func(driver.Info) bool {
+		return func(in driver.Info) bool { return len(in.Holders) == n }
+	}
+	r := labelled("job", "a", "one")
+	mustAcquire(t, d, r)
+	signalled("a grant", holders(1))
+	if err := d.Relabel(testCtx(t), r, "two"); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a relabelling", func(in driver.Info) bool { return len(in.Holders) == 1 && in.Holders[0].Label == "two" })
+	if err := d.Release(testCtx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	signalled("a release", holders(0))
+	mustAcquire(t, d, newReq("job", "b"))
+	signalled("a second grant", holders(1))
+	if _, err := op.ForceRelease(testCtx(t), "job"); err != nil {
+		t.Fatal(err)
+	}
+	signalled("an eviction", holders(0))
+	child, _ := startHolder(t, dir, "job", childPermitsEnv+"=2")
+	signalled("a permit grant in another process", holders(1))
+	child.kill(t)
+	signalled("the death of the permit holder's process", holders(0))
+	cancel()
+	deadline := time.After(watchdog)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("Watch's channel still open after its context ended")
 		}
 	}
 }
