@@ -115,12 +115,14 @@
 // flocked until it returns. The directory and the kept files stay, like the
 // lock file. Other flock(2) users of the lock file (flock(1), say) keep
 // excluding and being excluded, but publish nothing, so Inspect and List do
-// not see them.
+// not show them as holders; on Linux, Inspect counts those blocked in
+// flock(2) as waiters (from /proc/locks: this driver's waiters never block
+// in the kernel).
 //
 // Exact: holders, their shapes, tokens and labels (Inspect reads the holder
 // files a live process keeps flocked); the latest token (the counter in the
 // lock file); Waiters on Linux, counting this driver's waiting Acquire
-// calls. Approximate: a holder shows from just after its grant until just
+// calls and other programs' flock(2) calls blocked on the lock file. Approximate: a holder shows from just after its grant until just
 // before its release (the content of "e" counts only once it agrees with the
 // lock file's counter), and a holder file whose process died (the kernel
 // drops its flock but cannot remove the file) is skipped by Inspect and List,

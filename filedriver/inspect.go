@@ -410,6 +410,13 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 			in.Permits = int(n)
 		}
 	}
+	if n, ok := kernelWaiters(path); ok && in.Waiters >= 0 {
+		// Users of the lock file that publish nothing (flock(1), say) and
+		// block in flock(2); this driver's waiters never do. Their holders
+		// are not shown: from /proc/locks they look like one of ours in the
+		// moment between its flock and its holder file.
+		in.Waiters += n
+	}
 	slices.SortFunc(in.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
 	return in, nil
 }

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -593,5 +595,67 @@ func TestWatchSignalsEveryChangeOfHoldersAndClosesWithItsContext(t *testing.T) {
 		case <-deadline:
 			t.Fatal("Watch's channel still open after its context ended")
 		}
+	}
+}
+
+// flock(1) on a lock file still excludes and is excluded with holder files
+// beside it, and a flock(1) blocked in the kernel counts as a waiter.
+func TestFlockCommandOnTheLockFileExcludesAndCountsAsAWaiter(t *testing.T) {
+	flock, err := exec.LookPath("flock")
+	if err != nil {
+		t.Skip("no flock(1) command:", err)
+	}
+	d := newDriver(t, t.TempDir())
+	ctx := testCtx(t)
+	r := newReq("k", "o")
+	tok := mustAcquire(t, d, r)
+	if err := exec.Command(flock, "-n", d.path("k"), "true").Run(); err == nil {
+		t.Fatal("flock -n took the lock file while the driver held it")
+	}
+	if err := d.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+
+	holder := exec.Command(flock, d.path("k"), "-c", "echo held; cat >/dev/null")
+	in, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); _ = holder.Process.Kill(); _ = holder.Wait() }()
+	line := make([]byte, 5)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "held\n" {
+		t.Fatalf("flock(1) printed %q, %v", line, err)
+	}
+	if _, err := d.TryAcquire(ctx, newReq("k", "p")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("TryAcquire while flock(1) holds the lock file: %v, want ErrLocked", err)
+	}
+	waiter := exec.Command(flock, d.path("k"), "true")
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = waiter.Process.Kill(); _ = waiter.Wait() }()
+	deadline := time.Now().Add(watchdog)
+	for inspect(t, d, "k").Waiters != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect with flock(1) blocked on the lock file: %+v, want one waiter", inspect(t, d, "k"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	in.Close()
+	if err := holder.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAcquire(t, d, newReq("k", "q")); got != tok+1 {
+		t.Fatalf("token %d after flock(1) used the file; want %d", got, tok+1)
 	}
 }
