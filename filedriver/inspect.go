@@ -608,12 +608,25 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 			}
 			f.Close()
 		}
+		if permits > 0 {
+			wakePermitWaiters(path + permitsSuffix)
+		}
 	}
 	more, err := tombstone(dir)
 	if err != nil {
 		return 0, err
 	}
 	return max(n+more, 1), nil // a holder that has not published yet counts too
+}
+
+// wakePermitWaiters opens and closes the permits file at p for writing: the
+// close wakes the permit requests that watch it (evicted holders keep their
+// descriptors on it, so no other close would come), and they find the new
+// slot files free.
+func wakePermitWaiters(p string) {
+	if f, err := os.OpenFile(p, os.O_RDWR|(openFlags&^os.O_CREATE), 0); err == nil {
+		f.Close()
+	}
 }
 
 // tombstone renames every live holder file in dir to its tombstone name and

@@ -659,3 +659,43 @@ func TestFlockCommandOnTheLockFileExcludesAndCountsAsAWaiter(t *testing.T) {
 		t.Fatalf("token %d after flock(1) used the file; want %d", got, tok+1)
 	}
 }
+
+// Shared and permit requests blocked when ForceRelease replaces the key's
+// files are woken at once and granted the new ones, with larger tokens.
+func TestBlockedSharedAndPermitWaitersAreGrantedPromptlyAfterForceRelease(t *testing.T) {
+	for _, permits := range []int{0, 2} {
+		t.Run(fmt.Sprint("permits=", permits), func(t *testing.T) {
+			dir := t.TempDir()
+			holder, op, w := newDriver(t, dir), newDriver(t, dir), newDriver(t, dir)
+			blocked := blockedHook(w)
+			var held []uint64
+			if permits == 0 {
+				held = append(held, mustAcquire(t, holder, newReq("k", "x"))) // a writer holds it
+			} else {
+				for _, o := range []string{"p1", "p2"} {
+					r := newReq("k", o)
+					r.Permits = permits
+					held = append(held, mustAcquire(t, holder, r))
+				}
+			}
+			r := newReq("k", "w")
+			r.Shared, r.Permits = permits == 0, permits
+			got := goAcquire(testCtx(t), w, r)
+			waitFor(t, blocked, "the request to block")
+			evicted := time.Now()
+			if _, err := op.ForceRelease(testCtx(t), "k"); err != nil {
+				t.Fatal(err)
+			}
+			res := waitFor(t, got, "the blocked request")
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if lat := res.at.Sub(evicted); lat > promptWake {
+				t.Errorf("granted %v after the eviction, want within %v", lat, promptWake)
+			}
+			if res.g.Token <= slices.Max(held) {
+				t.Errorf("token %d after the evicted holders' %v", res.g.Token, held)
+			}
+		})
+	}
+}
