@@ -382,10 +382,12 @@ func TestWaitersBlockedOnTheReplacedFileTakeTurnsOnTheNewOne(t *testing.T) {
 	a := newReq("k", "a")
 	evictedToken := mustAcquire(t, holder, a)
 	var (
-		mu     sync.Mutex
-		inside int
-		tokens []uint64
-		wg     sync.WaitGroup
+		mu      sync.Mutex
+		inside  int
+		tokens  []uint64
+		wg      sync.WaitGroup
+		first   sync.Once
+		granted = make(chan struct{})
 	)
 	start := func(d *Driver, owner string) {
 		wg.Add(1)
@@ -404,6 +406,7 @@ func TestWaitersBlockedOnTheReplacedFileTakeTurnsOnTheNewOne(t *testing.T) {
 			}
 			tokens = append(tokens, g.Token)
 			mu.Unlock()
+			first.Do(func() { close(granted) })
 			time.Sleep(time.Millisecond) // the holder's work, not an ordering
 			mu.Lock()
 			inside--
@@ -427,15 +430,9 @@ func TestWaitersBlockedOnTheReplacedFileTakeTurnsOnTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(newDriver(t, dir), "newcomer")
-	// The waiters moved to the new file: one holds it while the evicted
+	// The waiters moved to the new file: one is granted it while the evicted
 	// holder still has the old one.
-	deadline := time.Now().Add(watchdog)
-	for len(inspect(t, op, "k").Holders) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no waiter took the new lock file")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, granted, "a waiter to take the new lock file")
 	if err := holder.Release(ctx, a); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("the evicted holder's Release: %v", err)
 	}
