@@ -10,10 +10,11 @@
 // prefix ("distlock" unless set). A holder keeps the file open and flocked; the
 // kernel drops the lock when that descriptor is closed, which also happens when
 // the process dies for any reason, so a crashed or killed holder never blocks
-// anyone. The file's content is the key's fencing counter, so lock files are never
-// removed (removing one would restart its tokens at 1). A key used as a
-// read-write lock or a semaphore also has companion files beside its lock file
-// (see Queueing rule); they are never removed either.
+// anyone. The file's content is the key's fencing counter, so lock files are
+// never removed (removing one would restart its tokens at 1; ForceRelease
+// replaces one with a copy of its counter). A key used as a read-write lock or a
+// semaphore also has companion files beside its lock file (see Queueing rule);
+// they are never removed either.
 //
 // It coordinates processes on one host only: flock(2) on NFS and other network
 // file systems is emulated, or local to each client, and does not give the
@@ -121,12 +122,13 @@
 //
 // Exact: holders, their shapes, tokens and labels (Inspect reads the holder
 // files a live process keeps flocked); the latest token (the counter in the
-// lock file); Waiters on Linux, counting this driver's waiting Acquire
-// calls and other programs' flock(2) calls blocked on the lock file. Approximate: a holder shows from just after its grant until just
-// before its release (the content of "e" counts only once it agrees with the
-// lock file's counter), and a holder file whose process died (the kernel
-// drops its flock but cannot remove the file) is skipped by Inspect and List,
-// which remove it unless it is a kept one. Since is zero (the portable layer reads the holder's time
+// lock file); Waiters on Linux, counting this driver's waiting Acquire calls
+// and other programs' flock(2) calls blocked on the lock file. Approximate: a
+// holder shows from just after its grant until just before its release (the
+// content of "e" counts only once it agrees with the lock file's counter), and
+// a holder file whose process died (the kernel drops its flock but cannot
+// remove the file) is skipped by Inspect and List, which remove it unless it
+// is a kept one. Since is zero (the portable layer reads the holder's time
 // from its label) and Expires is zero (session-bound). Waiters is -1 where the
 // portable layer polls (no inotify), as such waiters publish nothing.
 //
@@ -180,15 +182,15 @@
 //
 // # Limits
 //
-// Deleting or replacing a lock file by hand while it is held breaks
-// exclusion (a new holder locks the new file); the holder notices at its
-// next refresh and loses the lock, but the new file's tokens start again at
-// 1. Use ForceRelease (distlock release --force) instead, which keeps the
-// tokens and tells the holder. A lock file that is a
-// symbolic link or not a regular file is refused, so a link planted in a shared
-// directory such as /tmp cannot make the driver write elsewhere. Lock files are
-// created with mode 0644, so processes of different users share a lock only if
-// the directory and files are made writable for all of them.
+// Deleting or replacing a lock file by hand while it is held breaks exclusion
+// (a new holder locks the new file); the holder notices at its next refresh
+// and loses the lock, but the new file's tokens start again at 1. Use
+// ForceRelease (distlock release --force) instead, which keeps the tokens and
+// tells the holder. A lock file that is a symbolic link or not a regular file
+// is refused, so a link planted in a shared directory such as /tmp cannot make
+// the driver write elsewhere. Lock files are created with mode 0644, so
+// processes of different users share a lock only if the directory and files
+// are made writable for all of them.
 //
 // Each held lock keeps two file descriptors open (the lock file and its
 // holder file; four for a permit), and each waiting Acquire one (two for a
