@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/memdriver"
 )
 
@@ -146,5 +149,105 @@ func TestObserveEndsWhenTheLockerCloses(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Observe's channel stayed open after Close")
+	}
+}
+
+// slowRelabel is a memdriver without a clock of its own (as the file driver
+// is), whose Relabel waits until an Inspect has seen the holder: so Observe
+// looks between a campaign's grant and the republishing of its label with
+// the moment it won, as it can on a backend where the two are separate
+// writes.
+type slowRelabel struct {
+	*memdriver.Driver
+	once, again     sync.Once
+	relabelled      atomic.Bool
+	looked, looked2 chan struct{} // an Inspect saw the holder; and again after its relabelling
+}
+
+func (s *slowRelabel) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	relabelled := s.relabelled.Load()
+	in, err := s.Driver.Inspect(ctx, key)
+	for i := range in.Holders {
+		in.Holders[i].Since = time.Time{} // no backend clock: the label's time counts
+	}
+	if err == nil && len(in.Holders) == 1 {
+		s.once.Do(func() { close(s.looked) })
+		if relabelled {
+			s.again.Do(func() { close(s.looked2) })
+		}
+	}
+	return in, err
+}
+
+// Acquire lets the clock pass the millisecond of the campaign's label, so
+// that the republished start differs from it.
+func (s *slowRelabel) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	g, err := s.Driver.Acquire(ctx, req)
+	nextMilli()
+	return g, err
+}
+
+func (s *slowRelabel) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	g, err := s.Driver.TryAcquire(ctx, req)
+	nextMilli()
+	return g, err
+}
+
+func nextMilli() {
+	for start := time.Now().UnixMilli(); time.Now().UnixMilli() == start; {
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func (s *slowRelabel) Relabel(ctx context.Context, req *driver.Request, label string) error {
+	select {
+	case <-s.looked:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err := s.Driver.Relabel(ctx, req, label)
+	s.relabelled.Store(true)
+	return err
+}
+
+// A leader whose start is republished after Observe saw it is not reported
+// again: the next report is the vacancy after it resigns.
+func TestObserveReportsALeaderOnceThoughItsStartIsRepublished(t *testing.T) {
+	d := &slowRelabel{Driver: memdriver.New(t.Name()), looked: make(chan struct{}), looked2: make(chan struct{})}
+	lk := lock.New(d)
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := lk.Observe(ctx, "e")
+	next := func() lock.Leader {
+		t.Helper()
+		select {
+		case l := <-ch:
+			return l
+		case <-ctx.Done():
+			t.Fatal("Observe delivered nothing")
+			return lock.Leader{}
+		}
+	}
+	if l := next(); l.Elected {
+		t.Fatalf("first report %+v, want no leader", l)
+	}
+	ld, err := lk.Campaign(ctx, "e", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); !l.Elected || l.Value != "v" {
+		t.Fatalf("report %+v, want leader v", l)
+	}
+	select { // Observe has seen the republished label
+	case <-d.looked2:
+	case <-ctx.Done():
+		t.Fatal("Observe did not look after the relabelling")
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); l.Elected {
+		t.Fatalf("report %+v after the resignation, want no leader", l)
 	}
 }

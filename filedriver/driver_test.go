@@ -229,8 +229,21 @@ func TestTrickyKeysAreDistinctLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ents) != len(trickyKeys) {
-		t.Fatalf("%d files for %d keys", len(ents), len(trickyKeys))
+	// Each held key has its lock file and its holders directory, and nothing
+	// else is there.
+	var files, dirs int
+	for _, e := range ents {
+		switch {
+		case e.Type().IsRegular() && strings.HasSuffix(e.Name(), lockSuffix):
+			files++
+		case e.IsDir() && strings.HasSuffix(e.Name(), lockSuffix+holdersSuffix):
+			dirs++
+		default:
+			t.Errorf("unexpected entry %q", e.Name())
+		}
+	}
+	if files != len(trickyKeys) || dirs != len(trickyKeys) {
+		t.Fatalf("%d lock files and %d holders directories for %d keys", files, dirs, len(trickyKeys))
 	}
 	if outside, _ := os.ReadDir(filepath.Dir(d.Dir())); len(outside) != 1 {
 		t.Fatalf("files outside the prefix directory: %v", outside)

@@ -10,10 +10,11 @@
 // prefix ("distlock" unless set). A holder keeps the file open and flocked; the
 // kernel drops the lock when that descriptor is closed, which also happens when
 // the process dies for any reason, so a crashed or killed holder never blocks
-// anyone. The file's content is the key's fencing counter, so lock files are never
-// removed (removing one would restart its tokens at 1). A key used as a
-// read-write lock or a semaphore also has companion files beside its lock file
-// (see Queueing rule); they are never removed either.
+// anyone. The file's content is the key's fencing counter, so lock files are
+// never removed (removing one would restart its tokens at 1; ForceRelease
+// replaces one with a copy of its counter). A key used as a read-write lock or a
+// semaphore also has companion files beside its lock file (see Queueing rule);
+// they are never removed either.
 //
 // It coordinates processes on one host only: flock(2) on NFS and other network
 // file systems is emulated, or local to each client, and does not give the
@@ -91,6 +92,86 @@
 // not (do not mix them). Shared and permit holders bump the token counter
 // under a brief exclusive flock of "K.lock.g".
 //
+// # Inspection, eviction and leader election
+//
+// The driver implements driver.Inspector, driver.Lister, driver.Evictor and
+// driver.Labeler everywhere, and driver.Watcher on Linux, so Inspect, List,
+// ForceRelease, Campaign, Leader and Observe work, as do the distlock
+// status, list, release --force, elect and leader commands.
+//
+// Layout. flock(2) tells whether a file is locked but not by whom, so each
+// holder also publishes itself in the key's holders directory "K.lock.h"
+// beside the lock file, in a holder file it keeps exclusively flocked while
+// it holds the key: an exclusive holder in "e", which stays from one holder
+// to the next (each flocks it and writes itself in), a shared or permit
+// holder in "s-" plus its owner id, created at the grant and removed before
+// the release. A holder file holds the holder's token, shape (exclusive,
+// shared or permit), owner id, the key and its label:
+//
+//	<token> <shape> <owner> <len(key)> <len(label)>
+//	<key>
+//	<label>
+//
+// An Acquire that has to wait keeps one of the waiter files "w1", "w2", ...
+// flocked until it returns. The directory and the kept files stay, like the
+// lock file. Other flock(2) users of the lock file (flock(1), say) keep
+// excluding and being excluded, but publish nothing, so Inspect and List do
+// not show them as holders; on Linux, Inspect counts those blocked in
+// flock(2) as waiters (from /proc/locks: this driver's waiters never block
+// in the kernel).
+//
+// Exact: holders, their shapes, tokens and labels (Inspect reads the holder
+// files a live process keeps flocked); the latest token (the counter in the
+// lock file); Waiters on Linux, counting this driver's waiting Acquire calls
+// and other programs' flock(2) calls blocked on the lock file. Approximate: a
+// holder shows from just after its grant until just before its release (the
+// content of "e" counts only once it agrees with the lock file's counter), and
+// a holder file whose process died (the kernel drops its flock but cannot
+// remove the file) is skipped by Inspect and List, which remove it unless it
+// is a kept one. Since is zero (the portable layer reads the holder's time
+// from its label) and Expires is zero (session-bound). Waiters is -1 where the
+// portable layer polls (no inotify), as such waiters publish nothing.
+//
+// List walks the lock directory and reports the keys whose holders
+// directory has a live holder file, reading each key from it (long keys'
+// file names are hashed).
+//
+// ForceRelease. No process can take another's flock, so ForceRelease
+// replaces the key's files under their holders. Holding the key's counter
+// guard (which holds back shared and permit grants and other ForceRelease
+// calls), it renames each live holder file to a tombstone "x-" plus the
+// owner id, writes the counter into a new, exclusively flocked lock file
+// and renames it over the old one (so tokens continue: the next grant's
+// token exceeds every evicted holder's), replaces a semaphore's slot files
+// the same way, renames to tombstones the holder files that appeared
+// meanwhile, and lets the new lock file go. The evicted holders keep flocks
+// on files nobody else will lock: their next Refresh finds the lock file
+// replaced and their tombstone there, returns driver.ErrNotHeld wrapping
+// driver.ErrForceReleased (so Lock.Err matches lock.ErrForceReleased) and
+// removes the tombstone, whose life is so bounded by the holder's refresh
+// interval (or its process: a tombstone nobody flocks is removed by
+// Inspect); their Release frees nothing of the new holder's. Every acquire
+// path (exclusive, shared, permits, the writer-intent and slot files, and
+// waiters already blocked on the old file) checks after its flock that the
+// path still names the file it locked, and checks again after it has taken
+// its token and published its holder file (under the counter guard for
+// shared and permit grants): a request that finds its file replaced drops
+// it and starts again on the new one, so no request holds the old file
+// beside the new file's holder, and its token is never handed out. A
+// request whose second check passed held the key before the replacement
+// and is evicted with the others. An evicted holder learns of it at its
+// next refresh, not at once.
+//
+// Watch uses inotify on the holders directory, which changes with every
+// grant, release, eviction, relabelling, and the death of a holder's process
+// (the kernel's close of its holder file); elsewhere Observe polls.
+//
+// The kept exclusive holder file costs an exclusive grant an open, a flock,
+// an fstat and a write, and a check of the lock file's path: a few
+// microseconds beside the fsync of the counter. (Creating and removing a
+// file per grant instead would add a directory update to every fsync's
+// journal commit, which on ext4 doubled the cost of an uncontended lock.)
+//
 // # TTL
 //
 // A lock here cannot expire, so the TTL does not bound how long it lives. It
@@ -101,16 +182,19 @@
 //
 // # Limits
 //
-// Deleting or replacing a lock file while it is held breaks exclusion (a new
-// holder locks the new file); the holder notices at its next refresh and loses
-// the lock, but the new file's tokens start again at 1. A lock file that is a
-// symbolic link or not a regular file is refused, so a link planted in a shared
-// directory such as /tmp cannot make the driver write elsewhere. Lock files are
-// created with mode 0644, so processes of different users share a lock only if
-// the directory and files are made writable for all of them.
+// Deleting or replacing a lock file by hand while it is held breaks exclusion
+// (a new holder locks the new file); the holder notices at its next refresh
+// and loses the lock, but the new file's tokens start again at 1. Use
+// ForceRelease (distlock release --force) instead, which keeps the tokens and
+// tells the holder. A lock file that is a symbolic link or not a regular file
+// is refused, so a link planted in a shared directory such as /tmp cannot make
+// the driver write elsewhere. Lock files are created with mode 0644, so
+// processes of different users share a lock only if the directory and files
+// are made writable for all of them.
 //
-// Each held lock, and each waiting Acquire, keeps one file descriptor open (two
-// for a writer waiting with the intent file, three for a permit) and needs no
+// Each held lock keeps two file descriptors open (the lock file and its
+// holder file; four for a permit), and each waiting Acquire one (two for a
+// writer waiting with the intent file), plus its waiter file; none needs a
 // goroutine: one inotify reader serves all the waiters of a Driver. Go raises
 // the soft RLIMIT_NOFILE to the hard limit at start-up. A waiting permit
 // request tries the slot files in turn each time a permit is given back, so a
@@ -157,6 +241,9 @@ type Driver struct {
 
 	// testHookWait, if set, runs each time a waiting Acquire is about to block.
 	testHookWait func(key string)
+	// testHookGranting, if set, runs when a request has flocked the key's
+	// files and checked them, before it takes a token.
+	testHookGranting func(key string)
 }
 
 type holdKey struct{ key, owner string }
@@ -169,6 +256,13 @@ type holding struct {
 	extra []*os.File
 	token uint64
 	start time.Time // when the flock that took it was attempted
+
+	// The hold's holder file (see inspect.go), flocked while it holds; nil
+	// until published.
+	pub  *os.File
+	dir  string // the key's holders directory
+	id   string // the owner, escaped: names its shared holder file and tombstone
+	kept bool   // pub is the key's kept exclusive holder file, never removed
 }
 
 // detach returns the hold's descriptors, f first, and forgets them; the caller
@@ -177,9 +271,31 @@ func (h *holding) detach() []*os.File {
 	if h.f == nil {
 		return nil
 	}
-	files := append([]*os.File{h.f}, h.extra...)
-	h.f, h.extra = nil, nil
+	var files []*os.File
+	if h.pub != nil {
+		files = append(files, h.pub)
+	}
+	files = append(append(files, h.f), h.extra...)
+	h.f, h.extra, h.pub = nil, nil, nil
 	return files
+}
+
+// end takes down the hold's holder file and then closes files, the hold's
+// descriptors from detach, holder file first: so Inspect never shows a
+// holder after the key is free for another. A shared or permit holder file
+// is removed (or its tombstone, after an eviction); the kept exclusive one
+// is only let go, and its tombstone removed if replaced says the hold was
+// found replaced (perhaps evicted).
+func (h *holding) end(files []*os.File, replaced bool) {
+	if h.dir != "" && files != nil {
+		switch {
+		case !h.kept:
+			unpublish(h.dir, h.id)
+		case replaced:
+			os.Remove(filepath.Join(h.dir, evictedPrefix+h.id))
+		}
+	}
+	closeAll(files)
 }
 
 func closeAll(files []*os.File) {
@@ -254,11 +370,16 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 		return d.tryShared(ctx, req)
 	}
 	path := d.path(req.Key)
-	f, start, err := tryLock(path, lockEx)
-	if err != nil {
-		return driver.Grant{}, err
+	for i := 0; ; i++ {
+		f, start, err := tryLock(path, lockEx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, err := d.grantExclusive(ctx, req, f, path, start)
+		if !errors.Is(err, errReplaced) || i == maxReplaced {
+			return g, err
+		}
 	}
-	return d.grantExclusive(req, f, path, start)
 }
 
 // heldBy reports the grant of req.Owner if it already holds req.Key.
@@ -313,14 +434,47 @@ func tryLock(path string, mode int) (*os.File, time.Time, error) {
 }
 
 // grantExclusive bumps the fencing counter of the exclusively locked file f and
-// records the lock, taken by a flock attempted at start.
-func (d *Driver) grantExclusive(req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
+// records the lock, taken by a flock attempted at start. It publishes the
+// holder file, then checks again that path still names f: ForceRelease may
+// have replaced the lock file since our flock, and a lock on the old file
+// excludes no one, so that is errReplaced (the caller starts again) and the
+// token is never handed out. A check that passes comes before the
+// replacement, whose second tombstone pass then finds our holder file.
+func (d *Driver) grantExclusive(ctx context.Context, req *driver.Request, f *os.File, path string, start time.Time) (driver.Grant, error) {
+	if d.testHookGranting != nil {
+		d.testHookGranting(req.Key)
+	}
 	token, err := nextToken(f)
 	if err != nil {
 		f.Close()
 		return driver.Grant{}, err
 	}
-	return d.grant(req, &holding{f: f, path: path, token: token, start: start})
+	h := &holding{f: f, path: path, token: token, start: start}
+	if err := d.publishExclusive(ctx, req, h); err != nil {
+		h.end(h.detach(), false)
+		return driver.Grant{}, err
+	}
+	if err := checkSame(f, path); err != nil {
+		h.end(h.detach(), false)
+		return driver.Grant{}, err
+	}
+	return d.grant(req, h)
+}
+
+// errReplaced: the path no longer names the file a request has locked, so
+// it starts again on the file now there.
+var errReplaced = errors.New("lock file replaced")
+
+// checkSame returns errReplaced unless path still names the file f has open.
+func checkSame(f *os.File, path string) error {
+	same, err := samePath(f, path)
+	switch {
+	case err != nil:
+		return err
+	case !same:
+		return errReplaced
+	}
+	return nil
 }
 
 // grant records h, whose token is set, as req's lock; if the driver was closed
@@ -329,7 +483,7 @@ func (d *Driver) grant(req *driver.Request, h *holding) (driver.Grant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		closeAll(h.detach())
+		h.end(h.detach(), false)
 		return driver.Grant{}, driver.ErrClosed
 	}
 	d.held[holdKey{req.Key, req.Owner}] = h
@@ -360,18 +514,22 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	if f == nil {
-		d.drop(k, h)
+		d.drop(k, h, false)
 		return errSevered
 	}
 	same, err := samePath(f, h.path)
 	switch {
 	case errors.Is(err, os.ErrClosed): // severed while we looked
-		d.drop(k, h)
+		d.drop(k, h, false)
 		return errSevered
 	case err != nil:
 		return err
 	case !same:
-		d.drop(k, h)
+		forced := h.dir != "" && evicted(h.dir, h.id)
+		d.drop(k, h, true)
+		if forced {
+			return fmt.Errorf("%w: %w: lock file %s was replaced", driver.ErrNotHeld, driver.ErrForceReleased, h.path)
+		}
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
 	return nil
@@ -379,15 +537,16 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 
 var errSevered = fmt.Errorf("%w: the lock file descriptor was closed", driver.ErrNotHeld)
 
-// drop forgets h and closes its descriptor, if it is still the lock of k.
-func (d *Driver) drop(k holdKey, h *holding) {
+// drop forgets h and closes its descriptor, if it is still the lock of k;
+// replaced: its lock file was found replaced.
+func (d *Driver) drop(k holdKey, h *holding, replaced bool) {
 	d.mu.Lock()
 	if d.held[k] == h {
 		delete(d.held, k)
 	}
 	files := h.detach()
 	d.mu.Unlock()
-	closeAll(files)
+	h.end(files, replaced)
 }
 
 // Release closes req.Owner's descriptor on the key's lock file, which drops the
@@ -407,13 +566,14 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	delete(d.held, k)
+	f := h.f
 	files := h.detach()
 	d.mu.Unlock()
 	if files == nil {
 		return errSevered
 	}
-	same, err := samePath(files[0], h.path)
-	closeAll(files) // closing the last descriptor of an open file drops its flock
+	same, err := samePath(f, h.path)
+	h.end(files, err == nil && !same) // closing the last descriptor of an open file drops its flock
 	if err == nil && !same {
 		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
 	}
@@ -447,14 +607,20 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	close(d.done)
-	var files []*os.File
+	type ending struct {
+		h     *holding
+		files []*os.File
+	}
+	var ends []ending
 	for _, h := range d.held {
-		files = append(files, h.detach()...)
+		ends = append(ends, ending{h, h.detach()})
 	}
 	d.held = nil
 	n := d.notify
 	d.mu.Unlock()
-	closeAll(files)
+	for _, e := range ends {
+		e.h.end(e.files, false)
+	}
 	n.close()
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 // rather than given a lock that does not exclude.
 const openFlags = os.O_RDWR | os.O_CREATE
 
+const readFlags = os.O_RDONLY
+
 var platformErr = fmt.Errorf("%w: the file driver needs flock(2), which %s does not provide", driver.ErrUnsupported, runtime.GOOS)
 
 const (

@@ -17,6 +17,10 @@ import (
 // by the holder does not inherit, and prolong, the lock.
 const openFlags = os.O_RDWR | os.O_CREATE | syscall.O_NOFOLLOW
 
+// readFlags opens a file of the driver's to read it (Inspect, List), never
+// following a symbolic link and never creating it.
+const readFlags = os.O_RDONLY | syscall.O_NOFOLLOW
+
 // platformErr is nil where flock(2) is available.
 var platformErr error
 

@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -59,52 +61,72 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	if g, ok, err := d.heldBy(req); ok || err != nil {
 		return g, err
 	}
-	switch {
-	case req.Permits > 1:
-		return d.acquirePermit(ctx, req)
-	case req.Shared:
-		return d.acquireShared(ctx, req)
+	// The request shows in Inspect's Waiters from the first time it blocks
+	// until it returns.
+	w := &waiting{d: d, key: req.Key, owner: req.Owner}
+	defer w.done()
+	for {
+		var (
+			g   driver.Grant
+			err error
+		)
+		switch {
+		case req.Permits > 1:
+			g, err = d.acquirePermit(ctx, req, w)
+		case req.Shared:
+			g, err = d.acquireShared(ctx, req, w)
+		default:
+			g, err = d.acquireExclusive(ctx, req, w)
+		}
+		// errReplaced: ForceRelease replaced the files we locked before we
+		// could hold them; start again on the new ones.
+		if !errors.Is(err, errReplaced) {
+			return g, err
+		}
 	}
+}
+
+func (d *Driver) acquireExclusive(ctx context.Context, req *driver.Request, w *waiting) (driver.Grant, error) {
 	path := d.path(req.Key)
 	f, start, err := tryLock(path, lockEx)
 	if errors.Is(err, driver.ErrLocked) {
 		// Declare the intent to write before waiting: shared requests that
 		// arrive from now on stop at the intent file until we hold the key.
 		var intent *os.File
-		intent, _, err = d.waitFile(ctx, req.Key, path+intentSuffix, lockEx)
+		intent, _, err = d.waitFile(ctx, w, path+intentSuffix, lockEx)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		f, start, err = d.waitFile(ctx, req.Key, path, lockEx)
+		f, start, err = d.waitFile(ctx, w, path, lockEx)
 		intent.Close()
 	}
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.grantExclusive(req, f, path, start)
+	return d.grantExclusive(ctx, req, f, path, start)
 }
 
 // acquireShared passes the intent file (waiting there while an exclusive
 // request holds it), then waits for a shared flock on the lock file.
-func (d *Driver) acquireShared(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+func (d *Driver) acquireShared(ctx context.Context, req *driver.Request, w *waiting) (driver.Grant, error) {
 	path := d.path(req.Key)
-	gate, _, err := d.waitFile(ctx, req.Key, path+intentSuffix, lockSh)
+	gate, _, err := d.waitFile(ctx, w, path+intentSuffix, lockSh)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	gate.Close()
-	f, start, err := d.waitFile(ctx, req.Key, path, lockSh)
+	f, start, err := d.waitFile(ctx, w, path, lockSh)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path)
+	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path, kindShared)
 }
 
 // acquirePermit joins the semaphore, then waits for a free slot: every holder
 // closes its descriptor on the permits file last when it gives its permit
 // back (and the kernel closes it when the holder dies), so the waiter watches
 // that one file whatever n is.
-func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, w *waiting) (driver.Grant, error) {
 	if err := checkPermits(req.Permits); err != nil {
 		return driver.Grant{}, err
 	}
@@ -118,7 +140,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request) (driver
 		slotPath string
 		start    time.Time
 	)
-	err = d.waitUntil(ctx, req.Key, path+permitsSuffix, func() (bool, error) {
+	err = d.waitUntil(ctx, w, path+permitsSuffix, func() (bool, error) {
 		var err error
 		slot, slotPath, start, err = trySlots(path, req.Permits)
 		if errors.Is(err, driver.ErrLocked) {
@@ -130,14 +152,14 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request) (driver
 		meta.Close()
 		return driver.Grant{}, err
 	}
-	f, _, err := d.waitFile(ctx, req.Key, path, lockSh) // waits only if the key is also used as a lock
+	f, _, err := d.waitFile(ctx, w, path, lockSh) // waits only if the key is also used as a lock
 	if err != nil {
 		slot.Close()
 		meta.Close()
 		return driver.Grant{}, err
 	}
 	h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
-	return d.grantGuarded(ctx, req, h, f, path)
+	return d.grantGuarded(ctx, req, h, f, path, kindPermit)
 }
 
 // waitFile opens path and waits until it holds a flock on it in mode, and
@@ -145,14 +167,18 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request) (driver
 // keeps its descriptor open while it waits: were each retry to open and close
 // the file, every waiter would wake every other for ever. A file replaced at
 // path while it waits is reopened.
-func (d *Driver) waitFile(ctx context.Context, key, path string, mode int) (*os.File, time.Time, error) {
+//
+// The recheck after every flock is what keeps a waiter that was blocked on a
+// lock file ForceRelease replaced from holding the old file beside the new
+// file's holder: it finds the path changed and moves to the new file.
+func (d *Driver) waitFile(ctx context.Context, w *waiting, path string, mode int) (*os.File, time.Time, error) {
 	for {
 		f, err := openLockFile(path)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		var start time.Time
-		err = d.waitUntil(ctx, key, path, func() (bool, error) {
+		err = d.waitUntil(ctx, w, path, func() (bool, error) {
 			start = time.Now()
 			err := flockNB(f, mode)
 			if err != nil && !errors.Is(err, driver.ErrLocked) {
@@ -177,16 +203,13 @@ func (d *Driver) waitFile(ctx context.Context, key, path string, mode int) (*os.
 	}
 }
 
-// errReplaced: the path no longer names the file the waiter has open.
-var errReplaced = errors.New("lock file replaced")
-
 // waitUntil calls try until it reports success or an error: at once, then
 // each time a descriptor on watchPath is closed, and at the fallback recheck.
 // It watches before the first try, so a release right after a failed try is
 // still reported.
-func (d *Driver) waitUntil(ctx context.Context, key, watchPath string, try func() (bool, error)) error {
+func (d *Driver) waitUntil(ctx context.Context, w *waiting, watchPath string, try func() (bool, error)) error {
 	wake := make(chan struct{}, 1)
-	unwatch, werr := d.watcher().watch(watchPath, wake)
+	unwatch, werr := d.watcher().watch(watchPath, watchMask, wake)
 	defer unwatch()
 	recheck := fallbackRecheck
 	if werr != nil {
@@ -200,8 +223,9 @@ func (d *Driver) waitUntil(ctx context.Context, key, watchPath string, try func(
 		if err != nil || ok {
 			return err
 		}
+		w.block()
 		if d.testHookWait != nil {
-			d.testHookWait(key)
+			d.testHookWait(w.key)
 		}
 		select {
 		case <-ctx.Done():
@@ -286,10 +310,13 @@ func newWatcher() (*watcher, error) {
 	return w, nil
 }
 
-// watch adds a watch on path and registers ch to be sent to (without blocking)
-// on each event about the file. The returned function unregisters ch and removes
-// the watch when no waiter is left; it must be called exactly once.
-func (w *watcher) watch(path string, ch chan<- struct{}) (func(), error) {
+// watch adds a watch for the events in mask on path and registers ch to be
+// sent to (without blocking) on each event about the file. The returned
+// function unregisters ch and removes the watch when no waiter is left; it
+// must be called exactly once. Every watch of one file must use the same mask
+// (the kernel keeps one per file): lock files are watched with watchMask,
+// holders directories with holdersMask.
+func (w *watcher) watch(path string, mask uint32, ch chan<- struct{}) (func(), error) {
 	if w == nil {
 		return func() {}, errors.New("filedriver: no inotify watcher")
 	}
@@ -300,7 +327,7 @@ func (w *watcher) watch(path string, ch chan<- struct{}) (func(), error) {
 	}
 	var wd int
 	var err error
-	if cerr := w.control(func(fd int) { wd, err = syscall.InotifyAddWatch(fd, path, watchMask) }); cerr != nil {
+	if cerr := w.control(func(fd int) { wd, err = syscall.InotifyAddWatch(fd, path, mask) }); cerr != nil {
 		return func() {}, cerr
 	}
 	if err != nil {
@@ -409,4 +436,85 @@ func (w *watcher) watches() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.wds)
+}
+
+// holdersMask: what changes a key's holders directory when its holders
+// change: a holder file created (a grant, a waiter arriving), written (a
+// relabel), closed by a writer (a release, or the death of its process),
+// removed (a release, a waiter leaving), renamed (an eviction). Inspect opens
+// holder files read-only, and the close of those (IN_CLOSE_NOWRITE) is left
+// out, or a reader looking again after each signal would signal itself.
+const holdersMask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE |
+	syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO | syscall.IN_ONLYDIR | syscall.IN_DONT_FOLLOW
+
+var _ driver.Watcher = (*Driver)(nil)
+
+// Watch implements driver.Watcher with inotify on the key's holders
+// directory (created if missing), which changes with every grant, release,
+// eviction, relabelling, waiter arriving or leaving, and death of a holder's
+// process. It also signals when Inspect removes a dead process's files.
+func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	dir := d.path(key) + holdersSuffix
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("filedriver: create holders directory: %w", err)
+	}
+	ch := make(chan struct{}, 1)
+	unwatch, err := d.watcher().watch(dir, holdersMask, ch)
+	if err != nil {
+		unwatch()
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-d.done:
+		}
+		unwatch() // no send on ch after it returns
+		close(ch)
+	}()
+	return ch, nil
+}
+
+// waiting is one Acquire call, which flocks a waiter file the first time it
+// blocks so that Inspect can count it. Waiter files stay, for the next
+// waiters.
+type waiting struct {
+	d          *Driver
+	key, owner string
+	tried      bool
+	f          *os.File
+}
+
+// maxWaiterFiles bounds the waiter files of a key; waiters beyond are not
+// counted.
+const maxWaiterFiles = 1024
+
+func (w *waiting) block() {
+	if w.tried {
+		return
+	}
+	w.tried = true
+	dir := w.d.path(w.key) + holdersSuffix
+	// Best effort: a waiter that cannot publish itself still waits; it is
+	// just not counted.
+	for i := 1; i <= maxWaiterFiles; i++ {
+		f, err := openHolderFile(dir, waiterPrefix+strconv.Itoa(i))
+		if err != nil {
+			return
+		}
+		if flockNB(f, lockEx) == nil {
+			w.f = f
+			return
+		}
+		f.Close()
+	}
+}
+
+func (w *waiting) done() {
+	if w.f != nil {
+		w.f.Close()
+	}
 }

@@ -42,17 +42,30 @@ const MaxPermits = 1024
 // unless an exclusive request is waiting there, then takes a shared flock on
 // the lock file.
 func (d *Driver) tryShared(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	path := d.path(req.Key)
-	gate, _, err := tryLock(path+intentSuffix, lockSh)
-	if err != nil {
-		return driver.Grant{}, err // ErrLocked: a writer waits, and we arrived after it
+	return retryReplaced(func() (driver.Grant, error) {
+		path := d.path(req.Key)
+		gate, _, err := tryLock(path+intentSuffix, lockSh)
+		if err != nil {
+			return driver.Grant{}, err // ErrLocked: a writer waits, and we arrived after it
+		}
+		gate.Close()
+		f, start, err := tryLock(path, lockSh)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path, kindShared)
+	})
+}
+
+// retryReplaced runs attempt again, at most maxReplaced times, while it finds
+// that ForceRelease replaced the files it locked (errReplaced).
+func retryReplaced(attempt func() (driver.Grant, error)) (driver.Grant, error) {
+	for i := 0; ; i++ {
+		g, err := attempt()
+		if !errors.Is(err, errReplaced) || i == maxReplaced {
+			return g, err
+		}
 	}
-	gate.Close()
-	f, start, err := tryLock(path, lockSh)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path)
 }
 
 // tryPermit makes one attempt at a permit: it joins the semaphore (checking
@@ -62,24 +75,26 @@ func (d *Driver) tryPermit(ctx context.Context, req *driver.Request) (driver.Gra
 	if err := checkPermits(req.Permits); err != nil {
 		return driver.Grant{}, err
 	}
-	path := d.path(req.Key)
-	meta, err := d.joinSemaphore(ctx, path+permitsSuffix, req.Permits)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	slot, slotPath, start, err := trySlots(path, req.Permits)
-	if err != nil {
-		meta.Close()
-		return driver.Grant{}, err
-	}
-	f, _, err := tryLock(path, lockSh)
-	if err != nil { // an exclusive holder: the key is also used as a lock
-		slot.Close()
-		meta.Close()
-		return driver.Grant{}, err
-	}
-	h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
-	return d.grantGuarded(ctx, req, h, f, path)
+	return retryReplaced(func() (driver.Grant, error) {
+		path := d.path(req.Key)
+		meta, err := d.joinSemaphore(ctx, path+permitsSuffix, req.Permits)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		slot, slotPath, start, err := trySlots(path, req.Permits)
+		if err != nil {
+			meta.Close()
+			return driver.Grant{}, err
+		}
+		f, _, err := tryLock(path, lockSh)
+		if err != nil { // an exclusive holder: the key is also used as a lock
+			slot.Close()
+			meta.Close()
+			return driver.Grant{}, err
+		}
+		h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
+		return d.grantGuarded(ctx, req, h, f, path, kindPermit)
+	})
 }
 
 func checkPermits(n int) error {
@@ -169,26 +184,45 @@ func (d *Driver) enterPermits(ctx context.Context, f *os.File, n int) (int, erro
 // path, flocked shared by h) under the key's counter guard, and records h.
 // Exclusive holders bump it under their exclusive flock instead, which the
 // shared flock of h excludes, so every bump of a key's counter is alone.
-func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path string) (driver.Grant, error) {
-	token, err := d.guardedToken(ctx, counter, path+guardSuffix)
-	if err != nil {
-		closeAll(h.detach())
+//
+// Still under the guard, which ForceRelease holds while it replaces the
+// key's files, it publishes h's holder file and checks that the files h
+// locked are still the ones at their paths: so either ForceRelease finds h's
+// holder file and evicts h, or h finds its files replaced (errReplaced, and
+// the token is never handed out).
+func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) (driver.Grant, error) {
+	if err := d.guarded(ctx, req, h, counter, path, kind); err != nil {
+		h.end(h.detach(), false)
 		return driver.Grant{}, err
 	}
-	h.token = token
 	return d.grant(req, h)
 }
 
-func (d *Driver) guardedToken(ctx context.Context, counter *os.File, guardPath string) (uint64, error) {
-	g, err := openLockFile(guardPath)
+func (d *Driver) guarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) error {
+	if d.testHookGranting != nil {
+		d.testHookGranting(req.Key)
+	}
+	g, err := openLockFile(path + guardSuffix)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer g.Close()
 	if err := d.lockBriefly(ctx, g, lockEx); err != nil {
-		return 0, err
+		return err
 	}
-	return nextToken(counter)
+	if h.token, err = nextToken(counter); err != nil {
+		return err
+	}
+	if err := d.publish(ctx, req, h, kind); err != nil {
+		return err
+	}
+	if err := checkSame(counter, path); err != nil {
+		return err
+	}
+	if h.f != counter {
+		return checkSame(h.f, h.path)
+	}
+	return nil
 }
 
 // lockBriefly flocks f in mode, retrying after short pauses while another
@@ -196,12 +230,23 @@ func (d *Driver) guardedToken(ctx context.Context, counter *os.File, guardPath s
 // for a moment (the counter guard while a token is written, the permits file
 // while n is written), which are not worth a watch.
 func (d *Driver) lockBriefly(ctx context.Context, f *os.File, mode int) error {
+	return d.lockWhile(ctx, f, mode, nil)
+}
+
+// lockWhile is lockBriefly that also gives up with check's error, which it
+// calls before each pause.
+func (d *Driver) lockWhile(ctx context.Context, f *os.File, mode int, check func() error) error {
 	pause := 20 * time.Microsecond
 	var t *time.Timer
 	for {
 		err := flockNB(f, mode)
 		if !errors.Is(err, driver.ErrLocked) {
 			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		if t == nil {
 			t = time.NewTimer(pause)
