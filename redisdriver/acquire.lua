@@ -4,11 +4,11 @@
 -- lock (its holder vanished) is taken only by the first live waiter. A try
 -- without inbox never queues and takes any free lock.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
--- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: try once, take any free
---       lock, never queue; "": the same, but respecting the queue as a waiter
---       would), 4 queue lease ms (a waiter that does not renew its place within
---       it loses it)
+-- KEYS: as in common.lua (1 lock, 2 fence, 3 queue, ..., 6 grant, 8 watch)
+-- ARGV: 1 owner, 2 TTL ms, 3 label, 4 inbox channel (absent: try once, take any
+--       free lock, never queue; "": the same, but respecting the queue as a
+--       waiter would), 5 queue lease ms (a waiter that does not renew its place
+--       within it loses it)
 -- Returns token (an integer): taken now
 --         {2, token, pttl}: already held by owner (a retry after a lost reply, or a
 --                           handoff), with its remaining TTL
@@ -24,10 +24,13 @@
 -- is gone (a restart without persistence, a failover to a replica that had not
 -- seen it, a day after the record was made). One SET ... GET reads and writes
 -- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
--- made with. (Redis writes a Lua number below 2^53 as its exact integer.)
-if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- made with. (Redis writes a Lua number below 2^53 as its exact integer.) The
+-- grant record ("owner token since-µs label", with the lock's TTL) is what
+-- Inspect reads; watchers, if any, are told.
+if (not ARGV[4] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
-  local tok = t[1] * 1000000 + t[2]
+  local us = t[1] * 1000000 + t[2]
+  local tok = us
   local last = redis.pcall('SET', KEYS[2], tok, 'KEEPTTL', 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
@@ -39,12 +42,14 @@ if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEY
     tok = last + 1
     redis.call('SET', KEYS[2], tok, 'KEEPTTL')
   end
+  redis.call('SET', KEYS[6], ARGV[1] .. string.format(' %.0f %.0f ', tok, us) .. ARGV[3], 'PX', ARGV[2])
+  if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('PUBLISH', KEYS[8], '') end
   return tok
 end
 
 --@common
 
-local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local owner, ttl, label, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 
 local holder = redis.pcall('GET', lock)
 if type(holder) == 'table' then return {-1} end
@@ -55,11 +60,17 @@ local last = redis.pcall('GET', fence)
 if type(last) == 'table' then return {-3, 2} end
 local n = redis.pcall('LLEN', queue)
 if type(n) == 'table' then return {-3, 3} end
+local lt = redis.call('TYPE', labels)
+if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
 if holder == owner then
   -- The fence record holds our token, since no one else can have been granted
   -- the lock while it held us; mint again only if it was deleted meanwhile.
   local tok = tonumber(last)
-  if not tok then tok = mint(ttl) end
+  if not tok then
+    tok = mint(ttl)
+    local pt = redis.call('PTTL', lock)
+    if pt > 0 then redis.call('SET', grant, owner .. ' ' .. record(tok, label), 'PX', pt) end
+  end
   return {2, tok, redis.call('PTTL', lock)}
 end
 
@@ -68,9 +79,11 @@ if not holder and (not w or w == owner) then
   if w then
     redis.call('LPOP', queue)
     redis.call('HDEL', waiters, owner)
+    redis.call('HDEL', labels, owner)
   end
-  redis.call('SET', lock, owner, 'PX', ttl)
-  return {1, mint(ttl)}
+  local tok = grantLock(owner, ttl, label)
+  changed()
+  return {1, tok}
 end
 
 if inbox and inbox ~= '' then
@@ -78,10 +91,9 @@ if inbox and inbox ~= '' then
   local entry = string.format('%.0f %d %s', clock().ms + lease, ttl, inbox)
   if redis.call('HSET', waiters, owner, entry) == 1 then
     redis.call('RPUSH', queue, owner)
+    redis.call('HSET', labels, owner, '0 0 ' .. label)
   end
-  for _, k in ipairs({queue, waiters}) do
-    if redis.call('PTTL', k) < 2 * lease then redis.call('PEXPIRE', k, 2 * lease) end
-  end
+  for _, k in ipairs({queue, waiters, labels}) do atLeast(k, 2 * lease) end
 end
 
 -- Look again when the holder's TTL ends, or, when the lock is free but kept for

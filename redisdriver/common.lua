@@ -1,11 +1,16 @@
--- Included by acquire.lua and release.lua after their fast paths, so an
--- uncontended call never pays for defining these: the server clock, the
--- fencing counter and the wait queue of one lock. The key layout is described
--- in keys.go.
+-- Included by the scripts that may grant, release or describe a lock (all but
+-- the refresh scripts), after their fast paths, so an uncontended call never
+-- pays for defining these: the server clock, the fencing counter, the wait
+-- queue and the holders' records of one lock. The key layout is described in
+-- keys.go.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders (the shaped holds'
--- sorted set; absent in acquire.lua, which never grants one)
+-- sorted set), 6 grant (the exclusive holder's record), 7 labels (the shaped
+-- holders' records and the waiters' labels), 8 watch (exists while someone
+-- watches; also the channel told of changes), 9 forced (tombstones of evicted
+-- owners)
 local lock, fence, queue, waiters, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local grant, labels, watch, forced = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 -- While shared or permit holds exist the lock key holds a marker instead of an
 -- owner (so that exclusive requests, ours and standard SET NX clients', find
@@ -28,6 +33,24 @@ local function clock()
   return now
 end
 
+-- atLeast makes key live at least ms from now (it never shortens its life).
+local function atLeast(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- changed tells the watchers of the lock, if any, that its holders changed.
+local function changed()
+  if redis.call('EXISTS', watch) == 1 then redis.call('PUBLISH', watch, '') end
+end
+
+-- notHeld is what the refresh and relabel scripts answer for an owner that
+-- does not hold the key: 2 if ForceRelease evicted it (its tombstone is in
+-- forced), else 0.
+local function notHeld(owner)
+  if redis.pcall('HEXISTS', forced, owner) == 1 then return 2 end
+  return 0
+end
+
 -- mint records and returns the next fencing token, as the fast path of
 -- acquire.lua does inline.
 local function mint(ttl)
@@ -39,6 +62,29 @@ local function mint(ttl)
     tok = last + 1
     redis.call('SET', fence, tok, 'KEEPTTL')
   end
+  return tok
+end
+
+-- record is a holder's record: "token since-µs label".
+local function record(tok, label)
+  return string.format('%.0f %.0f ', tok, clock().us) .. label
+end
+
+-- takeLabel removes and returns the label a waiter left in labels when it
+-- joined the queue ("0 0 label"), or "".
+local function takeLabel(w)
+  local e = redis.call('HGET', labels, w)
+  if not e then return '' end
+  redis.call('HDEL', labels, w)
+  return string.match(e, '^%d+ %d+ (.*)$') or ''
+end
+
+-- grantLock makes w the exclusive holder for ttl ms, with its record, and
+-- returns its token.
+local function grantLock(w, ttl, label)
+  redis.call('SET', lock, w, 'PX', ttl)
+  local tok = mint(ttl)
+  redis.call('SET', grant, w .. ' ' .. record(tok, label), 'PX', ttl)
   return tok
 end
 
@@ -74,16 +120,28 @@ local function first()
     end
     redis.call('LPOP', queue)
     redis.call('HDEL', waiters, w)
+    redis.call('HDEL', labels, w)
   end
 end
 
--- hold records a shared or permit hold of w for ttl ms under marker, making
--- the lock key the marker with the latest expiry of all holds. A lock key that
--- is gone takes the holds with it (its expiry is never before theirs), so a
--- holders set left behind is dropped first.
-local function hold(marker, w, ttl)
+-- dropRecords deletes the records of shaped holders that are gone.
+local function dropRecords(gone)
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', labels, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+end
+
+-- hold records a shared or permit hold of w for ttl ms under marker, with its
+-- record (token tok, label), making the lock key the marker with the latest
+-- expiry of all holds. A lock key that is gone takes the holds with it (its
+-- expiry is never before theirs), so a holders set left behind is dropped
+-- first. labels lives at least as long as the lock key.
+local function hold(marker, w, ttl, tok, label)
   local pt = redis.call('PTTL', lock)
-  if pt == -2 then redis.call('DEL', holders) end
+  if pt == -2 then
+    dropRecords(redis.call('ZRANGE', holders, 0, -1))
+    redis.call('DEL', holders)
+  end
   redis.call('ZADD', holders, clock().ms + ttl, w)
   if pt < ttl then
     redis.call('SET', lock, marker, 'PX', ttl)
@@ -91,11 +149,14 @@ local function hold(marker, w, ttl)
   end
   -- Always: the ZADD may have made the set anew (an emptied set is deleted).
   redis.call('PEXPIRE', holders, pt)
+  redis.call('HSET', labels, w, record(tok, label))
+  atLeast(labels, pt)
 end
 
 -- settle drops the expired holds, and deletes the marker when none is left or
 -- moves its expiry to the latest hold's.
 local function settle()
+  dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
   local top = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if #top == 0 then
@@ -111,31 +172,37 @@ end
 -- take now: an exclusive waiter when the key is free; a shared one, and every
 -- shared one right behind it, when no exclusive lock is held; permit waiters
 -- while permits are free. Each is told on its inbox channel: "<owner> <token>".
+-- It returns whether it granted anything.
 local function handoff()
+  local granted = false
   while true do
     local w, _, e = first()
-    if not w then return end
+    if not w then return granted end
     local _, n, ttl, inbox = parse(e)
     local holder = redis.pcall('GET', lock)
-    if type(holder) == 'table' then return end -- not a lock: left untouched
+    if type(holder) == 'table' then return granted end -- not a lock: left untouched
+    local tok
     if n < 0 then
-      if holder then return end
+      if holder then return granted end
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, w)
-      redis.call('SET', lock, w, 'PX', ttl)
+      tok = grantLock(w, ttl, takeLabel(w))
     else
       local marker = markerOf(n)
-      if holder and holder ~= marker then return end
+      if holder and holder ~= marker then return granted end
       if holder and n > 0 then
+        dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
         redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
-        if redis.call('ZCARD', holders) >= n then return end
+        if redis.call('ZCARD', holders) >= n then return granted end
       end
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, w)
-      hold(marker, w, ttl)
+      local label = takeLabel(w)
+      tok = mint(ttl)
+      hold(marker, w, ttl, tok, label)
     end
-    local tok = mint(ttl)
+    granted = true
     redis.call('PUBLISH', inbox, w .. ' ' .. string.format('%.0f', tok))
-    if n < 0 then return end
+    if n < 0 then return granted end
   end
 end

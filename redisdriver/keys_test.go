@@ -26,10 +26,6 @@ func hashTag(key string) string {
 	return key[open+1 : open+1+end]
 }
 
-func unescape(s string) string {
-	return strings.NewReplacer("%7D", "}", "%7B", "{", "%25", "%").Replace(s)
-}
-
 // keysWithPrefix is the key layout of a driver made WithPrefix(prefix).
 func keysWithPrefix(prefix, key string) keys {
 	var o options
@@ -44,17 +40,20 @@ var oddKeys = []string{
 
 func TestKeyLayout(t *testing.T) {
 	k := keysWithPrefix("app{1}", "invoice:{42}")
+	const l = "app%7B1%7D:{invoice:%7B42%7D}"
 	want := keys{
-		lock:    "app%7B1%7D:{invoice:%7B42%7D}",
-		fence:   "app%7B1%7D:{invoice:%7B42%7D}:fence",
-		queue:   "app%7B1%7D:{invoice:%7B42%7D}:queue",
-		waiters: "app%7B1%7D:{invoice:%7B42%7D}:waiters",
+		lock:    l,
+		fence:   l + ":fence",
+		queue:   l + ":queue",
+		waiters: l + ":waiters",
+		holders: l + ":holders",
+		grant:   l + ":grant",
+		labels:  l + ":labels",
+		watch:   l + ":watch",
+		forced:  l + ":forced",
 	}
 	if k != want {
 		t.Fatalf("keys = %+v, want %+v", k, want)
-	}
-	if h := k.holders(); h != "app%7B1%7D:{invoice:%7B42%7D}:holders" {
-		t.Fatalf("holders = %q", h)
 	}
 }
 

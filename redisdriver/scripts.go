@@ -28,6 +28,12 @@ var (
 	shapedReleaseLua string
 	//go:embed shapedrefresh.lua
 	shapedRefreshLua string
+	//go:embed force.lua
+	forceLua string
+	//go:embed inspect.lua
+	inspectLua string
+	//go:embed relabel.lua
+	relabelLua string
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
@@ -38,6 +44,12 @@ var (
 	shapedScript        = redis.NewScript(withCommon(shapedLua))
 	shapedReleaseScript = redis.NewScript(withCommon(shapedReleaseLua))
 	shapedRefreshScript = redis.NewScript(shapedRefreshLua)
+
+	// Inspection and operators' calls (see Inspection, eviction and leader
+	// election in the package documentation).
+	forceScript   = redis.NewScript(withCommon(forceLua))
+	inspectScript = redis.NewScript(withCommon(inspectLua))
+	relabelScript = redis.NewScript(withCommon(relabelLua))
 )
 
 // withCommon puts common.lua in place of the script's "--@common" line, after
