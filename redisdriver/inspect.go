@@ -127,8 +127,9 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 			}
 			mu.Lock()
 			for _, name := range names {
-				e, ok := strings.CutPrefix(name, head)
-				if e, ok = strings.CutSuffix(e, "}"); !ok || strings.ContainsAny(e, "{}") {
+				e, ok1 := strings.CutPrefix(name, head)
+				e, ok2 := strings.CutSuffix(e, "}")
+				if !ok1 || !ok2 || strings.ContainsAny(e, "{}") {
 					continue // not a lock key of ours
 				}
 				if user := unescape(e); strings.HasPrefix(user, prefix) {

@@ -24,9 +24,10 @@ if holder == marker then
     return held
   end
 end
+-- Not held (or its member deleted by hand): its record, if left, goes too.
+redis.call('HDEL', labels, owner)
 if redis.call('HDEL', waiters, owner) == 1 then
   redis.call('LREM', queue, 1, owner)
-  redis.call('HDEL', labels, owner)
   if handoff() then changed() end
 end
 return 0
