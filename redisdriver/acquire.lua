@@ -4,7 +4,7 @@
 -- lock (its holder vanished) is taken only by the first live waiter. A try
 -- without inbox never queues and takes any free lock.
 --
--- KEYS: as in common.lua (1 lock, 2 fence, 3 queue, ..., 6 grant, 8 watch)
+-- KEYS: as in common.lua (1 lock, 2 fence, 3 queue, ..., 6 labels)
 -- ARGV: 1 owner, 2 TTL ms, 3 label, 4 inbox channel (absent: try once, take any
 --       free lock, never queue; "": the same, but respecting the queue as a
 --       waiter would), 5 queue lease ms (a waiter that does not renew its place
@@ -23,27 +23,31 @@
 -- server clock in microseconds, so tokens keep increasing when the fence record
 -- is gone (a restart without persistence, a failover to a replica that had not
 -- seen it, a day after the record was made). One SET ... GET reads and writes
--- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
--- made with. (Redis writes a Lua number below 2^53 as its exact integer.) The
--- grant record ("owner token since-µs label", with the lock's TTL) is what
--- Inspect reads; watchers, if any, are told.
+-- it, together with the holder's record that Inspect reads ("token since-µs
+-- owner label"); KEEPTTL spares an expiry update, so the record keeps the
+-- expiry it was made with. Watchers, if any (their deadline in labels), are
+-- told.
 if (not ARGV[4] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local us = t[1] * 1000000 + t[2]
   local tok = us
-  local last = redis.pcall('SET', KEYS[2], tok, 'KEEPTTL', 'GET')
+  local rec = string.format(' %.0f ', us) .. ARGV[1] .. ' ' .. ARGV[3]
+  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL', 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return {-3, 2}
   end
   if not last then
     redis.call('PEXPIRE', KEYS[2], ARGV[2] + FENCE_KEEP)
-  elseif tok <= (tonumber(last) or 0) then
-    tok = last + 1
-    redis.call('SET', KEYS[2], tok, 'KEEPTTL')
+  else
+    local l = tonumber(string.match(last, '^%d+')) or 0
+    if tok <= l then
+      tok = l + 1
+      redis.call('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL')
+    end
   end
-  redis.call('SET', KEYS[6], ARGV[1] .. string.format(' %.0f %.0f ', tok, us) .. ARGV[3], 'PX', ARGV[2])
-  if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('PUBLISH', KEYS[8], '') end
+  local w = redis.pcall('HGET', KEYS[6], '\0watch')
+  if type(w) == 'string' and tonumber(w) * 1000 > us then redis.call('PUBLISH', KEYS[1] .. ':watch', '') end
   return tok
 end
 
@@ -65,12 +69,8 @@ if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
 if holder == owner then
   -- The fence record holds our token, since no one else can have been granted
   -- the lock while it held us; mint again only if it was deleted meanwhile.
-  local tok = tonumber(last)
-  if not tok then
-    tok = mint(ttl)
-    local pt = redis.call('PTTL', lock)
-    if pt > 0 then redis.call('SET', grant, owner .. ' ' .. record(tok, label), 'PX', pt) end
-  end
+  local tok = tokenOf(last)
+  if tok == 0 then tok = mint(ttl, owner, label) end
   return {2, tok, redis.call('PTTL', lock)}
 end
 

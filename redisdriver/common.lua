@@ -4,13 +4,17 @@
 -- queue and the holders' records of one lock. The key layout is described in
 -- keys.go.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders (the shaped holds'
--- sorted set), 6 grant (the exclusive holder's record), 7 labels (the shaped
--- holders' records and the waiters' labels), 8 watch (exists while someone
--- watches; also the channel told of changes), 9 forced (tombstones of evicted
--- owners)
+-- KEYS: 1 lock, 2 fence (the last token, and the exclusive holder's record),
+-- 3 queue, 4 waiters, 5 holders (the shaped holds' sorted set), 6 labels (the
+-- shaped holders' records, the waiters' labels, the watchers' deadline),
+-- 7 forced (tombstones of evicted owners; only force.lua and relabel.lua have
+-- it)
 local lock, fence, queue, waiters, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local grant, labels, watch, forced = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local labels, forced = KEYS[6], KEYS[7]
+
+-- The field of labels that holds the watchers' deadline (ms): no owner starts
+-- with a NUL byte.
+local WATCH = '\0watch'
 
 -- While shared or permit holds exist the lock key holds a marker instead of an
 -- owner (so that exclusive requests, ours and standard SET NX clients', find
@@ -38,34 +42,44 @@ local function atLeast(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 
--- changed tells the watchers of the lock, if any, that its holders changed.
+-- changed tells the watchers of the lock, if any, that its holders changed,
+-- on the channel named after the lock key (a channel, not a key).
 local function changed()
-  if redis.call('EXISTS', watch) == 1 then redis.call('PUBLISH', watch, '') end
+  local w = redis.pcall('HGET', labels, WATCH)
+  if type(w) == 'string' and tonumber(w) > clock().ms then redis.call('PUBLISH', lock .. ':watch', '') end
 end
 
--- notHeld is what the refresh and relabel scripts answer for an owner that
--- does not hold the key: 2 if ForceRelease evicted it (its tombstone is in
--- forced), else 0.
+-- notHeld is what the relabel script answers for an owner that does not hold
+-- the key: 2 if ForceRelease evicted it (its tombstone is in forced), else 0.
 local function notHeld(owner)
   if redis.pcall('HEXISTS', forced, owner) == 1 then return 2 end
   return 0
 end
 
+-- tokenOf reads the token at the head of a fence record, or 0.
+local function tokenOf(v)
+  if type(v) ~= 'string' then return 0 end
+  return tonumber(string.match(v, '^%d+')) or 0
+end
+
 -- mint records and returns the next fencing token, as the fast path of
--- acquire.lua does inline.
-local function mint(ttl)
+-- acquire.lua does inline. For an exclusive grant (owner given) the fence
+-- record also holds its record: "token since-µs owner label".
+local function mint(ttl, owner, label)
   local tok = clock().us
-  local last = redis.call('SET', fence, tok, 'KEEPTTL', 'GET')
+  local rec = ''
+  if owner then rec = string.format(' %.0f ', clock().us) .. owner .. ' ' .. label end
+  local last = redis.call('SET', fence, string.format('%.0f', tok) .. rec, 'KEEPTTL', 'GET')
   if not last then
     redis.call('PEXPIRE', fence, ttl + FENCE_KEEP)
-  elseif tok <= (tonumber(last) or 0) then
-    tok = last + 1
-    redis.call('SET', fence, tok, 'KEEPTTL')
+  elseif tok <= tokenOf(last) then
+    tok = tokenOf(last) + 1
+    redis.call('SET', fence, string.format('%.0f', tok) .. rec, 'KEEPTTL')
   end
   return tok
 end
 
--- record is a holder's record: "token since-µs label".
+-- record is a shaped holder's record: "token since-µs label".
 local function record(tok, label)
   return string.format('%.0f %.0f ', tok, clock().us) .. label
 end
@@ -83,9 +97,7 @@ end
 -- returns its token.
 local function grantLock(w, ttl, label)
   redis.call('SET', lock, w, 'PX', ttl)
-  local tok = mint(ttl)
-  redis.call('SET', grant, w .. ' ' .. record(tok, label), 'PX', ttl)
-  return tok
+  return mint(ttl, w, label)
 end
 
 -- parse reads a waiter's entry: "D T inbox" for an exclusive request, "sD T

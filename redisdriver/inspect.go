@@ -192,7 +192,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, err
 	}
 	k := d.keys(key)
-	all := k.all()
+	all := k.withForced()
 	v, err := forceScript.Run(ctx, d.client, all, millis(tombstoneMin)).Int64Slice()
 	if err != nil {
 		return 0, classify(err)
@@ -216,7 +216,7 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
-	n, err := relabelScript.Run(ctx, d.client, d.keys(req.Key).all(), req.Owner, label, shape(req)).Int64()
+	n, err := relabelScript.Run(ctx, d.client, d.keys(req.Key).withForced(), req.Owner, label, shape(req)).Int64()
 	switch {
 	case err != nil:
 		return classify(err)
@@ -229,18 +229,19 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 }
 
 const (
-	// watchTTL is how long the watch marker of a key lives without renewal;
-	// a watcher renews it every third of that.
+	// watchTTL is how long a key stays watched without renewal; a watcher
+	// renews it every third of that.
 	watchTTL = 30 * time.Second
 	// watchRetry is the pause before a watcher tries again after its
 	// connection failed.
 	watchRetry = 100 * time.Millisecond
 )
 
-// Watch implements driver.Watcher. While the marker P:{K}:watch exists, the
-// scripts that grant, release, force-release or relabel K publish on the
-// channel of that name; Watch subscribes to it on a connection of its own,
-// then sets the marker, and renews it until ctx ends. A signal also comes when
+// Watch implements driver.Watcher. While the watchers' deadline in P:{K}:labels
+// has not passed, the scripts that grant, release, force-release or relabel K
+// publish on the channel P:{K}:watch; Watch subscribes to it on a connection
+// of its own, then sets the deadline watchTTL ahead, and renews it every third
+// of that until ctx ends. A signal also comes when
 // the subscription is made again after its connection failed (changes may
 // have been missed meanwhile).
 func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
@@ -257,7 +258,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	d.mu.Unlock()
 	ps, err := d.subscribeWatch(ctx, k.watch)
 	if err == nil {
-		err = d.client.Set(ctx, k.watch, "1", watchTTL).Err()
+		err = d.markWatched(ctx, k)
 		if err != nil {
 			_ = ps.Close()
 		}
@@ -278,9 +279,14 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		defer stop()
 		defer closeOnEnd()
 		defer ps.Close()
-		d.readWatch(wctx, ps, k.watch, c)
+		d.readWatch(wctx, ps, k, c)
 	}()
 	return c, nil
+}
+
+// markWatched makes the scripts that change k's holders publish for watchTTL.
+func (d *Driver) markWatched(ctx context.Context, k keys) error {
+	return watchScript.Run(ctx, d.client, []string{k.labels}, millis(watchTTL)).Err()
 }
 
 // subscribeWatch subscribes to channel and waits for the server to confirm it.
@@ -302,7 +308,7 @@ func (d *Driver) subscribeWatch(ctx context.Context, channel string) (*redis.Pub
 
 // readWatch signals c for every message on the watch channel and every
 // renewed subscription, and renews the marker, until ctx ends.
-func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, marker string, c chan<- struct{}) {
+func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan<- struct{}) {
 	signal := func() {
 		select {
 		case c <- struct{}{}:
@@ -314,7 +320,7 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, marker string,
 		wait := time.Until(renew)
 		if wait <= 0 {
 			rctx, cancel := context.WithTimeout(ctx, inboxDialTimeout)
-			err := d.client.Set(rctx, marker, "1", watchTTL).Err()
+			err := d.markWatched(rctx, k)
 			cancel()
 			if err == nil {
 				renew = time.Now().Add(watchTTL / 3)

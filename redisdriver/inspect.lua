@@ -6,8 +6,8 @@
 --          expiry ms (-1: none), record}; n is -2 when the key is free, -1
 --          for an exclusive holder, 0 for shared holders, N for permits of
 --          N. The record of an exclusive holder is "token since-µs label"
---          from grant when it belongs to that holder, of a shaped holder its
---          entry in labels; "" when there is none (a standard SET NX
+--          from the fence record when it is that holder's, of a shaped holder
+--          its entry in labels; "" when there is none (a standard SET NX
 --          client's lock, data deleted by hand).
 
 --@common
@@ -27,7 +27,7 @@ if q.err == nil then
     end
   end
 end
-local out = {1, clock().ms, last, live, -2}
+local out = {1, clock().ms, string.format('%.0f', tokenOf(last)), live, -2}
 if not holder then return out end
 
 local function str(v)
@@ -46,11 +46,10 @@ if string.byte(holder, 1) == 0 then
   end
 else
   out[5] = -1
-  local rec = str(redis.pcall('GET', grant))
-  if string.sub(rec, 1, #holder + 1) == holder .. ' ' then
-    rec = string.sub(rec, #holder + 2)
-  else
-    rec = ''
+  local tok, us, rest = string.match(last, '^(%d+) (%d+) (.*)$')
+  local rec = ''
+  if tok and string.sub(rest, 1, #holder + 1) == holder .. ' ' then
+    rec = tok .. ' ' .. us .. ' ' .. string.sub(rest, #holder + 2)
   end
   local pt = redis.call('PTTL', lock)
   local exp = -1

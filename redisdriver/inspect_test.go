@@ -31,10 +31,10 @@ func newInspectDriver(t *testing.T) (*Driver, *redis.Client, context.Context) {
 	return d, adminClient(t, url), ctx
 }
 
-// The lock key keeps the plain owner; the grant record beside it carries the
-// owner, token, grant time and label, lives and is refreshed with the lock,
-// and goes with its release.
-func TestGrantRecordSitsBesideTheLockAndGoesWithIt(t *testing.T) {
+// The lock key keeps the plain owner; the fence record beside it carries the
+// token, grant time, owner and label, lives at least as long as the lock
+// (refresh extends it), and after the release no other key is left.
+func TestHoldersRecordRidesInTheFenceRecord(t *testing.T) {
 	d, admin, ctx := newInspectDriver(t)
 	k := d.keys("job")
 	req := &driver.Request{Key: "job", Owner: randomHex(16), TTL: 2 * time.Second, Label: `{"owner":"a b"}`}
@@ -46,13 +46,13 @@ func TestGrantRecordSitsBesideTheLockAndGoesWithIt(t *testing.T) {
 	if v, err := admin.Get(ctx, k.lock).Result(); err != nil || v != req.Owner {
 		t.Fatalf("lock key = %q, %v; want the plain owner", v, err)
 	}
-	rec, err := admin.Get(ctx, k.grant).Result()
+	rec, err := admin.Get(ctx, k.fence).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := req.Owner + " " + strconv.FormatUint(g.Token, 10) + " "
-	if !strings.HasPrefix(rec, want) || !strings.HasSuffix(rec, " "+req.Label) {
-		t.Fatalf("grant record %q, want %q, the grant time, and the label", rec, want)
+	tok, rest, _ := strings.Cut(rec, " ")
+	if tok != strconv.FormatUint(g.Token, 10) || !strings.HasSuffix(rest, " "+req.Owner+" "+req.Label) {
+		t.Fatalf("fence record %q, want token %d, the grant time, owner %s and the label", rec, g.Token, req.Owner)
 	}
 	in, err := d.Inspect(ctx, "job")
 	if err != nil {
@@ -72,20 +72,23 @@ func TestGrantRecordSitsBesideTheLockAndGoesWithIt(t *testing.T) {
 		t.Errorf("Expires in %v, want within the 2s TTL", left)
 	}
 
-	req.TTL = time.Minute
+	req.TTL = 2 * fenceKeep
 	if err := d.Refresh(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	lockTTL, _ := admin.PTTL(ctx, k.lock).Result()
-	recTTL, _ := admin.PTTL(ctx, k.grant).Result()
-	if lockTTL < 50*time.Second || recTTL < 50*time.Second || recTTL > lockTTL+time.Second {
-		t.Errorf("after a refresh to a minute: lock TTL %v, record TTL %v; want both about a minute", lockTTL, recTTL)
+	recTTL, _ := admin.PTTL(ctx, k.fence).Result()
+	if lockTTL < fenceKeep || recTTL < lockTTL {
+		t.Errorf("after a refresh to two days: lock TTL %v, fence record TTL %v; want the record to outlive the lock", lockTTL, recTTL)
 	}
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := admin.Exists(ctx, k.lock, k.grant, k.labels).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, k.lock, k.labels, k.queue, k.waiters, k.holders, k.forced).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys of the lock left after its release (%v)", n, err)
+	}
+	if in, err := d.Inspect(ctx, "job"); err != nil || len(in.Holders) != 0 || in.Token != g.Token {
+		t.Errorf("Inspect after the release: %+v, %v; want free, with the last token %d", in, err, g.Token)
 	}
 }
 
@@ -201,13 +204,13 @@ func TestStandardSetNXLockIsInspectedListedAndEvicted(t *testing.T) {
 // ForceRelease leaves a tombstone that makes the evicted holder's refresh say
 // "forced", for a bounded time; an ordinary loss stays an ordinary loss; the
 // first waiter gets the key; and the next token exceeds the evicted one even
-// when the fence record is gone and the evicted token is ahead of the clock.
+// when it is ahead of the server's clock.
 func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 	d, admin, ctx := newInspectDriver(t)
 	k := d.keys("f")
 	// A fence record ahead of the clock (as if another server's clock ran
-	// ahead), which then disappears (expiry, failover): only the evicted
-	// holder's record remembers its token.
+	// ahead): the eviction must keep it, or the next token would fall back
+	// to the clock.
 	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
 	if err := admin.Set(ctx, k.fence, ahead, time.Hour).Err(); err != nil {
 		t.Fatal(err)
@@ -216,9 +219,6 @@ func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 	g, err := d.TryAcquire(ctx, held)
 	if err != nil || g.Token != ahead+1 {
 		t.Fatalf("TryAcquire = %+v, %v; want token %d", g, err, ahead+1)
-	}
-	if err := admin.Del(ctx, k.fence).Err(); err != nil {
-		t.Fatal(err)
 	}
 	w := &driver.Request{Key: "f", Owner: randomHex(16), TTL: 3 * time.Second}
 	got := make(chan driver.Grant, 1)
@@ -356,8 +356,13 @@ func TestWatchSignalsChangesAndScriptsPublishOnlyWhenWatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttl, err := admin.PTTL(ctx, d.keys("w").watch).Result(); err != nil || ttl <= 0 || ttl > watchTTL {
-		t.Errorf("watch marker TTL %v (%v), want within %v", ttl, err, watchTTL)
+	k := d.keys("w")
+	deadline, err := admin.HGet(ctx, k.labels, "\x00watch").Int64()
+	if err != nil || time.Until(time.UnixMilli(deadline)) <= 0 || time.Until(time.UnixMilli(deadline)) > watchTTL+time.Second {
+		t.Errorf("watchers' deadline %v (%v), want within %v", time.UnixMilli(deadline), err, watchTTL)
+	}
+	if ttl, err := admin.PTTL(ctx, k.labels).Result(); err != nil || ttl <= 0 || ttl > watchTTL {
+		t.Errorf("labels TTL %v (%v), want within %v", ttl, err, watchTTL)
 	}
 	drain := func() {
 		select {
@@ -398,14 +403,14 @@ func TestWatchSignalsChangesAndScriptsPublishOnlyWhenWatched(t *testing.T) {
 	}
 	expect("an eviction")
 	stop()
-	deadline := time.After(5 * time.Second)
+	closing := time.After(5 * time.Second)
 	for {
 		select {
 		case _, ok := <-c:
 			if !ok {
 				return
 			}
-		case <-deadline:
+		case <-closing:
 			t.Fatal("the watch channel did not close after its context ended")
 		}
 	}

@@ -16,13 +16,14 @@ import (
 //	esc(P):{esc(K)}:waiters  hash: waiting owner -> "lease-deadline-ms ttl-ms inbox-channel",
 //	                         prefixed "s" for a shared request and "pN/" for a permit of N
 //	esc(P):{esc(K)}:holders  sorted set: shared holder or permit holder -> expiry (ms)
-//	esc(P):{esc(K)}:grant    the exclusive holder's record: "owner token since-µs label",
-//	                         with the lock's TTL
 //	esc(P):{esc(K)}:labels   hash: shared or permit holder -> "token since-µs label";
-//	                         waiting owner -> "0 0 label"
-//	esc(P):{esc(K)}:watch    a string that exists while someone watches K (see Watch);
-//	                         also the name of the pub/sub channel told of changes
+//	                         waiting owner -> "0 0 label"; "\x00watch" -> the deadline (ms)
+//	                         of the watchers' interest (see Watch)
 //	esc(P):{esc(K)}:forced   hash: owner evicted by ForceRelease -> "1", for a few TTLs
+//
+// The fence record holds the last token alone, or after an exclusive grant
+// "token since-µs owner label": the exclusive holder's record. The pub/sub
+// channel esc(P):{esc(K)}:watch (a channel, not a key) is told of changes.
 //
 // The braces are a Redis Cluster hash tag: only esc(K) decides the slot, so the
 // keys of a lock always share a slot (one Lua script may touch them all),
@@ -31,12 +32,14 @@ import (
 // distinct locks, and the lock key is the only one that ends with the closing
 // brace.
 type keys struct {
-	lock, fence, queue, waiters, holders, grant, labels, watch, forced string
+	lock, fence, queue, waiters, holders, labels, forced string
+
+	watch string // the pub/sub channel told of changes (not a key)
 }
 
 // suffixes are the names of a lock's keys after the lock key's, in the
 // order of keys' fields (and of the scripts' KEYS).
-var suffixes = [...]string{":fence", ":queue", ":waiters", ":holders", ":grant", ":labels", ":watch", ":forced"}
+var suffixes = [...]string{":fence", ":queue", ":waiters", ":holders", ":labels", ":forced", ":watch"}
 
 func (d *Driver) keys(key string) keys {
 	// The names are parts of one string: one allocation per call.
@@ -71,18 +74,22 @@ func (d *Driver) keys(key string) keys {
 		queue:   part(1),
 		waiters: part(2),
 		holders: part(3),
-		grant:   part(4),
-		labels:  part(5),
+		labels:  part(4),
+		forced:  part(5),
 		watch:   part(6),
-		forced:  part(7),
 	}
 }
 
-// all is every key of the lock, in the order of the scripts' KEYS (see
-// common.lua): acquire, release, force-release, inspect and relabel take them
-// all.
+// all is the keys of the scripts that grant and release, in the order of
+// their KEYS (see common.lua). It leaves out forced, which only the scripts
+// that evict, relabel and refresh read: every key costs the hot path.
 func (k keys) all() []string {
-	return []string{k.lock, k.fence, k.queue, k.waiters, k.holders, k.grant, k.labels, k.watch, k.forced}
+	return []string{k.lock, k.fence, k.queue, k.waiters, k.holders, k.labels}
+}
+
+// withForced is all and forced, the KEYS of force.lua and relabel.lua.
+func (k keys) withForced() []string {
+	return []string{k.lock, k.fence, k.queue, k.waiters, k.holders, k.labels, k.forced}
 }
 
 // shape is what the scripts call n: 0 for a shared hold, the number of

@@ -47,10 +47,9 @@ func TestKeyLayout(t *testing.T) {
 		queue:   l + ":queue",
 		waiters: l + ":waiters",
 		holders: l + ":holders",
-		grant:   l + ":grant",
 		labels:  l + ":labels",
-		watch:   l + ":watch",
 		forced:  l + ":forced",
+		watch:   l + ":watch",
 	}
 	if k != want {
 		t.Fatalf("keys = %+v, want %+v", k, want)
@@ -63,7 +62,8 @@ func TestKeyLayout(t *testing.T) {
 func TestBracesInKeysCannotMoveALockToAnotherSlot(t *testing.T) {
 	for _, prefix := range []string{"distlock", "{x}", "a}b{c"} {
 		for _, key := range oddKeys {
-			for _, name := range keysWithPrefix(prefix, key).all() {
+			k := keysWithPrefix(prefix, key)
+			for _, name := range append(k.withForced(), k.watch) {
 				if tag := hashTag(name); tag != redisproto.Escape(key) {
 					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redisproto.Escape(key))
 				}

@@ -68,7 +68,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 			args[i] = []any{r.Owner, ttl, n}
 			scripts[i] = shapedRefreshScript
 		} else {
-			keys[i] = []string{k.lock, k.grant, k.forced}
+			keys[i] = []string{k.lock, k.fence, k.forced}
 			args[i] = []any{r.Owner, ttl}
 			scripts[i] = refreshScript
 		}

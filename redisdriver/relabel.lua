@@ -1,7 +1,7 @@
 -- Replaces the label in owner's record if owner holds the key, keeping its
 -- token and grant time, and tells the watchers.
 --
--- KEYS: as in common.lua
+-- KEYS: as in common.lua, with 7 forced
 -- ARGV: 1 owner, 2 label, 3 n (-1: exclusive, 0: shared, N: a permit of N)
 -- Returns 1 if owner holds it, 0 if not, 2 if not because ForceRelease evicted
 -- owner.
@@ -12,19 +12,18 @@ local owner, label, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local holder = redis.pcall('GET', lock)
 if n < 0 then
   if holder ~= owner then return notHeld(owner) end
-  local rec = redis.pcall('GET', grant)
-  local tok, us
-  if type(rec) == 'string' and string.sub(rec, 1, #owner + 1) == owner .. ' ' then
-    tok, us = string.match(string.sub(rec, #owner + 2), '^(%d+) (%d+) ')
-  end
-  if tok then
-    redis.call('SET', grant, owner .. ' ' .. tok .. ' ' .. us .. ' ' .. label, 'KEEPTTL')
+  local last = redis.pcall('GET', fence)
+  if type(last) == 'table' then return 0 end
+  local tok, us = string.format('%.0f', tokenOf(last)), '0'
+  local t, u, rest = string.match(last or '', '^(%d+) (%d+) (.*)$')
+  if t and string.sub(rest, 1, #owner + 1) == owner .. ' ' then us = u end
+  -- The record of ours, or (deleted by hand, or a token alone) one with the
+  -- token the fence holds, which is ours while we hold the lock.
+  local v = tok .. ' ' .. us .. ' ' .. owner .. ' ' .. label
+  if last then
+    redis.call('SET', fence, v, 'KEEPTTL')
   else
-    -- No record of ours (deleted by hand): the fence holds our token.
-    local last = redis.pcall('GET', fence)
-    if type(last) ~= 'string' then last = '0' end
-    local pt = redis.call('PTTL', lock)
-    if pt > 0 then redis.call('SET', grant, owner .. ' ' .. last .. ' 0 ' .. label, 'PX', pt) end
+    redis.call('SET', fence, v, 'PX', math.max(redis.call('PTTL', lock), 0) + FENCE_KEEP)
   end
 else
   if holder ~= markerOf(n) then return notHeld(owner) end

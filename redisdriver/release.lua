@@ -1,19 +1,17 @@
 -- Deletes the lock if owner holds it and hands it to the first live waiter; or,
 -- for an owner that is waiting, gives up its place in the queue.
 --
--- KEYS: as in common.lua (1 lock, 3 queue, 6 grant, 8 watch inline)
+-- KEYS: as in common.lua (1 lock, 3 queue, 6 labels inline)
 -- ARGV: 1 owner
 -- Returns 1 if owner held the lock, 0 if not.
 
--- The uncontended path, inline: our lock (and its grant record), nobody
--- waiting; watchers, if any, are told.
+-- The uncontended path, inline: our lock, nobody waiting, no watcher (and
+-- no shaped holder's record or waiter's label) in labels. The fence record
+-- keeps the holder's record, which Inspect ignores once the lock is gone.
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1], KEYS[6])
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('PUBLISH', KEYS[8], '') end
-    return 1
-  end
+  redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then return 1 end
 end
 
 --@common

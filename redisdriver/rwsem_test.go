@@ -212,7 +212,7 @@ func (e *foreignEnv) requireNoKeysLeft(t *testing.T, k keys) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	if n, err := e.admin.Exists(ctx, k.lock, k.queue, k.waiters, k.holders, k.grant, k.labels).Result(); err != nil || n != 0 {
+	if n, err := e.admin.Exists(ctx, k.lock, k.queue, k.waiters, k.holders, k.labels).Result(); err != nil || n != 0 {
 		t.Errorf("%d of the lock's keys left after the last release (%v)", n, err)
 	}
 }
