@@ -89,9 +89,10 @@
 // Each grant mints a token: the previous token plus one, but never less than the
 // server's clock in microseconds (TIME). The fence record therefore only guards
 // against a clock that steps back; when it is gone (a restart without
-// persistence, a failover to a replica that had not received it, a day after it
-// was made) the next token still exceeds every earlier one, provided the server
-// granting it reads a later time than the server that granted the earlier ones.
+// persistence, a failover to a replica that had not received it, a day after
+// the last grant or refresh) the next token still exceeds every earlier one,
+// provided the server granting it reads a later time than the server that
+// granted the earlier ones.
 // Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
 // JavaScript) until the year 2255.
 //
