@@ -93,11 +93,23 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		switch {
 		case err != nil:
 			errs[i] = err
-		case n == 0:
-			errs[i] = driver.ErrNotHeld
-			d.forget(reqs[i])
 		case n == 2:
 			errs[i] = errForced
+			d.forget(reqs[i])
+		case n == 0:
+			// A lock missing from a server that replaced ours (a failover to
+			// a replica that had not received it, or a lock released by a
+			// concurrent check that found the server changed) was lost to
+			// the change: say so.
+			errs[i] = driver.ErrNotHeld
+			d.mu.Lock()
+			granted, ok := d.held[reqs[i]]
+			d.mu.Unlock()
+			if ok {
+				if now, err := d.currentNode(ctx, keys[i][0], seen); err == nil && now != granted {
+					errs[i] = errServerChanged
+				}
+			}
 			d.forget(reqs[i])
 		default:
 			d.mu.Lock()
