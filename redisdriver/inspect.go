@@ -352,6 +352,9 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 			signal()
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
+				// Back after a broken connection: the server may have
+				// restarted without the deadline, so it is written at once.
+				renew = time.Now()
 				signal()
 			}
 		}

@@ -180,7 +180,10 @@
 // the queue, so that the release that hands it the lock writes its record.
 // since-µs is the server's clock (TIME) at the grant, the time the token was
 // minted from. Refresh makes the fence record outlive the lock (a day past
-// the new TTL), so a lock held for days keeps its record.
+// the new TTL), so a lock held for days keeps its record. A driver of an
+// earlier version on the same server reads such a fence record as no record:
+// its tokens then come from the clock alone, and its grants publish nothing
+// to watchers.
 //
 // Inspect is one script (inspect.lua) that reads, by the server's clock, the
 // lock key and its PTTL, the records, the live members of P:{K}:holders, the
@@ -229,7 +232,8 @@
 // channel is a plain PUBLISH channel (Redis 6.2 has no sharded pub/sub),
 // which a Cluster broadcasts to every node; since only watched keys publish,
 // that costs nothing to others. A watch whose connection breaks subscribes
-// again and signals once it is back (a change may have been missed).
+// again, writes the deadline again (a restarted server lost it) and signals
+// once it is back (a change may have been missed).
 //
 // Cost on the mutex's hot path: no round trip and no key is added. The
 // acquire script takes the label as an argument and two more keys (holders
