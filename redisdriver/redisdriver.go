@@ -192,8 +192,8 @@
 // (the server's clock plus the PTTL: the exclusive lock's, or the shaped
 // hold's own expiry), Token (the fence record's, the latest token granted;
 // 0 once the record expired, a day after the last grant or refresh, when no
-// holder's record tells more), Permits, and Waiters (the queued owners whose lease has not
-// run out; a waiter that died counts until its lease ends). A lock taken by a
+// holder's record tells more), Permits, and Waiters (the queued owners whose
+// lease has not run out; a waiter that died counts until its lease ends). A lock taken by a
 // standard SET NX client has no record: it is reported with its value as the
 // label (so Info.Owner is that value), token 0 and no Since (the portable
 // layer then has no time either). A record deleted by hand (or overwritten by
