@@ -3,24 +3,30 @@ package redisdriver
 import (
 	"context"
 	"errors"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
 
 // aclRules are the permissions the package documentation says a user needs
 // for the prefix "app" (HELLO needs none; CLIENT SETNAME is only sent with
-// the client_name parameter).
+// the client_name parameter), with Inspect, List, ForceRelease, Relabel and
+// Watch.
 var aclRules = []string{
-	"on", ">pw", "resetkeys", "resetchannels", "~app:*", "&app:inbox:*", "-@all",
+	"on", ">pw", "resetkeys", "resetchannels", "~app:*", "&app:inbox:*", "&app:{*}:watch", "-@all",
 	"+evalsha", "+eval", "+info", "+ping", "+subscribe",
 	// called by the scripts
 	"+set", "+get", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
 	"+llen", "+lindex", "+lpop", "+rpush", "+lrem", "+hget", "+hset", "+hdel",
 	"+pexpireat", "+lrange", "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore",
+	"+zrangebyscore", "+type", "+hexists",
+	// List
+	"+scan",
 }
 
 // A user with only the documented permissions, limited to the prefix, can lock,
@@ -108,6 +114,52 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatalf("%s: waiter: %v", c.key, err)
 		}
+	}
+
+	// Inspection and operators' calls: a leader (Relabel), observed (Watch),
+	// inspected, listed and evicted.
+	obsCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	observed := b.Observe(obsCtx, "lead")
+	if first := <-observed; first.Elected {
+		t.Fatalf("Observe before any leader: %+v", first)
+	}
+	ld, err := a.Campaign(ctx, "lead", "v1")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if err := ld.Proclaim(ctx, "v2"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	for v := range observed {
+		if v.Value == "v2" {
+			break
+		}
+	}
+	if in, err := b.Inspect(ctx, "lead"); err != nil || !in.Held || in.Token != ld.Token() {
+		t.Fatalf("Inspect = %+v, %v", in, err)
+	}
+	if keys, err := b.List(ctx, ""); err != nil || len(keys) != 1 || keys[0] != "lead" {
+		t.Fatalf("List = %q, %v", keys, err)
+	}
+	if err := b.ForceRelease(ctx, "lead"); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	if err := ld.Proclaim(ctx, "v3"); !errors.Is(err, lock.ErrForceReleased) {
+		t.Fatalf("Proclaim after ForceRelease = %v, want ErrForceReleased", err)
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr, err := open(ctx, driver.Config{URL: u, Prefix: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dr.(*Driver)
+	defer d.Close()
+	if _, err := d.Watch(ctx, "lead"); err != nil {
+		t.Fatalf("Watch: %v", err)
 	}
 
 	outside, err := lock.Open(ctx, url+"?prefix=other", lock.WithTTL(time.Second))

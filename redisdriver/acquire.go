@@ -34,17 +34,18 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	var args []any
 	switch mode {
 	case tryMode:
-		args = []any{req.Owner, millis(req.TTL)}
+		args = []any{req.Owner, millis(req.TTL), req.Label}
 	case probeMode:
-		args = []any{req.Owner, millis(req.TTL), ""}
+		args = []any{req.Owner, millis(req.TTL), req.Label, ""}
 	default:
-		args = []any{req.Owner, millis(req.TTL), d.inbox, millis(lease)}
+		args = []any{req.Owner, millis(req.TTL), req.Label, d.inbox, millis(lease)}
 	}
-	v, err := acquireScript.Run(ctx, d.client, k.list(), args...).Result()
+	all := k.all()
+	v, err := acquireScript.Run(ctx, d.client, all, args...).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	return decodeAcquire(v, k, k.list())
+	return decodeAcquire(v, k, all)
 }
 
 // runShaped runs shaped.lua once, for a shared hold (n = 0) or a permit of n.
@@ -56,7 +57,7 @@ func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n i
 		inbox = d.inbox
 	}
 	all := k.all()
-	v, err := shapedScript.Run(ctx, d.client, all, req.Owner, millis(req.TTL), n, inbox, millis(lease)).Result()
+	v, err := shapedScript.Run(ctx, d.client, all, req.Owner, millis(req.TTL), n, inbox, millis(lease), req.Label).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}

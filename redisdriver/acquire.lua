@@ -4,11 +4,11 @@
 -- lock (its holder vanished) is taken only by the first live waiter. A try
 -- without inbox never queues and takes any free lock.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters
--- ARGV: 1 owner, 2 TTL ms, 3 inbox channel (absent: try once, take any free
---       lock, never queue; "": the same, but respecting the queue as a waiter
---       would), 4 queue lease ms (a waiter that does not renew its place within
---       it loses it)
+-- KEYS: as in common.lua (1 lock, 2 fence, 3 queue, ..., 6 labels)
+-- ARGV: 1 owner, 2 TTL ms, 3 label, 4 inbox channel (absent: try once, take any
+--       free lock, never queue; "": the same, but respecting the queue as a
+--       waiter would), 5 queue lease ms (a waiter that does not renew its place
+--       within it loses it)
 -- Returns token (an integer): taken now
 --         {2, token, pttl}: already held by owner (a retry after a lost reply, or a
 --                           handoff), with its remaining TTL
@@ -23,28 +23,37 @@
 -- server clock in microseconds, so tokens keep increasing when the fence record
 -- is gone (a restart without persistence, a failover to a replica that had not
 -- seen it, a day after the record was made). One SET ... GET reads and writes
--- it; KEEPTTL spares an expiry update, so the record keeps the expiry it was
--- made with. (Redis writes a Lua number below 2^53 as its exact integer.)
-if (not ARGV[3] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- it, together with the holder's record that Inspect reads ("token since-µs
+-- owner label"); KEEPTTL spares an expiry update, so the record keeps the
+-- expiry it was made with. Watchers, if any (their deadline in labels), are
+-- told.
+if (not ARGV[4] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
-  local tok = t[1] * 1000000 + t[2]
-  local last = redis.pcall('SET', KEYS[2], tok, 'KEEPTTL', 'GET')
+  local us = t[1] * 1000000 + t[2]
+  local tok = us
+  local rec = string.format(' %.0f ', us) .. ARGV[1] .. ' ' .. ARGV[3]
+  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL', 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return {-3, 2}
   end
   if not last then
     redis.call('PEXPIRE', KEYS[2], ARGV[2] + FENCE_KEEP)
-  elseif tok <= (tonumber(last) or 0) then
-    tok = last + 1
-    redis.call('SET', KEYS[2], tok, 'KEEPTTL')
+  else
+    local l = tonumber(string.match(last, '^%d+')) or 0
+    if tok <= l then
+      tok = l + 1
+      redis.call('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL')
+    end
   end
+  local w = redis.pcall('HGET', KEYS[6], '\0watch')
+  if type(w) == 'string' and tonumber(w) * 1000 > us then redis.call('PUBLISH', KEYS[1] .. ':watch', '') end
   return tok
 end
 
 --@common
 
-local owner, ttl, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local owner, ttl, label, inbox, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 
 local holder = redis.pcall('GET', lock)
 if type(holder) == 'table' then return {-1} end
@@ -55,11 +64,13 @@ local last = redis.pcall('GET', fence)
 if type(last) == 'table' then return {-3, 2} end
 local n = redis.pcall('LLEN', queue)
 if type(n) == 'table' then return {-3, 3} end
+local lt = redis.call('TYPE', labels)
+if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
 if holder == owner then
   -- The fence record holds our token, since no one else can have been granted
   -- the lock while it held us; mint again only if it was deleted meanwhile.
-  local tok = tonumber(last)
-  if not tok then tok = mint(ttl) end
+  local tok = tokenOf(last)
+  if tok == 0 then tok = mint(ttl, owner, label) end
   return {2, tok, redis.call('PTTL', lock)}
 end
 
@@ -68,9 +79,11 @@ if not holder and (not w or w == owner) then
   if w then
     redis.call('LPOP', queue)
     redis.call('HDEL', waiters, owner)
+    redis.call('HDEL', labels, owner)
   end
-  redis.call('SET', lock, owner, 'PX', ttl)
-  return {1, mint(ttl)}
+  local tok = grantLock(owner, ttl, label)
+  changed()
+  return {1, tok}
 end
 
 if inbox and inbox ~= '' then
@@ -78,10 +91,9 @@ if inbox and inbox ~= '' then
   local entry = string.format('%.0f %d %s', clock().ms + lease, ttl, inbox)
   if redis.call('HSET', waiters, owner, entry) == 1 then
     redis.call('RPUSH', queue, owner)
+    redis.call('HSET', labels, owner, '0 0 ' .. label)
   end
-  for _, k in ipairs({queue, waiters}) do
-    if redis.call('PTTL', k) < 2 * lease then redis.call('PEXPIRE', k, 2 * lease) end
-  end
+  for _, k in ipairs({queue, waiters, labels}) do atLeast(k, 2 * lease) end
 end
 
 -- Look again when the holder's TTL ends, or, when the lock is free but kept for

@@ -89,6 +89,8 @@ func TestConformanceOnCluster(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, c.url) },
 		Sever:     func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+		// Holder processes (killed holders and leaders) open the cluster too.
+		URL: c.url,
 	})
 }
 

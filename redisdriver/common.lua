@@ -1,11 +1,20 @@
--- Included by acquire.lua and release.lua after their fast paths, so an
--- uncontended call never pays for defining these: the server clock, the
--- fencing counter and the wait queue of one lock. The key layout is described
--- in keys.go.
+-- Included by the scripts that may grant, release or describe a lock (all but
+-- the refresh scripts), after their fast paths, so an uncontended call never
+-- pays for defining these: the server clock, the fencing counter, the wait
+-- queue and the holders' records of one lock. The key layout is described in
+-- keys.go.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders (the shaped holds'
--- sorted set; absent in acquire.lua, which never grants one)
+-- KEYS: 1 lock, 2 fence (the last token, and the exclusive holder's record),
+-- 3 queue, 4 waiters, 5 holders (the shaped holds' sorted set), 6 labels (the
+-- shaped holders' records, the waiters' labels, the watchers' deadline),
+-- 7 forced (tombstones of evicted owners; only force.lua and relabel.lua have
+-- it)
 local lock, fence, queue, waiters, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local labels, forced = KEYS[6], KEYS[7]
+
+-- The field of labels that holds the watchers' deadline (ms): no owner starts
+-- with a NUL byte.
+local WATCH = '\0watch'
 
 -- While shared or permit holds exist the lock key holds a marker instead of an
 -- owner (so that exclusive requests, ours and standard SET NX clients', find
@@ -28,18 +37,67 @@ local function clock()
   return now
 end
 
+-- atLeast makes key live at least ms from now (it never shortens its life).
+local function atLeast(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- changed tells the watchers of the lock, if any, that its holders changed,
+-- on the channel named after the lock key (a channel, not a key).
+local function changed()
+  local w = redis.pcall('HGET', labels, WATCH)
+  if type(w) == 'string' and tonumber(w) > clock().ms then redis.call('PUBLISH', lock .. ':watch', '') end
+end
+
+-- notHeld is what the relabel script answers for an owner that does not hold
+-- the key: 2 if ForceRelease evicted it (its tombstone is in forced), else 0.
+local function notHeld(owner)
+  if redis.pcall('HEXISTS', forced, owner) == 1 then return 2 end
+  return 0
+end
+
+-- tokenOf reads the token at the head of a fence record, or 0.
+local function tokenOf(v)
+  if type(v) ~= 'string' then return 0 end
+  return tonumber(string.match(v, '^%d+')) or 0
+end
+
 -- mint records and returns the next fencing token, as the fast path of
--- acquire.lua does inline.
-local function mint(ttl)
+-- acquire.lua does inline. For an exclusive grant (owner given) the fence
+-- record also holds its record: "token since-µs owner label".
+local function mint(ttl, owner, label)
   local tok = clock().us
-  local last = redis.call('SET', fence, tok, 'KEEPTTL', 'GET')
+  local rec = ''
+  if owner then rec = string.format(' %.0f ', clock().us) .. owner .. ' ' .. label end
+  local last = redis.call('SET', fence, string.format('%.0f', tok) .. rec, 'KEEPTTL', 'GET')
   if not last then
     redis.call('PEXPIRE', fence, ttl + FENCE_KEEP)
-  elseif tok <= (tonumber(last) or 0) then
-    tok = last + 1
-    redis.call('SET', fence, tok, 'KEEPTTL')
+  elseif tok <= tokenOf(last) then
+    tok = tokenOf(last) + 1
+    redis.call('SET', fence, string.format('%.0f', tok) .. rec, 'KEEPTTL')
   end
   return tok
+end
+
+-- record is a shaped holder's record: "token since-µs label".
+local function record(tok, label)
+  return string.format('%.0f %.0f ', tok, clock().us) .. label
+end
+
+-- takeLabel removes and returns the label a waiter left in labels when it
+-- joined the queue ("0 0 label"), or "".
+local function takeLabel(w)
+  local e = redis.call('HGET', labels, w)
+  if not e then return '' end
+  redis.call('HDEL', labels, w)
+  return string.match(e, '^%d+ %d+ (.*)$') or ''
+end
+
+-- grantLock makes w the exclusive holder for ttl ms, with its record, and
+-- returns its token.
+local function grantLock(w, ttl, label)
+  redis.call('SET', lock, w, 'PX', ttl)
+  return mint(ttl, w, label)
 end
 
 -- parse reads a waiter's entry: "D T inbox" for an exclusive request, "sD T
@@ -74,16 +132,28 @@ local function first()
     end
     redis.call('LPOP', queue)
     redis.call('HDEL', waiters, w)
+    redis.call('HDEL', labels, w)
   end
 end
 
--- hold records a shared or permit hold of w for ttl ms under marker, making
--- the lock key the marker with the latest expiry of all holds. A lock key that
--- is gone takes the holds with it (its expiry is never before theirs), so a
--- holders set left behind is dropped first.
-local function hold(marker, w, ttl)
+-- dropRecords deletes the records of shaped holders that are gone.
+local function dropRecords(gone)
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', labels, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+end
+
+-- hold records a shared or permit hold of w for ttl ms under marker, with its
+-- record (token tok, label), making the lock key the marker with the latest
+-- expiry of all holds. A lock key that is gone takes the holds with it (its
+-- expiry is never before theirs), so a holders set left behind is dropped
+-- first. labels lives at least as long as the lock key.
+local function hold(marker, w, ttl, tok, label)
   local pt = redis.call('PTTL', lock)
-  if pt == -2 then redis.call('DEL', holders) end
+  if pt == -2 then
+    dropRecords(redis.call('ZRANGE', holders, 0, -1))
+    redis.call('DEL', holders)
+  end
   redis.call('ZADD', holders, clock().ms + ttl, w)
   if pt < ttl then
     redis.call('SET', lock, marker, 'PX', ttl)
@@ -91,11 +161,14 @@ local function hold(marker, w, ttl)
   end
   -- Always: the ZADD may have made the set anew (an emptied set is deleted).
   redis.call('PEXPIRE', holders, pt)
+  redis.call('HSET', labels, w, record(tok, label))
+  atLeast(labels, pt)
 end
 
 -- settle drops the expired holds, and deletes the marker when none is left or
 -- moves its expiry to the latest hold's.
 local function settle()
+  dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
   local top = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if #top == 0 then
@@ -111,31 +184,37 @@ end
 -- take now: an exclusive waiter when the key is free; a shared one, and every
 -- shared one right behind it, when no exclusive lock is held; permit waiters
 -- while permits are free. Each is told on its inbox channel: "<owner> <token>".
+-- It returns whether it granted anything.
 local function handoff()
+  local granted = false
   while true do
     local w, _, e = first()
-    if not w then return end
+    if not w then return granted end
     local _, n, ttl, inbox = parse(e)
     local holder = redis.pcall('GET', lock)
-    if type(holder) == 'table' then return end -- not a lock: left untouched
+    if type(holder) == 'table' then return granted end -- not a lock: left untouched
+    local tok
     if n < 0 then
-      if holder then return end
+      if holder then return granted end
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, w)
-      redis.call('SET', lock, w, 'PX', ttl)
+      tok = grantLock(w, ttl, takeLabel(w))
     else
       local marker = markerOf(n)
-      if holder and holder ~= marker then return end
+      if holder and holder ~= marker then return granted end
       if holder and n > 0 then
+        dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
         redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
-        if redis.call('ZCARD', holders) >= n then return end
+        if redis.call('ZCARD', holders) >= n then return granted end
       end
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, w)
-      hold(marker, w, ttl)
+      local label = takeLabel(w)
+      tok = mint(ttl)
+      hold(marker, w, ttl, tok, label)
     end
-    local tok = mint(ttl)
+    granted = true
     redis.call('PUBLISH', inbox, w .. ' ' .. string.format('%.0f', tok))
-    if n < 0 then return end
+    if n < 0 then return granted end
   end
 end

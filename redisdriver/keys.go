@@ -16,6 +16,14 @@ import (
 //	esc(P):{esc(K)}:waiters  hash: waiting owner -> "lease-deadline-ms ttl-ms inbox-channel",
 //	                         prefixed "s" for a shared request and "pN/" for a permit of N
 //	esc(P):{esc(K)}:holders  sorted set: shared holder or permit holder -> expiry (ms)
+//	esc(P):{esc(K)}:labels   hash: shared or permit holder -> "token since-µs label";
+//	                         waiting owner -> "0 0 label"; "\x00watch" -> the deadline (ms)
+//	                         of the watchers' interest (see Watch)
+//	esc(P):{esc(K)}:forced   hash: owner evicted by ForceRelease -> "1", for a few TTLs
+//
+// The fence record holds the last token alone, or after an exclusive grant
+// "token since-µs owner label": the exclusive holder's record. The pub/sub
+// channel esc(P):{esc(K)}:watch (a channel, not a key) is told of changes.
 //
 // The braces are a Redis Cluster hash tag: only esc(K) decides the slot, so the
 // keys of a lock always share a slot (one Lua script may touch them all),
@@ -24,39 +32,65 @@ import (
 // distinct locks, and the lock key is the only one that ends with the closing
 // brace.
 type keys struct {
-	lock, fence, queue, waiters string
+	lock, fence, queue, waiters, holders, labels, forced string
+
+	watch string // the pub/sub channel told of changes (not a key)
 }
 
+// suffixes are the names of a lock's keys after the lock key's, in the
+// order of keys' fields (and of the scripts' KEYS).
+var suffixes = [...]string{":fence", ":queue", ":waiters", ":holders", ":labels", ":forced", ":watch"}
+
 func (d *Driver) keys(key string) keys {
-	// The four names are parts of one string: one allocation per call.
+	// The names are parts of one string: one allocation per call.
 	e := redisproto.Escape(key)
 	n := len(d.prefix) + 2 + len(e) + 1 // len("P:{K}")
+	size := 0
+	for _, s := range suffixes {
+		size += n + len(s)
+	}
 	var b strings.Builder
-	b.Grow(3*n + len(":fence:queue:waiters"))
-	for _, suffix := range []string{":fence", ":queue", ":waiters"} {
+	b.Grow(size)
+	var ends [len(suffixes)]int
+	for i, s := range suffixes {
 		b.WriteString(d.prefix)
 		b.WriteString(":{")
 		b.WriteString(e)
 		b.WriteString("}")
-		b.WriteString(suffix)
+		b.WriteString(s)
+		ends[i] = b.Len()
 	}
 	all := b.String()
+	part := func(i int) string {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return all[start:ends[i]]
+	}
 	return keys{
 		lock:    all[:n],
-		fence:   all[:n+6],
-		queue:   all[n+6 : 2*n+12],
-		waiters: all[2*n+12:],
+		fence:   part(0),
+		queue:   part(1),
+		waiters: part(2),
+		holders: part(3),
+		labels:  part(4),
+		forced:  part(5),
+		watch:   part(6),
 	}
 }
 
-func (k keys) list() []string { return []string{k.lock, k.fence, k.queue, k.waiters} }
+// all is the keys of the scripts that grant and release, in the order of
+// their KEYS (see common.lua). It leaves out forced, which only the scripts
+// that evict, relabel and refresh read: every key costs the hot path.
+func (k keys) all() []string {
+	return []string{k.lock, k.fence, k.queue, k.waiters, k.holders, k.labels}
+}
 
-// holders is the sorted set of a key's shared holds or permits, by expiry.
-func (k keys) holders() string { return k.lock + ":holders" }
-
-// all is list and holders: the keys of the scripts that may grant a shared
-// hold or a permit.
-func (k keys) all() []string { return []string{k.lock, k.fence, k.queue, k.waiters, k.holders()} }
+// withForced is all and forced, the KEYS of force.lua and relabel.lua.
+func (k keys) withForced() []string {
+	return []string{k.lock, k.fence, k.queue, k.waiters, k.holders, k.labels, k.forced}
+}
 
 // shape is what the scripts call n: 0 for a shared hold, the number of
 // permits for a permit, -1 for the exclusive lock.

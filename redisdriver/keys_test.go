@@ -26,10 +26,6 @@ func hashTag(key string) string {
 	return key[open+1 : open+1+end]
 }
 
-func unescape(s string) string {
-	return strings.NewReplacer("%7D", "}", "%7B", "{", "%25", "%").Replace(s)
-}
-
 // keysWithPrefix is the key layout of a driver made WithPrefix(prefix).
 func keysWithPrefix(prefix, key string) keys {
 	var o options
@@ -44,17 +40,19 @@ var oddKeys = []string{
 
 func TestKeyLayout(t *testing.T) {
 	k := keysWithPrefix("app{1}", "invoice:{42}")
+	const l = "app%7B1%7D:{invoice:%7B42%7D}"
 	want := keys{
-		lock:    "app%7B1%7D:{invoice:%7B42%7D}",
-		fence:   "app%7B1%7D:{invoice:%7B42%7D}:fence",
-		queue:   "app%7B1%7D:{invoice:%7B42%7D}:queue",
-		waiters: "app%7B1%7D:{invoice:%7B42%7D}:waiters",
+		lock:    l,
+		fence:   l + ":fence",
+		queue:   l + ":queue",
+		waiters: l + ":waiters",
+		holders: l + ":holders",
+		labels:  l + ":labels",
+		forced:  l + ":forced",
+		watch:   l + ":watch",
 	}
 	if k != want {
 		t.Fatalf("keys = %+v, want %+v", k, want)
-	}
-	if h := k.holders(); h != "app%7B1%7D:{invoice:%7B42%7D}:holders" {
-		t.Fatalf("holders = %q", h)
 	}
 }
 
@@ -64,7 +62,8 @@ func TestKeyLayout(t *testing.T) {
 func TestBracesInKeysCannotMoveALockToAnotherSlot(t *testing.T) {
 	for _, prefix := range []string{"distlock", "{x}", "a}b{c"} {
 		for _, key := range oddKeys {
-			for _, name := range keysWithPrefix(prefix, key).all() {
+			k := keysWithPrefix(prefix, key)
+			for _, name := range append(k.withForced(), k.watch) {
 				if tag := hashTag(name); tag != redisproto.Escape(key) {
 					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redisproto.Escape(key))
 				}

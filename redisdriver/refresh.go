@@ -14,10 +14,15 @@ import (
 // errServerChanged is what a lock on a restarted or replaced server reports.
 var errServerChanged = fmt.Errorf("%w: %w", driver.ErrNotHeld, ErrServerChanged)
 
+// errForced is what a lock evicted by ForceRelease reports.
+var errForced = fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased)
+
 // Refresh extends the lock to req.TTL from now if req.Owner holds it. It returns
-// driver.ErrNotHeld when the key is gone or holds another owner, and an error
-// matching both driver.ErrNotHeld and ErrServerChanged when the server that
-// granted the lock was restarted or replaced since.
+// driver.ErrNotHeld when the key is gone or holds another owner, an error
+// matching both driver.ErrNotHeld and driver.ErrForceReleased when
+// ForceRelease evicted req.Owner (within a few TTLs of the eviction), and an
+// error matching both driver.ErrNotHeld and ErrServerChanged when the server
+// that granted the lock was restarted or replaced since.
 func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
@@ -59,11 +64,11 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 			ttl = strconv.FormatInt(millis(r.TTL), 10)
 		}
 		if n := shape(r); n >= 0 {
-			keys[i] = []string{k.lock, k.holders()}
+			keys[i] = []string{k.lock, k.holders, k.labels, k.forced}
 			args[i] = []any{r.Owner, ttl, n}
 			scripts[i] = shapedRefreshScript
 		} else {
-			keys[i] = []string{k.lock}
+			keys[i] = []string{k.lock, k.fence, k.forced}
 			args[i] = []any{r.Owner, ttl}
 			scripts[i] = refreshScript
 		}
@@ -88,8 +93,23 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		switch {
 		case err != nil:
 			errs[i] = err
+		case n == 2:
+			errs[i] = errForced
+			d.forget(reqs[i])
 		case n == 0:
+			// A lock missing from a server that replaced ours (a failover to
+			// a replica that had not received it, or a lock released by a
+			// concurrent check that found the server changed) was lost to
+			// the change: say so.
 			errs[i] = driver.ErrNotHeld
+			d.mu.Lock()
+			granted, ok := d.held[reqs[i]]
+			d.mu.Unlock()
+			if ok {
+				if now, err := d.currentNode(ctx, keys[i][0], seen); err == nil && now != granted {
+					errs[i] = errServerChanged
+				}
+			}
 			d.forget(reqs[i])
 		default:
 			d.mu.Lock()

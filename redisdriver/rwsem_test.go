@@ -186,7 +186,7 @@ func TestPermitGivenBackIsHandedToTheFirstWaiter(t *testing.T) {
 	if b.Token() <= a.Token() {
 		t.Fatalf("tokens %d then %d, want increasing", a.Token(), b.Token())
 	}
-	if ttl, err := e.admin.PTTL(e.ctx, k.holders()).Result(); err != nil || ttl <= 0 {
+	if ttl, err := e.admin.PTTL(e.ctx, k.holders).Result(); err != nil || ttl <= 0 {
 		t.Errorf("the holders key's TTL = %v, %v; want it to expire with the holds", ttl, err)
 	}
 	c := acquireAsync(t, e.ctx, e.lk, "sem", n)
@@ -212,7 +212,7 @@ func (e *foreignEnv) requireNoKeysLeft(t *testing.T, k keys) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	if n, err := e.admin.Exists(ctx, k.lock, k.queue, k.waiters, k.holders()).Result(); err != nil || n != 0 {
+	if n, err := e.admin.Exists(ctx, k.lock, k.queue, k.waiters, k.holders, k.labels).Result(); err != nil || n != 0 {
 		t.Errorf("%d of the lock's keys left after the last release (%v)", n, err)
 	}
 }
@@ -228,7 +228,7 @@ func TestHoldersSetExpiresWithTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.admin.Del(e.ctx, k.holders()).Err(); err != nil {
+	if err := e.admin.Del(e.ctx, k.holders).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// A shorter TTL than the marker's left, so the marker keeps its expiry.
@@ -240,7 +240,7 @@ func TestHoldersSetExpiresWithTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holders, err := e.admin.PTTL(e.ctx, k.holders()).Result()
+	holders, err := e.admin.PTTL(e.ctx, k.holders).Result()
 	if err != nil || holders <= 0 || holders > marker {
 		t.Errorf("holders set TTL %v (%v), want positive and at most the marker's %v", holders, err, marker)
 	}

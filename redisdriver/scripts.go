@@ -28,16 +28,31 @@ var (
 	shapedReleaseLua string
 	//go:embed shapedrefresh.lua
 	shapedRefreshLua string
+	//go:embed force.lua
+	forceLua string
+	//go:embed inspect.lua
+	inspectLua string
+	//go:embed relabel.lua
+	relabelLua string
+	//go:embed watch.lua
+	watchLua string
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
-	refreshScript = redis.NewScript(refreshLua)
+	refreshScript = redis.NewScript(withKeep(refreshLua))
 
 	// Shared holds and permits (see Read-write locks and semaphores in the
 	// package documentation), apart so that the mutex's scripts stay as short.
 	shapedScript        = redis.NewScript(withCommon(shapedLua))
 	shapedReleaseScript = redis.NewScript(withCommon(shapedReleaseLua))
 	shapedRefreshScript = redis.NewScript(shapedRefreshLua)
+
+	// Inspection and operators' calls (see Inspection, eviction and leader
+	// election in the package documentation).
+	forceScript   = redis.NewScript(withCommon(forceLua))
+	inspectScript = redis.NewScript(withCommon(inspectLua))
+	relabelScript = redis.NewScript(withCommon(relabelLua))
+	watchScript   = redis.NewScript(watchLua)
 )
 
 // withCommon puts common.lua in place of the script's "--@common" line, after
@@ -47,7 +62,11 @@ func withCommon(src string) string {
 	if !strings.Contains(src, "\n--@common\n") {
 		panic("redisdriver: script without --@common")
 	}
-	src = strings.Replace(src, "\n--@common\n", "\n"+commonLua+"\n", 1)
+	return withKeep(strings.Replace(src, "\n--@common\n", "\n"+commonLua+"\n", 1))
+}
+
+// withKeep puts fenceKeep in milliseconds in place of FENCE_KEEP.
+func withKeep(src string) string {
 	return strings.ReplaceAll(src, "FENCE_KEEP", strconv.FormatInt(millis(fenceKeep), 10))
 }
 

@@ -7,9 +7,9 @@
 -- queued is behind every queued one (TryAcquire too: it never passes a
 -- waiting writer).
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders
+-- KEYS: as in common.lua
 -- ARGV: 1 owner, 2 TTL ms, 3 n, 4 inbox channel ("": do not queue), 5 queue
---       lease ms
+--       lease ms, 6 label
 -- Returns {1, token}: taken now
 --         {2, token, pttl}: already held by owner (a retry after a lost reply,
 --                           or a handoff); a new token, larger than all before
@@ -20,7 +20,7 @@
 
 --@common
 
-local owner, ttl, n, inbox, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local owner, ttl, n, inbox, lease, label = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local marker = markerOf(n)
 
 local holder = redis.pcall('GET', lock)
@@ -31,6 +31,8 @@ local ql = redis.pcall('LLEN', queue)
 if type(ql) == 'table' then return {-3, 3} end
 local hc = redis.pcall('ZCARD', holders)
 if type(hc) == 'table' then return {-3, 5} end
+local lt = redis.call('TYPE', labels)
+if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
 if holder and holder ~= marker and (n > 0 or string.byte(holder, 1) == 0) then
   -- Another shape's marker, or a semaphore request on an exclusive lock.
   return {-4}
@@ -39,7 +41,9 @@ end
 if holder == marker then
   local sc = redis.call('ZSCORE', holders, owner)
   if sc and tonumber(sc) > clock().ms then
-    return {2, mint(ttl), tonumber(sc) - clock().ms}
+    local tok = mint(ttl)
+    redis.call('HSET', labels, owner, record(tok, label))
+    return {2, tok, tonumber(sc) - clock().ms}
   end
 end
 
@@ -66,9 +70,14 @@ if free and holder and n > 0 then
   free = redis.call('ZCARD', holders) < n
 end
 if free and not blocked then
-  if redis.call('HDEL', waiters, owner) == 1 then redis.call('LREM', queue, 1, owner) end
-  hold(marker, owner, ttl)
-  return {1, mint(ttl)}
+  if redis.call('HDEL', waiters, owner) == 1 then
+    redis.call('LREM', queue, 1, owner)
+    redis.call('HDEL', labels, owner)
+  end
+  local tok = mint(ttl)
+  hold(marker, owner, ttl, tok, label)
+  changed()
+  return {1, tok}
 end
 
 if inbox ~= '' then
@@ -78,10 +87,9 @@ if inbox ~= '' then
   local entry = string.format('%s%.0f %d %s', shape, clock().ms + lease, ttl, inbox)
   if redis.call('HSET', waiters, owner, entry) == 1 then
     redis.call('RPUSH', queue, owner)
+    redis.call('HSET', labels, owner, '0 0 ' .. label)
   end
-  for _, k in ipairs({queue, waiters}) do
-    if redis.call('PTTL', k) < 2 * lease then redis.call('PEXPIRE', k, 2 * lease) end
-  end
+  for _, k in ipairs({queue, waiters, labels}) do atLeast(k, 2 * lease) end
 end
 
 -- Look again when a hold that keeps us out ends (the exclusive holder's, the

@@ -2,7 +2,7 @@
 -- frees to the waiters it can serve; or, for an owner that is waiting, gives up
 -- its place in the queue.
 --
--- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holders
+-- KEYS: as in common.lua
 -- ARGV: 1 owner, 2 n (0: shared)
 -- Returns 1 if owner held it (and its hold had not expired), 0 if not.
 
@@ -15,15 +15,19 @@ if holder == marker then
   local sc = redis.call('ZSCORE', holders, owner)
   if sc then
     redis.call('ZREM', holders, owner)
+    redis.call('HDEL', labels, owner)
     local held = 0
     if tonumber(sc) > clock().ms then held = 1 end
     settle()
     handoff()
+    changed()
     return held
   end
 end
+-- Not held (or its member deleted by hand): its record, if left, goes too.
+redis.call('HDEL', labels, owner)
 if redis.call('HDEL', waiters, owner) == 1 then
   redis.call('LREM', queue, 1, owner)
-  handoff()
+  if handoff() then changed() end
 end
 return 0

@@ -1,0 +1,362 @@
+package redisdriver
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
+)
+
+var (
+	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Lister    = (*Driver)(nil)
+	_ driver.Evictor   = (*Driver)(nil)
+	_ driver.Labeler   = (*Driver)(nil)
+	_ driver.Watcher   = (*Driver)(nil)
+)
+
+// Inspect implements driver.Inspector with one script (inspect.lua) that reads
+// the lock key and its TTL, the holders' records, the live holders of a
+// shared lock or semaphore, the fence record and the queue, by the server's
+// clock.
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := d.usable(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	k := d.keys(key)
+	v, err := inspectScript.Run(ctx, d.client, k.all()).Slice()
+	if err != nil {
+		return driver.Info{}, classify(err)
+	}
+	return decodeInspect(v, k)
+}
+
+// decodeInspect reads a reply of inspect.lua.
+func decodeInspect(v []any, k keys) (driver.Info, error) {
+	bad := func() (driver.Info, error) {
+		return driver.Info{}, fmt.Errorf("redisdriver: inspect script answered %v", v)
+	}
+	if len(v) == 1 && v[0] == int64(-1) {
+		return driver.Info{}, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+	}
+	if len(v) < 5 || (len(v)-5)%3 != 0 || v[0] != int64(1) {
+		return bad()
+	}
+	fence, ok1 := v[2].(string)
+	waiters, ok2 := v[3].(int64)
+	n, ok3 := v[4].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return bad()
+	}
+	in := driver.Info{Waiters: int(waiters)}
+	in.Token, _ = strconv.ParseUint(fence, 10, 64)
+	if n >= 2 {
+		in.Permits = int(n)
+	}
+	for i := 5; i < len(v); i += 3 {
+		owner, ok1 := v[i].(string)
+		exp, ok2 := v[i+1].(int64)
+		rec, ok3 := v[i+2].(string)
+		if !ok1 || !ok2 || !ok3 {
+			return bad()
+		}
+		h := driver.Holder{Owner: owner, Shared: n == 0}
+		if exp >= 0 {
+			h.Expires = time.UnixMilli(exp)
+		}
+		if tok, us, label, ok := parseRecord(rec); ok {
+			h.Token, h.Label = tok, label
+			if us > 0 {
+				h.Since = time.UnixMicro(us)
+			}
+		} else if n < 0 {
+			// A lock without our record: a standard SET NX client's, whose
+			// value is all there is to tell who holds it.
+			h.Label = owner
+		}
+		in.Token = max(in.Token, h.Token)
+		in.Holders = append(in.Holders, h)
+	}
+	slices.SortStableFunc(in.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return in, nil
+}
+
+// parseRecord reads a holder's record, "token since-µs label".
+func parseRecord(rec string) (tok uint64, us int64, label string, ok bool) {
+	t, rest, ok1 := strings.Cut(rec, " ")
+	s, label, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 {
+		return 0, 0, "", false
+	}
+	tok, err1 := strconv.ParseUint(t, 10, 64)
+	us, err2 := strconv.ParseInt(s, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, "", false
+	}
+	return tok, us, label, true
+}
+
+// List implements driver.Lister: SCAN MATCH for the lock keys under prefix
+// (the only keys of the driver that end with a closing brace), on every
+// primary of a Cluster.
+func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	head := d.prefix + ":{"
+	pattern := globEscape(head+redisproto.Escape(prefix)) + "*}"
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			names, next, err := c.ScanType(ctx, cursor, pattern, 1000, "string").Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, name := range names {
+				e, ok1 := strings.CutPrefix(name, head)
+				e, ok2 := strings.CutSuffix(e, "}")
+				if !ok1 || !ok2 || strings.ContainsAny(e, "{}") {
+					continue // not a lock key of ours
+				}
+				if user := unescape(e); strings.HasPrefix(user, prefix) {
+					seen[user] = true
+				}
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	if d.cluster != nil {
+		err = d.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, d.client)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	listed := make([]string, 0, len(seen))
+	for user := range seen {
+		listed = append(listed, user)
+	}
+	slices.Sort(listed)
+	return listed, nil
+}
+
+// globEscape makes s match itself in a SCAN MATCH pattern.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unescape reverses redisproto.Escape.
+var unescape = strings.NewReplacer("%7D", "}", "%7B", "{", "%25", "%").Replace
+
+// tombstoneMin is the least time a tombstone of ForceRelease lives; it lives
+// three times the evicted holds' remaining TTL beyond that, so that their
+// holders' refreshes, which come at least that often, read it.
+const tombstoneMin = 10 * time.Second
+
+// ForceRelease implements driver.Evictor with force.lua: the lock key and the
+// holders' records go, the fence record is raised to the largest evicted
+// token, each evicted owner gets a tombstone that makes its Refresh return
+// driver.ErrNotHeld wrapping driver.ErrForceReleased, and the key is handed to
+// its waiters as a release does.
+func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := d.usable(ctx); err != nil {
+		return 0, err
+	}
+	k := d.keys(key)
+	all := k.withForced()
+	v, err := forceScript.Run(ctx, d.client, all, millis(tombstoneMin)).Int64Slice()
+	if err != nil {
+		return 0, classify(err)
+	}
+	switch {
+	case len(v) == 1 && v[0] == 0:
+		return 0, driver.ErrNotHeld
+	case len(v) == 1 && v[0] > 0:
+		return int(v[0]), nil
+	case len(v) == 1 && v[0] == acqWrongType:
+		return 0, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+	case len(v) == 2 && v[0] == acqForeign && v[1] >= 1 && v[1] <= int64(len(all)):
+		return 0, fmt.Errorf("%w: key %q", ErrForeignData, all[v[1]-1])
+	}
+	return 0, fmt.Errorf("redisdriver: force-release script answered %v", v)
+}
+
+// Relabel implements driver.Labeler: an owner-checked rewrite of the label
+// in the holder's record, which keeps its token and grant time.
+func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string) error {
+	if err := d.usable(ctx); err != nil {
+		return err
+	}
+	n, err := relabelScript.Run(ctx, d.client, d.keys(req.Key).withForced(), req.Owner, label, shape(req)).Int64()
+	switch {
+	case err != nil:
+		return classify(err)
+	case n == 0:
+		return driver.ErrNotHeld
+	case n == 2:
+		return errForced
+	}
+	return nil
+}
+
+const (
+	// watchTTL is how long a key stays watched without renewal; a watcher
+	// renews it every third of that.
+	watchTTL = 30 * time.Second
+	// watchRetry is the pause before a watcher tries again after its
+	// connection failed.
+	watchRetry = 100 * time.Millisecond
+)
+
+// Watch implements driver.Watcher. While the watchers' deadline in P:{K}:labels
+// has not passed, the scripts that grant, release, force-release or relabel K
+// publish on the channel P:{K}:watch; Watch subscribes to it on a connection
+// of its own, then sets the deadline watchTTL ahead, and renews it every third
+// of that until ctx ends. A signal also comes when
+// the subscription is made again after its connection failed (changes may
+// have been missed meanwhile).
+func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	k := d.keys(key)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, driver.ErrClosed
+	}
+	d.wg.Add(1)
+	d.mu.Unlock()
+	ps, err := d.subscribeWatch(ctx, k.watch)
+	if err == nil {
+		err = d.markWatched(ctx, k)
+		if err != nil {
+			_ = ps.Close()
+		}
+	}
+	if err != nil {
+		d.wg.Done()
+		return nil, classify(err)
+	}
+	c := make(chan struct{}, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.ctx, cancel)
+	// Closing the subscription ends a Receive under way at once.
+	closeOnEnd := context.AfterFunc(wctx, func() { _ = ps.Close() })
+	go func() {
+		defer d.wg.Done()
+		defer close(c)
+		defer cancel()
+		defer stop()
+		defer closeOnEnd()
+		defer ps.Close()
+		d.readWatch(wctx, ps, k, c)
+	}()
+	return c, nil
+}
+
+// markWatched makes the scripts that change k's holders publish for watchTTL.
+func (d *Driver) markWatched(ctx context.Context, k keys) error {
+	return watchScript.Run(ctx, d.client, []string{k.labels}, millis(watchTTL)).Err()
+}
+
+// subscribeWatch subscribes to channel and waits for the server to confirm it.
+func (d *Driver) subscribeWatch(ctx context.Context, channel string) (*redis.PubSub, error) {
+	sctx, cancel := context.WithTimeout(ctx, inboxDialTimeout)
+	defer cancel()
+	ps := d.client.Subscribe(sctx, channel)
+	for {
+		msg, err := ps.ReceiveTimeout(sctx, inboxDialTimeout)
+		if err != nil {
+			_ = ps.Close()
+			return nil, err
+		}
+		if s, ok := msg.(*redis.Subscription); ok && s.Kind == "subscribe" && s.Channel == channel {
+			return ps, nil
+		}
+	}
+}
+
+// readWatch signals c for every message on the watch channel and every
+// renewed subscription, and renews the marker, until ctx ends.
+func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan<- struct{}) {
+	signal := func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+	renew := time.Now().Add(watchTTL / 3)
+	for {
+		wait := time.Until(renew)
+		if wait <= 0 {
+			rctx, cancel := context.WithTimeout(ctx, inboxDialTimeout)
+			err := d.markWatched(rctx, k)
+			cancel()
+			if err == nil {
+				renew = time.Now().Add(watchTTL / 3)
+			} else {
+				renew = time.Now().Add(watchRetry)
+			}
+			continue
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !isTimeout(err) {
+				// go-redis reconnects and subscribes again on the next
+				// Receive; the confirmation is the signal.
+				t := time.NewTimer(watchRetry)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			signal()
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				// Back after a broken connection: the server may have
+				// restarted without the deadline, so it is written at once.
+				renew = time.Now()
+				signal()
+			}
+		}
+	}
+}
