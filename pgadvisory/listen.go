@@ -52,13 +52,9 @@ func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
 	if d.closed {
 		return b, false
 	}
-	l := d.listener
+	l := d.startListenerLocked()
 	if l == nil {
-		l = &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
-		if !d.goJobLocked(func() { d.listen(l) }) {
-			return b, false
-		}
-		d.listener = l
+		return b, false
 	}
 	for _, id := range ids {
 		m := l.bells[id]
@@ -74,6 +70,19 @@ func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
 	default:
 		return b, false
 	}
+}
+
+// startListenerLocked returns the listening session, starting it if there is
+// none; nil after Close. d.mu is held.
+func (d *Driver) startListenerLocked() *permitListener {
+	if d.listener == nil {
+		l := &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
+		if !d.goJobLocked(func() { d.listen(l) }) {
+			return nil
+		}
+		d.listener = l
+	}
+	return d.listener
 }
 
 // unring drops b's interest.
@@ -123,11 +132,23 @@ func (d *Driver) listen(l *permitListener) {
 	if _, err := conn.Exec(d.closing, "LISTEN "+permitChannel); err != nil {
 		return
 	}
+	if d.o.holders {
+		// Evictions (see ForceRelease): those marked before LISTEN was in
+		// force are read from the holders table.
+		if _, err := conn.Exec(d.closing, "LISTEN "+evictChannel); err != nil {
+			return
+		}
+		d.evictionsMissed(d.closing, conn)
+	}
 	close(l.ready)
 	for {
 		n, err := conn.WaitForNotification(d.closing)
 		if err != nil {
 			return
+		}
+		if n.Channel == evictChannel {
+			d.evicted(n.Payload)
+			continue
 		}
 		id, err := strconv.ParseInt(n.Payload, 10, 64)
 		if err != nil {

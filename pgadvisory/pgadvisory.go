@@ -440,6 +440,8 @@ type Driver struct {
 	listener     *permitListener            // the session listening for permits given back, or nil; guarded by mu
 	shapeChecked [contendedSlots]contention // semaphores recently checked for another shape (see shapeCheckDue); guarded by mu
 	rescan       [2]time.Duration           // permitRescan and permitRescanListening; a test hook may lengthen them
+
+	aux auxConn // holders rows, Inspect, List, ForceRelease (see holders.go)
 }
 
 type ownerKey struct{ key, owner string }
@@ -476,6 +478,10 @@ var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
 	_ driver.BatchRefresher = (*Driver)(nil)
+	_ driver.Inspector      = (*Driver)(nil)
+	_ driver.Lister         = (*Driver)(nil)
+	_ driver.Evictor        = (*Driver)(nil)
+	_ driver.Labeler        = (*Driver)(nil)
 )
 
 // New returns a Driver that opens its lock connections with pool's
@@ -508,6 +514,7 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		grace:    stmtGrace,
 		rescan:   [2]time.Duration{permitRescan, permitRescanListening},
 		fenceSem: make(chan struct{}, 1),
+		aux:      auxConn{mu: newConnMutex()},
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
@@ -784,6 +791,7 @@ func (d *Driver) Close() error {
 	// Work whose callers stopped waiting (see runFor) ends at once now that
 	// every socket is closed.
 	d.jobs.Wait()
+	d.closeAux()
 	if watch != nil {
 		watch.close()
 	}
