@@ -71,7 +71,7 @@ type basicDriver interface {
 // terminate ends every session of d on the server with pg_terminate_backend, and
 // returns once they are gone, as an operator or a crash of d's process would.
 func terminate(ctx context.Context, dsn string, d *pgadvisory.Driver) error {
-	conn, err := pgx.Connect(ctx, withoutParam(dsn, "fencing"))
+	conn, err := pgx.Connect(ctx, plainURL(dsn))
 	if err != nil {
 		return err
 	}
@@ -111,4 +111,9 @@ func withoutParam(rawURL, name string) string {
 	q.Del(name)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// plainURL is dsn without the driver's parameters, for a plain pgx connection.
+func plainURL(dsn string) string {
+	return withoutParam(withoutParam(dsn, "fencing"), "holders")
 }
