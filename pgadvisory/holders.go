@@ -227,7 +227,6 @@ type advisoryLock struct {
 	permits              *int32
 	slot                 bool // the id is a semaphore slot's
 	labelled             bool // it has a holders row
-	holderOwner, display string
 }
 
 // advisoryLocks reads the entries of pg_locks for key: its LockID and its
@@ -472,8 +471,8 @@ func terminateAll(ctx context.Context, conn *pgx.Conn, pids []int64) error {
 	return nil
 }
 
-// evictions hears evictChannel on the listening session: catch-up first, for
-// marks made before LISTEN was in force.
+// evictionsMissed acts on the eviction marks of this Driver's sessions made
+// before its listening session's LISTEN was in force (run once it is).
 func (d *Driver) evictionsMissed(ctx context.Context, conn *pgx.Conn) {
 	d.mu.Lock()
 	var pids []int32

@@ -32,7 +32,7 @@ func holdersLocker(t *testing.T, dsn, prefix string, opts ...lock.Option) (*lock
 	return lk, d
 }
 
-// sessionPID is the backend pid of one of d's lock sessions.
+// sessionPIDs are the backend pids of d's sessions.
 func sessionPIDs(t *testing.T, conn *pgx.Conn, d *pgadvisory.Driver) []int32 {
 	t.Helper()
 	var pids []int32
