@@ -218,15 +218,15 @@ func (d *Driver) locksQuery() string {
 
 // advisoryLock is one row of locksSQL.
 type advisoryLock struct {
-	id                   int64
-	pid                  int32
-	shared, granted      bool
-	owner, label         []byte
-	token                *int64
-	since                *time.Time
-	permits              *int32
-	slot                 bool // the id is a semaphore slot's
-	labelled             bool // it has a holders row
+	id              int64
+	pid             int32
+	shared, granted bool
+	owner, label    []byte
+	token           *int64
+	since           *time.Time
+	permits         *int32
+	slot            bool // the id is a semaphore slot's
+	labelled        bool // it has a holders row
 }
 
 // advisoryLocks reads the entries of pg_locks for key: its LockID and its
