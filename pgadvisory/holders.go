@@ -202,7 +202,8 @@ func (d *Driver) dropHolder(ctx context.Context, h *holding) {
 
 // locksSQL reads the advisory locks held or awaited on the ids $1 in this
 // database, with their holders rows where there are any ({join}).
-const locksSQL = `SELECT l.id, l.pid, l.mode = 'ShareLock', l.granted, {cols}
+const locksSQL = `SELECT l.id, l.pid, l.mode = 'ShareLock', l.granted,
+	coalesce((SELECT a.application_name ~ '(^|\()distlock-[0-9a-f]{12}\)?$' FROM pg_stat_activity a WHERE a.pid = l.pid), false), {cols}
 	FROM (SELECT (classid::bigint << 32) | objid::bigint AS id, pid, mode, granted FROM pg_locks
 		WHERE locktype = 'advisory' AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) l
 	{join}
@@ -227,6 +228,7 @@ type advisoryLock struct {
 	permits         *int32
 	slot            bool // the id is a semaphore slot's
 	labelled        bool // it has a holders row
+	driverSession   bool // the holding session is a distlock driver's (by its application_name)
 }
 
 // advisoryLocks reads the entries of pg_locks for key: its LockID and its
@@ -257,7 +259,7 @@ func (d *Driver) advisoryLocks(ctx context.Context, conn *pgx.Conn, key string) 
 	}
 	for rows.Next() {
 		var l advisoryLock
-		if err := rows.Scan(&l.id, &l.pid, &l.shared, &l.granted, &l.owner, &l.label, &l.token, &l.since, &l.permits); err != nil {
+		if err := rows.Scan(&l.id, &l.pid, &l.shared, &l.granted, &l.driverSession, &l.owner, &l.label, &l.token, &l.since, &l.permits); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
@@ -380,77 +382,98 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 // ForceRelease implements driver.Evictor. Holders with a row (distlock
 // drivers with holders on) are marked evicted and told through evictChannel;
 // their drivers unlock that id alone and report the lock lost with
-// driver.ErrForceReleased. Holders without a row, and those whose drivers
-// have not let go within evictBound, lose their whole session to
-// pg_terminate_backend (and with it every other lock it held).
+// driver.ErrForceReleased. A holder whose session is not a distlock driver's
+// (an SQL client) loses its session to pg_terminate_backend at once; so do,
+// after evictBound, holders that have not let go by then (a driver session
+// without a row: a driver without holders, or one whose row never came).
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if !d.o.holders {
 		return 0, errNoHolders("ForceRelease")
 	}
+	type hold struct {
+		id  int64
+		pid int32
+	}
 	var n int
 	err := d.withAux(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		locks, _, err := d.advisoryLocks(ctx, conn, key)
-		if err != nil {
-			return err
-		}
-		var ids, terminate []int64
-		var pids []int32
-		for _, l := range locks {
-			switch {
-			case !l.granted:
-			case l.labelled:
-				ids, pids = append(ids, l.id), append(pids, l.pid)
-			default:
-				terminate = append(terminate, int64(l.pid))
-			}
-		}
-		n = len(ids) + len(terminate)
-		if n == 0 {
-			return driver.ErrNotHeld
-		}
-		if len(ids) > 0 {
-			if _, err := conn.Exec(ctx, fmt.Sprintf(`WITH e AS (UPDATE %s SET evicted = clock_timestamp()
-				WHERE (lock_id, pid) IN (SELECT * FROM unnest($1::bigint[], $2::integer[])) RETURNING lock_id, pid)
-				SELECT count(pg_notify('`+evictChannel+`', lock_id || ' ' || pid)) FROM e`, d.holdersName()), ids, pids); err != nil {
+		targets := map[hold]bool{} // the holds found, and whether told
+		deadline := time.Now().Add(evictBound)
+		for first := true; ; first = false {
+			locks, _, err := d.advisoryLocks(ctx, conn, key)
+			if err != nil {
 				return err
 			}
+			var ids, terminate []int64
+			var pids []int32
+			left := 0
+			for _, l := range locks {
+				h := hold{l.id, l.pid}
+				if !l.granted {
+					continue
+				}
+				told, ok := targets[h]
+				if first {
+					targets[h] = false
+				} else if !ok {
+					continue // a later grant: not this ForceRelease's to evict
+				}
+				left++
+				switch {
+				case l.labelled && !told:
+					ids, pids = append(ids, l.id), append(pids, l.pid)
+					targets[h] = true
+				case !l.labelled && !l.driverSession:
+					terminate = append(terminate, int64(l.pid))
+				}
+			}
+			if first {
+				n = left
+				if n == 0 {
+					return driver.ErrNotHeld
+				}
+			}
+			if left == 0 {
+				break
+			}
+			if len(ids) > 0 {
+				if _, err := conn.Exec(ctx, fmt.Sprintf(`WITH e AS (UPDATE %s SET evicted = clock_timestamp()
+					WHERE (lock_id, pid) IN (SELECT * FROM unnest($1::bigint[], $2::integer[])) RETURNING lock_id, pid)
+					SELECT count(pg_notify('`+evictChannel+`', lock_id || ' ' || pid)) FROM e`, d.holdersName()), ids, pids); err != nil {
+					return err
+				}
+			}
+			if time.Now().After(deadline) {
+				terminate = terminate[:0]
+				for _, l := range locks {
+					if _, ok := targets[hold{l.id, l.pid}]; ok && l.granted {
+						terminate = append(terminate, int64(l.pid))
+					}
+				}
+			}
+			if err := terminateAll(ctx, conn, terminate); err != nil {
+				return err
+			}
+			if len(terminate) == 0 {
+				t := time.NewTimer(10 * time.Millisecond)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+			}
 		}
-		if err := terminateAll(ctx, conn, terminate); err != nil {
-			return err
+		var ids []int64
+		var pids []int32
+		for h, told := range targets {
+			if told {
+				ids, pids = append(ids, h.id), append(pids, h.pid)
+			}
 		}
 		if len(ids) == 0 {
 			return nil
 		}
-		// Wait for the holders' drivers to let go; end the sessions of those
-		// that do not in time.
-		const stillHeld = `SELECT array_agg(DISTINCT l.pid::bigint) FROM pg_locks l
-			JOIN unnest($1::bigint[], $2::integer[]) AS e(id, pid) ON ((l.classid::bigint << 32) | l.objid::bigint) = e.id AND l.pid = e.pid
-			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-		deadline := time.Now().Add(evictBound)
-		for {
-			var left []int64
-			if err := conn.QueryRow(ctx, stillHeld, ids, pids).Scan(&left); err != nil {
-				return err
-			}
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				if err := terminateAll(ctx, conn, left); err != nil {
-					return err
-				}
-				break
-			}
-			t := time.NewTimer(10 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
-		}
-		_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (lock_id, pid) IN (SELECT * FROM unnest($1::bigint[], $2::integer[])) AND evicted IS NOT NULL`, d.holdersName()), ids, pids)
+		_, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (lock_id, pid) IN (SELECT * FROM unnest($1::bigint[], $2::integer[])) AND evicted IS NOT NULL`, d.holdersName()), ids, pids)
 		return err
 	})
 	if err != nil {

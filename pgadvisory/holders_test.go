@@ -272,3 +272,33 @@ func TestForceReleaseEndsTheSessionOfAHolderThatDoesNotLetGo(t *testing.T) {
 		t.Error("the holder's session survived ForceRelease")
 	}
 }
+
+// A driver's session that holds the key without a row (a driver without
+// holders, or one between its grant and its row's write) is not ended at once
+// as an SQL client's is: it has the bound to let go (its row may be on its
+// way), then its session is ended.
+func TestForceReleaseGivesADriverSessionWithoutARowTheBound(t *testing.T) {
+	ctx := context.Background()
+	dsn, prefix := holdersURL(t, true)
+	op, _ := holdersLocker(t, dsn, prefix)
+	plain, _ := holdersLocker(t, withParam(t, dsn, "holders", "false"), prefix)
+	l, err := plain.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := op.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("ForceRelease ended a driver session without a row after %v, want the 3 s bound first", took)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder's Lost did not close after its session was ended")
+	}
+	if err := l.Err(); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("the holder's Err: %v, want ErrLost", err)
+	}
+}

@@ -395,13 +395,18 @@
 //     the lock lost with driver.ErrForceReleased (its Release and Refresh
 //     return ErrNotHeld wrapping it), leaving its other locks on the session
 //     alone: about 10 ms on the development machine. A holder that has not
-//     let go within 3 s (a driver that is frozen or lost its listening
-//     session), and at once a holder without a row, has its session ended
-//     with pg_terminate_backend, which frees every lock of that session (its
-//     driver reports them lost as a session loss, without ErrForceReleased)
-//     and needs the right to signal it (the same role, or
+//     let go within 3 s has its session ended with pg_terminate_backend: a
+//     driver that is frozen or lost its listening session, or a driver
+//     session (told by its application_name, see ApplicationName) holding
+//     the key without a row (a driver without holders, or one whose row was
+//     not yet written: ForceRelease reads pg_locks again every 10 ms and
+//     tells a row that appears). A session that is no driver's (an SQL
+//     client) is ended at once: pg_terminate_backend is the only way to free
+//     another session's advisory lock. Ending a session frees every lock it
+//     held (its driver reports them lost as a session loss, without
+//     ErrForceReleased) and needs the right to signal it (the same role, or
 //     pg_signal_backend). ForceRelease returns when the key is free of the
-//     holders it found. The next grant's token comes from the fencing
+//     holders it found (grants made since are left alone). The next grant's token comes from the fencing
 //     sequence, so it exceeds every evicted holder's; an evicted holder's
 //     Release sends no unlock, so it cannot free the next holder.
 //
