@@ -302,3 +302,43 @@ func TestForceReleaseGivesADriverSessionWithoutARowTheBound(t *testing.T) {
 		t.Errorf("the holder's Err: %v, want ErrLost", err)
 	}
 }
+
+// An eviction marked while the holder's driver has no listening session (it
+// ended) is found when the driver listens again, which it does by itself
+// while it holds locks: the holder still lets go of that lock alone, within
+// the bound, and learns that it was forced.
+func TestEvictionMarkedWhileNotListeningIsHeardOnceListeningAgain(t *testing.T) {
+	ctx := context.Background()
+	dsn, prefix := holdersURL(t, true)
+	lk, d := holdersLocker(t, dsn, prefix)
+	op, _ := holdersLocker(t, dsn, prefix)
+	sql := connect(t, dsn)
+	a, err := lk.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	eventually(t, 10*time.Second, "the holder's driver listening", func() bool {
+		pid = pgadvisory.ListenerPIDForTest(d)
+		return pid != 0
+	})
+	mustExec(t, sql, `SELECT pg_terminate_backend($1, 5000)`, int32(pid))
+	start := time.Now()
+	if err := op.ForceRelease(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= 3*time.Second {
+		t.Errorf("ForceRelease took %v: the mark was not read by the new listening session, so the holder's session was ended", took)
+	}
+	select {
+	case <-a.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the evicted lock's Lost did not close")
+	}
+	if err := a.Err(); !errors.Is(err, lock.ErrForceReleased) {
+		t.Errorf("the evicted lock's Err: %v, want ErrForceReleased", err)
+	}
+	if p := pgadvisory.ListenerPIDForTest(d); p == 0 || p == pid {
+		t.Errorf("listening session %d after the first (%d) ended, want a new one", p, pid)
+	}
+}

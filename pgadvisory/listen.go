@@ -13,6 +13,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,10 @@ const permitChannel = "distlock_permits"
 // slot again while the Driver's listening session runs: frees that are not
 // announced are found within it.
 const permitRescanListening = time.Second
+
+// listenRetry is the pause before a listening session that ended is replaced
+// while the Driver holds locks that may be evicted (holders on).
+const listenRetry = 500 * time.Millisecond
 
 // permitBell is one waiting permit request's interest in some slots.
 type permitBell struct {
@@ -39,6 +44,7 @@ func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
 // waiting request starts another).
 type permitListener struct {
 	ready chan struct{} // closed once LISTEN is in force
+	pid   atomic.Uint32 // the listening session's backend pid, once connected
 	bells map[int64]map[*permitBell]struct{}
 }
 
@@ -118,6 +124,24 @@ func (d *Driver) listen(l *permitListener) {
 				b.ring()
 			}
 		}
+		if d.o.holders && len(d.byOwner) > 0 {
+			// Holds that may be evicted need a listener: start another after
+			// a pause (not in a tight loop against a server that is down).
+			d.goJobLocked(func() {
+				t := time.NewTimer(listenRetry)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-d.closing.Done():
+					return
+				}
+				d.mu.Lock()
+				if len(d.byOwner) > 0 {
+					d.startListenerLocked()
+				}
+				d.mu.Unlock()
+			})
+		}
 		d.mu.Unlock()
 	}()
 	conn, err := d.connect(d.closing)
@@ -125,6 +149,7 @@ func (d *Driver) listen(l *permitListener) {
 		return
 	}
 	defer closeQuickly(conn)
+	l.pid.Store(conn.PgConn().PID())
 	// Tagged like the lock sessions, so an operator finds it among them.
 	if _, err := conn.Exec(d.closing, "SELECT set_config('application_name', $1, false)", d.tag); err != nil {
 		return

@@ -390,13 +390,14 @@
 //   - ForceRelease finds the key's holders in pg_locks. Holders with a row are
 //     marked evicted in it and told with NOTIFY distlock_evict
 //     '<lock id> <pid>'; their driver, which LISTENs on its listening session
-//     (opened by its first grant with holders, and reading the marks made
+//     (opened by its first grant with holders, replaced 0.5 s after it ends
+//     while the driver holds locks, and reading on each start the marks made
 //     before it listened), unlocks that one id on its session and reports
 //     the lock lost with driver.ErrForceReleased (its Release and Refresh
 //     return ErrNotHeld wrapping it), leaving its other locks on the session
 //     alone: about 10 ms on the development machine. A holder that has not
 //     let go within 3 s has its session ended with pg_terminate_backend: a
-//     driver that is frozen or lost its listening session, or a driver
+//     driver that is frozen or cannot listen, or a driver
 //     session (told by its application_name, see ApplicationName) holding
 //     the key without a row (a driver without holders, or one whose row was
 //     not yet written: ForceRelease reads pg_locks again every 10 ms and
@@ -416,8 +417,10 @@
 // keeps its listening session open once it has held a lock; the benchmarks
 // in bench_test.go give the figures. A grant whose row cannot be written is
 // given back and the acquire fails. The driver does not implement
-// driver.Watcher: no server event marks an advisory lock's grant or release,
-// so Observe looks every 250 ms.
+// driver.Watcher, so Observe looks every 250 ms: no server event marks an
+// advisory lock's grant or release, and a NOTIFY from the driver's own row
+// writes would cost every acquire and release a serialised commit yet still
+// miss ended sessions and SQL clients.
 //
 // # Limits
 //
