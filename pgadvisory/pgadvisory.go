@@ -358,10 +358,10 @@
 // session, as the label "postgres pid <pid>" (which Info.Owner shows), with no
 // token (Info.Token 0) and no Since, and the number of permits of a semaphore
 // is the count of slots seen in use (at least 2). List, Relabel and
-// ForceRelease return lock.ErrUnsupported saying that they need holders=true,
-// and leader election (which publishes its value in the label) has no value,
-// term or start to report: Campaign works, Leader and Observe do not name the
-// leader. An operator can still free a lock by hand with pg_terminate_backend
+// ForceRelease return lock.ErrUnsupported saying that they need holders=true.
+// Leader election publishes its value in the label, so Campaign and Resign
+// work but Proclaim is unsupported, and Leader and Observe report a leader
+// with no value, term or start, named "postgres pid <pid>". An operator can still free a lock by hand with pg_terminate_backend
 // of the holding session (Lock ids shows how to find it), which also ends
 // every other lock on that session.
 //
@@ -397,9 +397,9 @@
 //     return ErrNotHeld wrapping it), leaving its other locks on the session
 //     alone: about 10 ms on the development machine. A holder that has not
 //     let go within 3 s has its session ended with pg_terminate_backend: a
-//     driver that is frozen or cannot listen, or a driver
-//     session (told by its application_name, see ApplicationName) holding
-//     the key without a row (a driver without holders, or one whose row was
+//     driver that is frozen or cannot listen, or a driver session (told by
+//     its application_name, see ApplicationName) holding the key without a
+//     row (a driver without holders, or one whose row was
 //     not yet written: ForceRelease reads pg_locks again every 10 ms and
 //     tells a row that appears). A session that is no driver's (an SQL
 //     client) is ended at once: pg_terminate_backend is the only way to free
@@ -407,9 +407,10 @@
 //     held (its driver reports them lost as a session loss, without
 //     ErrForceReleased) and needs the right to signal it (the same role, or
 //     pg_signal_backend). ForceRelease returns when the key is free of the
-//     holders it found (grants made since are left alone). The next grant's token comes from the fencing
-//     sequence, so it exceeds every evicted holder's; an evicted holder's
-//     Release sends no unlock, so it cannot free the next holder.
+//     holders it found (grants made since are left alone). The next grant's
+//     token comes from the fencing sequence, so it exceeds every evicted
+//     holder's; an evicted holder's Release sends no unlock, so it cannot
+//     free the next holder.
 //
 // With holders each acquire and each release costs one more statement, on a
 // connection of the Driver's own (the auxiliary session, also used by
