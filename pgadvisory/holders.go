@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,15 +56,23 @@ func errNoHolders(what string) error {
 	return fmt.Errorf("%w: pgadvisory: %s needs the holders table (holders=true, WithHolders): an advisory lock records no owner, label or key", driver.ErrUnsupported, what)
 }
 
-// auxConn is the Driver's connection for everything but lock statements:
-// holders rows, Inspect, List, ForceRelease. Opened on first use.
-type auxConn struct {
-	mu    connMutex
-	conn  *pgx.Conn // guarded by mu
-	ready bool      // the holders table is known to exist; guarded by mu
+// auxMax is how many auxiliary connections a Driver opens at most.
+const auxMax = 4
+
+// auxConns are the Driver's connections for everything but lock statements:
+// holders rows, Inspect, List, ForceRelease. Opened on demand, up to auxMax,
+// and kept until Close.
+type auxConns struct {
+	slots chan struct{} // one token per connection in use
+	mu    sync.Mutex
+	idle  []*pgx.Conn
+	done  bool        // closed by Close: connections given back are closed
+	ready atomic.Bool // the holders table is known to exist
 }
 
-// withAux runs f on the auxiliary connection, within ctx and the Driver's life.
+func newAuxConns() auxConns { return auxConns{slots: make(chan struct{}, auxMax)} }
+
+// withAux runs f on an auxiliary connection, within ctx and the Driver's life.
 func (d *Driver) withAux(ctx context.Context, f func(ctx context.Context, conn *pgx.Conn) error) error {
 	if d.closing.Err() != nil {
 		return errClosed
@@ -72,33 +82,48 @@ func (d *Driver) withAux(ctx context.Context, f func(ctx context.Context, conn *
 	stop := context.AfterFunc(d.closing, cancel)
 	defer stop()
 	a := &d.aux
-	if err := a.mu.LockContext(ctx); err != nil {
-		return err
+	select {
+	case a.slots <- struct{}{}:
+	case <-ctx.Done():
+		return closedOr(d, ctx.Err())
 	}
-	defer a.mu.Unlock()
-	if a.conn == nil {
-		conn, err := d.connect(ctx)
-		if err != nil {
+	defer func() { <-a.slots }()
+	var conn *pgx.Conn
+	a.mu.Lock()
+	if n := len(a.idle); n > 0 {
+		conn, a.idle = a.idle[n-1], a.idle[:n-1]
+	}
+	a.mu.Unlock()
+	if conn == nil {
+		var err error
+		if conn, err = d.connect(ctx); err != nil {
 			return closedOr(d, err)
 		}
 		if _, err := conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", d.tag); err != nil {
 			closeQuickly(conn)
 			return closedOr(d, err)
 		}
-		a.conn = conn
 	}
 	err := func() error {
-		if d.o.holders && !a.ready {
-			if err := d.ensureHolders(ctx, a.conn); err != nil {
+		if d.o.holders && !a.ready.Load() {
+			if err := d.ensureHolders(ctx, conn); err != nil {
 				return err
 			}
-			a.ready = true
+			a.ready.Store(true)
 		}
-		return f(ctx, a.conn)
+		return f(ctx, conn)
 	}()
-	if a.conn.IsClosed() || (err != nil && a.conn.PgConn().TxStatus() != 'I') {
-		closeQuickly(a.conn)
-		a.conn, a.ready = nil, false
+	if conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
+		closeQuickly(conn)
+	} else {
+		a.mu.Lock()
+		if a.done {
+			a.mu.Unlock()
+			closeQuickly(conn)
+		} else {
+			a.idle = append(a.idle, conn)
+			a.mu.Unlock()
+		}
 	}
 	return closedOr(d, err)
 }
@@ -111,14 +136,16 @@ func closedOr(d *Driver, err error) error {
 	return err
 }
 
-// closeAux closes the auxiliary connection (at Close).
+// closeAux closes the auxiliary connections (at Close; those in use are
+// closed as they are given back, at once since Close ended their contexts).
 func (d *Driver) closeAux() {
 	d.aux.mu.Lock()
-	if d.aux.conn != nil {
-		closeQuickly(d.aux.conn)
-		d.aux.conn = nil
-	}
+	idle := d.aux.idle
+	d.aux.idle, d.aux.done = nil, true
 	d.aux.mu.Unlock()
+	for _, c := range idle {
+		closeQuickly(c)
+	}
 }
 
 // ensureHolders finds the holders table, creating it if missing.

@@ -351,7 +351,8 @@
 // about a key depends on one choice, holders=true (WithHolders):
 //
 // Without it (the default) the driver writes nothing beside its locks and the
-// mutex costs what it always did. Inspect reads pg_locks for the key's LockID
+// mutex costs what it always did. Inspect reads pg_locks (on an auxiliary
+// session, below) for the key's LockID
 // and for PermitID slots 0..63: the holders (granted entries: how many, shared
 // or not) and the waiters (entries not granted) are exact, as the server sees
 // them at that moment, SQL clients included; but a holder is named only by its
@@ -412,11 +413,15 @@
 //     holder's; an evicted holder's Release sends no unlock, so it cannot
 //     free the next holder.
 //
-// With holders each acquire and each release costs one more statement, on a
-// connection of the Driver's own (the auxiliary session, also used by
-// Inspect, List and ForceRelease, outside max_lock_conns), and the Driver
-// keeps its listening session open once it has held a lock; the benchmarks
-// in bench_test.go give the figures. A grant whose row cannot be written is
+// With holders each acquire and each release costs one more statement (a
+// round trip and a write), on connections of the Driver's own (auxiliary
+// sessions, opened on demand, at most 4, kept until Close, also used by
+// Inspect, List and ForceRelease, outside max_lock_conns, tagged with the
+// Driver's application_name), and the Driver keeps its listening session
+// open once it has held a lock. On the development machine an uncontended
+// TryAcquire and Release take about 2.5 times as long as with holders off,
+// a contended handoff about twice as long (BenchmarkUncontended and
+// BenchmarkContended, impl=driver-holders). A grant whose row cannot be written is
 // given back and the acquire fails. The driver does not implement
 // driver.Watcher, so Observe looks every 250 ms: no server event marks an
 // advisory lock's grant or release, and a NOTIFY from the driver's own row
@@ -524,7 +529,7 @@ type Driver struct {
 	shapeChecked [contendedSlots]contention // semaphores recently checked for another shape (see shapeCheckDue); guarded by mu
 	rescan       [2]time.Duration           // permitRescan and permitRescanListening; a test hook may lengthen them
 
-	aux auxConn // holders rows, Inspect, List, ForceRelease (see holders.go)
+	aux auxConns // holders rows, Inspect, List, ForceRelease (see holders.go)
 }
 
 type ownerKey struct{ key, owner string }
@@ -597,7 +602,7 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		grace:    stmtGrace,
 		rescan:   [2]time.Duration{permitRescan, permitRescanListening},
 		fenceSem: make(chan struct{}, 1),
-		aux:      auxConn{mu: newConnMutex()},
+		aux:      newAuxConns(),
 	}
 	prefix := o.prefix
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
