@@ -123,3 +123,6 @@ func ListenerPIDForTest(d *Driver) uint32 {
 		return 0
 	}
 }
+
+// CreateHoldersSQLForTest is the statement that creates the holders table (%s: its name).
+const CreateHoldersSQLForTest = createHoldersSQL

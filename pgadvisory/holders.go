@@ -164,8 +164,9 @@ func (d *Driver) ensureHolders(ctx context.Context, conn *pgx.Conn) error {
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505"):
 		return nil // created by another client at the same moment
 	case err != nil:
-		return fmt.Errorf("pgadvisory: cannot create the holders table %s (a user allowed to can run once: "+createHoldersSQL+"; GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s TO %s; or leave holders off): %w",
-			name, pgx.Identifier{d.cfg.ConnConfig.User}.Sanitize(), err)
+		create := strings.Join(strings.Fields(fmt.Sprintf(createHoldersSQL, name)), " ")
+		return fmt.Errorf("pgadvisory: cannot create the holders table %s (a user allowed to create it can run once: %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s TO %[3]s; or leave holders off): %[4]w",
+			name, create, pgx.Identifier{d.cfg.ConnConfig.User}.Sanitize(), err)
 	}
 	return nil
 }

@@ -342,3 +342,60 @@ func TestEvictionMarkedWhileNotListeningIsHeardOnceListeningAgain(t *testing.T) 
 		t.Errorf("listening session %d after the first (%d) ended, want a new one", p, pid)
 	}
 }
+
+// A user who may not create the holders table gets an error that says what to
+// run, and the lock it was granted is given back; once a privileged user ran
+// it, locking with holders works. Inspect without the right to create it
+// fails the same way.
+func TestHoldersWithoutDDLRightsFailClearlyUntilTheTableIsGranted(t *testing.T) {
+	ctx := context.Background()
+	dsn := testserver.Postgres(t)
+	admin := connect(t, dsn)
+	role := "holder_without_ddl"
+	table := pgx.Identifier{role + "_holders"}.Sanitize()
+	cleanup := func() {
+		_, _ = admin.Exec(context.Background(), `DROP TABLE IF EXISTS `+table)
+		_, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	mustExec(t, admin, `CREATE ROLE `+role+` LOGIN`) // PostgreSQL 15: no CREATE on schema public
+	userURL := withParam(t, withParam(t, withParam(t, asRole(t, dsn, role), "prefix", role), "fencing", "false"), "holders", "true")
+	locker, err := lock.Open(ctx, userURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	_, err = locker.TryAcquire(ctx, "k")
+	if err == nil {
+		t.Fatal("TryAcquire with holders and no right to create the table succeeded")
+	}
+	for _, want := range []string{"permission denied", "CREATE UNLOGGED TABLE IF NOT EXISTS " + table, "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table, "given back"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Logf("%v", err)
+	var held bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid)`, pgadvisory.LockID(role, "k")).Scan(&held); err != nil || held {
+		t.Errorf("the lock after the failed TryAcquire: held %v (%v), want given back", held, err)
+	}
+	if _, err := locker.Inspect(ctx, "k"); err == nil || !strings.Contains(err.Error(), "CREATE UNLOGGED TABLE") {
+		t.Errorf("Inspect with holders and no table: %v, want the error naming the statement", err)
+	}
+
+	mustExec(t, admin, fmt.Sprintf(strings.ReplaceAll(pgadvisory.CreateHoldersSQLForTest, "\n", " "), table))
+	mustExec(t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+table+` TO `+role)
+	l, err := locker.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryAcquire once the table is granted: %v", err)
+	}
+	in, err := locker.Inspect(ctx, "k")
+	if err != nil || in.Holders != 1 || strings.HasPrefix(in.Owner, "postgres pid") {
+		t.Errorf("Inspect once the table is granted: %+v %v, want the holder's row", in, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
