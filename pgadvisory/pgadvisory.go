@@ -375,7 +375,13 @@
 // The lock itself is unchanged, so SQL clients of the same ids still take
 // part in it. A row counts only while pg_locks shows its pid holding its id:
 // a row left behind by a session that ended (or an unlogged table after a
-// crash, which PostgreSQL empties) is never reported. So with holders:
+// crash, which PostgreSQL empties) is never reported. Such rows are not
+// deleted until a later hold of the same id on a session with the same pid
+// replaces them, so the table keeps one row per hold that was lost with its
+// session; and if a later session with that pid takes the same id without
+// writing a row (an SQL client), Inspect shows it with the old row's label.
+// The table's name is fixed by the prefix (no schema option). So with
+// holders:
 //
 //   - Inspect is exact for holders, shapes, waiters, owners, labels, tokens
 //     and Since (the server's time of the row's write, just after the grant),
