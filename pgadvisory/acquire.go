@@ -25,11 +25,13 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if err != nil {
 		return driver.Grant{}, classify(ctx, err)
 	}
+	var g driver.Grant
 	if req.Permits >= 2 {
-		g, err := d.acquirePermit(ctx, req, st, false)
-		return g, classify(ctx, err)
+		g, err = d.acquirePermit(ctx, req, st, false)
+	} else {
+		g, err = d.try(ctx, req, st, d.lockID(req.Key))
 	}
-	g, err := d.try(ctx, req, st, d.lockID(req.Key))
+	g, err = d.recorded(ctx, req, g, err)
 	return g, classify(ctx, err)
 }
 
@@ -148,6 +150,7 @@ func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
 // held: the portable layer tries again after its backoff.
 func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	g, err := d.acquire(ctx, req)
+	g, err = d.recorded(ctx, req, g, err)
 	return g, classify(ctx, err)
 }
 

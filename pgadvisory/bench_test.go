@@ -35,11 +35,12 @@ const contendedBlock = 500
 // on a pinned pool connection of its own, pg_advisory_lock then
 // pg_advisory_unlock. driver: the 8 goroutines spread over 2 Lockers (as 2
 // processes would), Acquire then Release, with fencing tokens (driver) or
-// without (driver-nofence). Reported per handoff: raw-ns, driver-ns, and
+// without (driver-nofence), or with the holders table (driver-holders).
+// Reported per handoff: raw-ns, driver-ns, and
 // driver/raw, the driver's handoff rate as a fraction of raw's.
 func BenchmarkContended(b *testing.B) {
 	dsn := testserver.Postgres(b)
-	for _, impl := range []string{"driver", "driver-nofence"} {
+	for _, impl := range []string{"driver", "driver-nofence", "driver-holders"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			raw := rawContended(b, dsn)
 			lockers := []*lock.Locker{benchLocker(b, dsn, impl), benchLocker(b, dsn, impl)}
@@ -135,11 +136,12 @@ func report(b *testing.B, raw, drv time.Duration) {
 // pg_try_advisory_lock then pg_advisory_unlock on a pinned pool connection.
 // driver-try: TryAcquire then Release, with a fencing token; driver-acquire:
 // Acquire then Release; driver-nofence: TryAcquire then Release without
-// fencing. driver/raw is the driver's time as a multiple of raw's.
+// fencing; driver-holders: TryAcquire then Release with the holders table
+// (WithHolders). driver/raw is the driver's time as a multiple of raw's.
 func BenchmarkUncontended(b *testing.B) {
 	dsn := testserver.Postgres(b)
 	ctx := context.Background()
-	for _, impl := range []string{"driver-try", "driver-acquire", "driver-nofence"} {
+	for _, impl := range []string{"driver-try", "driver-acquire", "driver-nofence", "driver-holders"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			conn, err := benchPool(b, dsn, 1).Acquire(ctx)
 			if err != nil {
@@ -246,8 +248,11 @@ func benchPool(b *testing.B, dsn string, conns int) *pgxpool.Pool {
 
 func benchLocker(b *testing.B, dsn, impl string) *lock.Locker {
 	var opts []pgadvisory.Option
-	if impl == "driver-nofence" {
+	switch impl {
+	case "driver-nofence":
 		opts = append(opts, pgadvisory.WithFencing(false))
+	case "driver-holders":
+		opts = append(opts, pgadvisory.WithHolders(true))
 	}
 	d, err := pgadvisory.OpenForTest(context.Background(), dsn, opts...)
 	if err != nil {

@@ -106,3 +106,23 @@ func PermitListeningForTest(d *Driver) bool {
 		return false
 	}
 }
+
+// ListenerPIDForTest returns the backend pid of d's listening session, or 0
+// when none is connected.
+func ListenerPIDForTest(d *Driver) uint32 {
+	d.mu.Lock()
+	l := d.listener
+	d.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	select {
+	case <-l.ready:
+		return l.pid.Load()
+	default:
+		return 0
+	}
+}
+
+// CreateHoldersSQLForTest is the statement that creates the holders table (%s: its name).
+const CreateHoldersSQLForTest = createHoldersSQL

@@ -18,7 +18,7 @@ func connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, withoutParam(dsn, "fencing"))
+	conn, err := pgx.Connect(ctx, plainURL(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}

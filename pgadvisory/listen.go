@@ -13,6 +13,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,10 @@ const permitChannel = "distlock_permits"
 // slot again while the Driver's listening session runs: frees that are not
 // announced are found within it.
 const permitRescanListening = time.Second
+
+// listenRetry is the pause before a listening session that ended is replaced
+// while the Driver holds locks that may be evicted (holders on).
+const listenRetry = 500 * time.Millisecond
 
 // permitBell is one waiting permit request's interest in some slots.
 type permitBell struct {
@@ -39,6 +44,7 @@ func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
 // waiting request starts another).
 type permitListener struct {
 	ready chan struct{} // closed once LISTEN is in force
+	pid   atomic.Uint32 // the listening session's backend pid, once connected
 	bells map[int64]map[*permitBell]struct{}
 }
 
@@ -52,13 +58,9 @@ func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
 	if d.closed {
 		return b, false
 	}
-	l := d.listener
+	l := d.startListenerLocked()
 	if l == nil {
-		l = &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
-		if !d.goJobLocked(func() { d.listen(l) }) {
-			return b, false
-		}
-		d.listener = l
+		return b, false
 	}
 	for _, id := range ids {
 		m := l.bells[id]
@@ -74,6 +76,19 @@ func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
 	default:
 		return b, false
 	}
+}
+
+// startListenerLocked returns the listening session, starting it if there is
+// none; nil after Close. d.mu is held.
+func (d *Driver) startListenerLocked() *permitListener {
+	if d.listener == nil {
+		l := &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
+		if !d.goJobLocked(func() { d.listen(l) }) {
+			return nil
+		}
+		d.listener = l
+	}
+	return d.listener
 }
 
 // unring drops b's interest.
@@ -109,6 +124,24 @@ func (d *Driver) listen(l *permitListener) {
 				b.ring()
 			}
 		}
+		if d.o.holders && len(d.byOwner) > 0 {
+			// Holds that may be evicted need a listener: start another after
+			// a pause (not in a tight loop against a server that is down).
+			d.goJobLocked(func() {
+				t := time.NewTimer(listenRetry)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-d.closing.Done():
+					return
+				}
+				d.mu.Lock()
+				if len(d.byOwner) > 0 {
+					d.startListenerLocked()
+				}
+				d.mu.Unlock()
+			})
+		}
 		d.mu.Unlock()
 	}()
 	conn, err := d.connect(d.closing)
@@ -116,6 +149,7 @@ func (d *Driver) listen(l *permitListener) {
 		return
 	}
 	defer closeQuickly(conn)
+	l.pid.Store(conn.PgConn().PID())
 	// Tagged like the lock sessions, so an operator finds it among them.
 	if _, err := conn.Exec(d.closing, "SELECT set_config('application_name', $1, false)", d.tag); err != nil {
 		return
@@ -123,11 +157,23 @@ func (d *Driver) listen(l *permitListener) {
 	if _, err := conn.Exec(d.closing, "LISTEN "+permitChannel); err != nil {
 		return
 	}
+	if d.o.holders {
+		// Evictions (see ForceRelease): those marked before LISTEN was in
+		// force are read from the holders table.
+		if _, err := conn.Exec(d.closing, "LISTEN "+evictChannel); err != nil {
+			return
+		}
+		d.evictionsMissed(d.closing, conn)
+	}
 	close(l.ready)
 	for {
 		n, err := conn.WaitForNotification(d.closing)
 		if err != nil {
 			return
+		}
+		if n.Channel == evictChannel {
+			d.evicted(n.Payload)
+			continue
 		}
 		id, err := strconv.ParseInt(n.Payload, 10, 64)
 		if err != nil {

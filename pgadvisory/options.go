@@ -29,6 +29,7 @@ type options struct {
 	fenceCreate  bool
 	maxConns     int
 	locksPerConn int
+	holders      bool  // write holders rows (see WithHolders)
 	err          error // the first invalid option, reported by New or lock.Open
 }
 
@@ -106,6 +107,17 @@ func WithLocksPerConn(n int) Option {
 		}
 		o.locksPerConn = n
 	}
+}
+
+// WithHolders turns on the holders table, <prefix>_holders (created on first
+// use, UNLOGGED): each grant writes a row naming its owner, label, token and
+// start beside the advisory lock, which Inspect, List, Relabel, ForceRelease
+// and leader election read. It costs each acquire and release one more
+// statement. Off (the default), Inspect reports holders from pg_locks without
+// owners or labels, and List, Relabel and ForceRelease are unsupported. See
+// "Inspection, eviction and leader election" in the package documentation.
+func WithHolders(on bool) Option {
+	return func(o *options) { o.holders = on }
 }
 
 func (o *options) fail(err error) {

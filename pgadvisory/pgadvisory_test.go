@@ -17,8 +17,10 @@ import (
 
 func TestConformance(t *testing.T) {
 	// A private server, because one property restarts it.
+	// With the holders table, which Inspect, List, ForceRelease, Relabel
+	// and leader election need.
 	srv := testserver.StartPostgres(t)
-	dsn := srv.URL()
+	dsn := withParam(t, srv.URL(), "holders", "true")
 	conformance.Run(t, faultharness.With(conformance.Harness{
 		// Each client is a Driver with its own pool and sessions, as a separate
 		// process would have.
@@ -33,21 +35,43 @@ func TestConformance(t *testing.T) {
 		func(context.Context) error { return srv.Restart(true) }, 0))
 }
 
-// Without fencing the driver needs no sequence, and Token must refuse.
+// Without fencing the driver needs no sequence, and Token must refuse. This
+// run is also the default configuration's, without the holders table: the
+// driver is shown to the suite without the operator interfaces, whose
+// properties (run with holders in TestConformance) need the table (see
+// TestWithoutHoldersTable for what the driver does without it).
 func TestConformanceWithoutFencing(t *testing.T) {
 	dsn := withParam(t, testserver.Postgres(t), "fencing", "false")
 	conformance.Run(t, conformance.Harness{
-		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, dsn) },
+		NewDriver: func(ctx context.Context) (driver.Driver, error) {
+			d, err := pgadvisory.OpenForTest(ctx, dsn)
+			if err != nil {
+				return nil, err
+			}
+			return withoutHolders{d, d}, nil
+		},
 		Sever: func(ctx context.Context, d driver.Driver) error {
-			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
+			return terminate(ctx, dsn, d.(withoutHolders).d)
 		},
 	})
+}
+
+// withoutHolders shows a Driver without its operator interfaces.
+type withoutHolders struct {
+	basicDriver
+	d *pgadvisory.Driver
+}
+
+type basicDriver interface {
+	driver.Driver
+	driver.Acquirer
+	driver.BatchRefresher
 }
 
 // terminate ends every session of d on the server with pg_terminate_backend, and
 // returns once they are gone, as an operator or a crash of d's process would.
 func terminate(ctx context.Context, dsn string, d *pgadvisory.Driver) error {
-	conn, err := pgx.Connect(ctx, withoutParam(dsn, "fencing"))
+	conn, err := pgx.Connect(ctx, plainURL(dsn))
 	if err != nil {
 		return err
 	}
@@ -87,4 +111,9 @@ func withoutParam(rawURL, name string) string {
 	q.Del(name)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// plainURL is dsn without the driver's parameters, for a plain pgx connection.
+func plainURL(dsn string) string {
+	return withoutParam(withoutParam(dsn, "fencing"), "holders")
 }

@@ -55,7 +55,11 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		h.release = p
 		h.c.users++
 		d.mu.Unlock()
-		return d.unlock(ctx, h, p)
+		err := d.unlock(ctx, h, p)
+		if err == nil && d.o.holders {
+			d.dropHolder(ctx, h)
+		}
+		return err
 	}
 }
 
@@ -187,6 +191,10 @@ func (d *Driver) lookup(req *driver.Request) (*holding, error) {
 	if h == nil {
 		return nil, driver.ErrNotHeld
 	}
+	if h.gone && h.outcome == errForced {
+		delete(d.byOwner, h.k)
+		return nil, errForced
+	}
 	if h.gone {
 		// Released by an unlock whose caller stopped waiting: the portable
 		// layer ends the lock on this answer and asks no more about it.
@@ -200,6 +208,7 @@ func (d *Driver) lookup(req *driver.Request) (*holding, error) {
 func (d *Driver) confirm(h *holding, pingErr error) error {
 	d.mu.Lock()
 	held := !d.closed && d.byOwner[h.k] == h && !h.gone
+	forced := h.gone && h.outcome == errForced
 	if h.gone && d.byOwner[h.k] == h {
 		// Freed by an unlock that completed during the ping: the portable
 		// layer ends the lock on this answer and asks no more about it.
@@ -208,6 +217,9 @@ func (d *Driver) confirm(h *holding, pingErr error) error {
 	d.mu.Unlock()
 	if held {
 		return pingErr // nil, or a failure that left the session in place
+	}
+	if forced {
+		return errForced
 	}
 	if pingErr == nil {
 		pingErr = errSessionLost(fmt.Errorf("released or lost while refreshing"))

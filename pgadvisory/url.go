@@ -38,7 +38,7 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 // acceptedParams lists the parameters a URL may carry, for the error about a
 // parameter that neither the driver, pgx nor the server knows.
 func acceptedParams() string {
-	return "fencing, fence_sequence, fence_create, max_lock_conns, locks_per_conn (this driver); ttl, auto_refresh, prefix, open_timeout, close_timeout (lock.Open); " +
+	return "fencing, fence_sequence, fence_create, holders, max_lock_conns, locks_per_conn (this driver); ttl, auto_refresh, prefix, open_timeout, close_timeout (lock.Open); " +
 		"and whatever pgx accepts: libpq connection parameters such as sslmode, pgxpool's pool_* parameters, and PostgreSQL settings sent to the server"
 }
 
@@ -92,6 +92,7 @@ func readParams(q url.Values, o options) (options, url.Values, error) {
 		WithFenceSequence(p.String("fence_sequence", ""))(&o)
 	}
 	o.fenceCreate = p.Bool("fence_create", o.fenceCreate)
+	o.holders = p.Bool("holders", o.holders)
 	o.maxConns = p.Int("max_lock_conns", o.maxConns, 2, math.MaxInt, "an integer of at least 2")
 	o.locksPerConn = p.Int("locks_per_conn", o.locksPerConn, 1, math.MaxInt, "a positive integer")
 	if err := p.Err(); err != nil {
