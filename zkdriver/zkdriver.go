@@ -464,6 +464,8 @@ type holding struct {
 	start   time.Time
 	watched bool // a watch on the node reports its deletion (own connection)
 	arming  bool // the monitor is setting that watch
+
+	verdict *verdict // why the node went, once someone else deleted it (inspect.go)
 }
 
 func (h *holding) path() string { return h.parent + "/" + h.name }
