@@ -81,7 +81,7 @@ func withToken(label string, token uint64) string {
 // another client): the label, and the token if one is recorded.
 func splitToken(data string) (label string, token uint64) {
 	i := strings.LastIndex(data, tokenField)
-	if i < 0 || !strings.HasSuffix(data, "}") {
+	if i < 0 || data[0] != '{' || !strings.HasSuffix(data, "}") {
 		return data, 0
 	}
 	n, err := strconv.ParseUint(data[i+len(tokenField):len(data)-1], 10, 64)
@@ -486,7 +486,7 @@ func (d *Driver) sweepTombstones(ctx context.Context) {
 	})
 	newest := slices.Max(ctimes)
 	each(len(names), func(i int) {
-		if ctimes[i] != 0 && newest-ctimes[i] > tombstoneLife.Milliseconds() {
+		if ctimes[i] != 0 && newest-ctimes[i] > d.tombLife.Milliseconds() {
 			_ = d.deleteNode(ctx, dir+"/"+names[i])
 		}
 	})
@@ -595,8 +595,10 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	return out, nil
 }
 
-// watchLoop signals out at every event and sets the watches again, until
-// ctx ends or the driver is closed.
+// watchLoop sets the watches again after each event and then signals out,
+// until ctx ends or the driver is closed. The signal comes after the watches
+// are set again, so a reader's look that follows it sees every change a
+// watch did not catch, and the watches catch every later one.
 func (d *Driver) watchLoop(ctx context.Context, keyNode string, events []<-chan zk.Event, out chan struct{}) {
 	defer d.wg.Done()
 	defer close(out)
@@ -606,17 +608,13 @@ func (d *Driver) watchLoop(ctx context.Context, keyNode string, events []<-chan 
 		if !d.waitEvent(ctx, events) {
 			return
 		}
-		select {
-		case out <- struct{}{}:
-		default:
-		}
 		for {
 			var err error
 			if events, err = d.armWatch(ctx, keyNode); err == nil {
 				break
 			}
-			// Disconnected or failing: wait for a session, then again after
-			// a pause; the change may have gone unseen, so signal.
+			// Disconnected or failing: wait for a session, and pause
+			// between attempts.
 			if err := d.awaitSession(ctx); err != nil {
 				return
 			}
@@ -628,10 +626,10 @@ func (d *Driver) watchLoop(ctx context.Context, keyNode string, events []<-chan 
 			case <-d.done:
 				return
 			}
-			select {
-			case out <- struct{}{}:
-			default:
-			}
+		}
+		select {
+		case out <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -414,11 +414,12 @@ type Driver struct {
 	beatAfter          time.Time
 	sawDown            time.Time // New: when the monitor last saw the connection down (zero: not since the last session)
 
-	armWake    bool        // the monitor will look for watches to set
-	cleaning   bool        // orphans are being deleted
-	cleanAfter time.Time   // no cleaning before this, after a failed one
-	session    sessionInfo // learnt by tapConn (own connection only)
-	pre        *tapConn    // Open's first session, until go-zookeeper dials it
+	armWake    bool          // the monitor will look for watches to set
+	cleaning   bool          // orphans are being deleted
+	cleanAfter time.Time     // no cleaning before this, after a failed one
+	session    sessionInfo   // learnt by tapConn (own connection only)
+	pre        *tapConn      // Open's first session, until go-zookeeper dials it
+	tombLife   time.Duration // tombstoneLife; shorter in tests
 }
 
 // sessionInfo is the session as the last connect handshake told it.
@@ -533,6 +534,7 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		holds:     map[holdKey]*holding{},
 		byPath:    map[string]*holding{},
 		parents:   map[string]struct{}{},
+		tombLife:  tombstoneLife,
 	}
 	for i := 1; i < len(d.root); i++ {
 		if d.root[i] == '/' {
