@@ -209,6 +209,21 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 
 // released records the outcome of Release's delete.
 func (d *Driver) released(ctx context.Context, h *holding, err error) error {
+	if errors.Is(err, zk.ErrNoNode) {
+		// Deleted by someone else: perhaps evicted, which goneCause tells
+		// (a round trip, outside d.mu).
+		d.mu.Lock()
+		ours := !d.closed && h.state == stateReleasing
+		if ours {
+			d.removeLocked(h)
+		}
+		path := h.path()
+		d.mu.Unlock()
+		if !ours {
+			return d.releasedElse()
+		}
+		return d.goneCause(ctx, h, path)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -220,13 +235,6 @@ func (d *Driver) released(ctx context.Context, h *holding, err error) error {
 		d.removeLocked(h)
 		h.state = stateReleased
 		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		// Deleted by someone else: perhaps evicted (goneCause).
-		d.removeLocked(h)
-		path := h.path()
-		d.mu.Unlock()
-		defer d.mu.Lock()
-		return d.goneCause(ctx, h, path)
 	case errors.Is(err, zk.ErrSessionExpired):
 		d.removeLocked(h)
 		return errSessionEnded
@@ -234,6 +242,15 @@ func (d *Driver) released(ctx context.Context, h *holding, err error) error {
 		h.state = stateGranted // still ours, as far as we know
 		return unavailable(err)
 	}
+}
+
+// releasedElse is released's answer when the driver closed, or the lock was
+// lost, while its delete was under way.
+func (d *Driver) releasedElse() error {
+	if d.isClosed() {
+		return driver.ErrClosed
+	}
+	return driver.ErrNotHeld
 }
 
 // leaveQueue forgets a request that was never granted and deletes whatever node

@@ -100,12 +100,12 @@ func holderOf(name string, data []byte, st *zk.Stat, shared, exclusive bool) dri
 		// grant and a lower bound of any other.
 		h.Token = uint64(st.Czxid)
 	}
-	if !strings.HasPrefix(label, "{") {
-		// Not a distlock label (a Curator or zk.Lock node): the creation
-		// time is all there is. A distlock label carries its holder's time,
-		// which package lock reads instead.
-		h.Since = time.UnixMilli(st.Ctime)
-	}
+	// The node's creation by the server's clock: the grant of an uncontended
+	// holder, the start of the wait of one that waited (ZooKeeper records no
+	// grant). Not the label's time, which Campaign rewrites once it has won:
+	// a Since that changed then would make Observe report the same leader
+	// twice.
+	h.Since = time.UnixMilli(st.Ctime)
 	return h
 }
 

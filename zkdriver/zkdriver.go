@@ -213,18 +213,20 @@
 // (a waiter's node is in the queue from its first round trip). For a
 // semaphore it counts the acquirers queued on its locks mutex, and a lease
 // beyond n, which is about to hold or to go, is neither holder nor waiter.
-// Holder.Owner is the node's name (unique to one create). Since is zero for
-// a node whose data is a distlock label, so that package lock reads the
-// holder's own time from it (the grant of a leader, the request of a lock):
-// ZooKeeper records when a node was made, which for a waiter that held
-// later is not when it was granted; for a foreign node (Curator, zk.Lock)
-// Since is the node's creation time by the server's clock. Expires is zero
+// Holder.Owner is the node's name (unique to one create). Since is the
+// node's creation time by the server's clock: the grant of an uncontended
+// holder, and for one that waited the start of its wait (ZooKeeper records
+// no grant). It is not the label's time, which Campaign rewrites once it has
+// won, so a leader's Since does not change under Observe. Expires is zero
 // (session-bound). Holder.Token is exact where Relabel recorded it (every
 // leader, once Campaign has returned); otherwise an exclusive holder's is
 // its node's creation zxid, the token of an uncontended grant and a lower
 // bound of a grant after a wait (a pzxid after the predecessor's deletion,
 // which the tree does not keep), and a reader's or a permit's is zero (its
-// token is a write to the key node that no node records). Info.Token is the
+// token is a write to the key node that no node records). So in the one
+// round trip between a contended campaigner's win and Campaign's Relabel,
+// Leader reports the lower bound as its term, and an Observe that looks
+// then reports that leader again once the term is recorded. Info.Token is the
 // key node's latest change (the larger of its pzxid and mzxid): at least
 // every token granted on the key and less than every later one; it equals
 // the latest grant's token unless the queue changed since (a waiter came,
