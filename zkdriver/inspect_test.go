@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +17,15 @@ import (
 	"github.com/distlock/lock/zkdriver"
 )
 
-// inspectEnv is a server, a prefix of the test's own, and a context.
+// inspectEnv is a server, a prefix of the test's own (and of this run's:
+// the server is shared by -count repeats), and a context.
 func inspectEnv(t *testing.T) (url, base string, ctx context.Context) {
 	t.Helper()
 	base = testserver.ZooKeeper(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	return base + "?prefix=" + zkdriver.EscapeName(t.Name()), base, ctx
+	prefix := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	return base + "?prefix=" + zkdriver.EscapeName(prefix), base, ctx
 }
 
 // The label is the lock node's data, written by the create itself (no
