@@ -309,9 +309,15 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
 	d.mu.Lock()
 	h.sent = true
+	var data []byte
+	if h.req.Label != "" {
+		// The holder's label, for Inspect: Curator writes its client's
+		// address here, zk.Lock nothing.
+		data = []byte(h.req.Label)
+	}
 	d.mu.Unlock()
 	path, err := call(d, ctx, func() (string, error) {
-		return d.conn.Create(createPath, nil, zk.FlagEphemeral|zk.FlagSequence, d.acl)
+		return d.conn.Create(createPath, data, zk.FlagEphemeral|zk.FlagSequence, d.acl)
 	}, func(path string, err error) {
 		d.createAbandoned(h, marker, session, path, err)
 	})

@@ -60,3 +60,13 @@ func (d *Driver) WatchedForTest(req *driver.Request) bool {
 
 // ConnStateForTest returns the state of the driver's go-zookeeper connection.
 func (d *Driver) ConnStateForTest() zk.State { return d.conn.State() }
+
+// SetTombstoneLifeForTest shortens how long ForceRelease keeps tombstones
+// nobody read.
+func (d *Driver) SetTombstoneLifeForTest(life time.Duration) { d.tombLife = life }
+
+// Label encoding, for the internal format's tests.
+var (
+	WithToken  = withToken
+	SplitToken = splitToken
+)

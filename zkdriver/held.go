@@ -40,7 +40,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		return d.closedOr(err)
 	}
 	if d.conn.SessionID() != session {
-		return d.lose(h, errSessionEnded)
+		return d.lose(ctx, h, errSessionEnded)
 	}
 	d.mu.Lock()
 	arm := d.ownConn && !h.watched && !h.arming
@@ -56,7 +56,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		// The watch reports a deletion; confirm.go says why a shared read
 		// is enough.
 		if err = d.confirm(ctx); err == nil {
-			return d.confirmedByWatch(h, session)
+			return d.confirmedByWatch(ctx, h, session)
 		}
 	case arm:
 		st, err = d.watchNode(ctx, h)
@@ -71,9 +71,9 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	}
 	switch {
 	case errors.Is(err, zk.ErrNoNode) || err == nil && st != nil && st.EphemeralOwner != session:
-		return d.lose(h, errNodeDeleted)
+		return d.lose(ctx, h, errNodeDeleted)
 	case errors.Is(err, zk.ErrSessionExpired):
-		return d.lose(h, errSessionEnded)
+		return d.lose(ctx, h, errSessionEnded)
 	case err != nil:
 		return unavailable(d.closedOr(err))
 	}
@@ -83,15 +83,15 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // confirmedByWatch answers a Refresh of a watched lock after a shared read
 // succeeded: held, unless the session changed or the watch reported the
 // node's deletion before the read's answer.
-func (d *Driver) confirmedByWatch(h *holding, session int64) error {
+func (d *Driver) confirmedByWatch(ctx context.Context, h *holding, session int64) error {
 	if d.conn.SessionID() != session {
-		return d.lose(h, errSessionEnded)
+		return d.lose(ctx, h, errSessionEnded)
 	}
 	d.mu.Lock()
 	state := h.state
 	d.mu.Unlock()
 	if state == stateDone {
-		return d.lose(h, errNodeDeleted)
+		return d.lose(ctx, h, errNodeDeleted)
 	}
 	return nil
 }
@@ -99,16 +99,25 @@ func (d *Driver) confirmedByWatch(h *holding, session int64) error {
 // lose ends h with cause after Refresh found it gone, and returns cause. A
 // Release whose delete may be what Refresh saw wins: the lock was given up, not
 // lost, and the Refresh that raced with it confirms it instead. (A session that
-// ended took the node whether or not a Release was under way.)
-func (d *Driver) lose(h *holding, cause error) error {
+// ended took the node whether or not a Release was under way.) A node deleted
+// by someone else may have been evicted by ForceRelease: goneCause tells.
+func (d *Driver) lose(ctx context.Context, h *holding, cause error) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	switch {
 	case h.state == stateReleased,
 		h.state == stateReleasing && cause == errNodeDeleted:
+		d.mu.Unlock()
 		return nil
 	case h.state == stateGranted:
 		d.removeLocked(h)
+	case h.verdict == nil:
+		d.mu.Unlock()
+		return cause // ended otherwise (its session), and told so
+	}
+	path := h.path()
+	d.mu.Unlock()
+	if cause == errNodeDeleted {
+		return d.goneCause(ctx, h, path)
 	}
 	return cause
 }
@@ -139,7 +148,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	if len(watched) > 0 {
 		if err := d.confirm(ctx); err == nil {
 			for _, w := range watched {
-				errs[w.i] = d.confirmedByWatch(w.h, w.session)
+				errs[w.i] = d.confirmedByWatch(ctx, w.h, w.session)
 			}
 		} else {
 			for _, w := range watched {
@@ -195,11 +204,26 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	if err == nil {
 		err = d.deleteNode(ctx, path)
 	}
-	return d.released(h, err)
+	return d.released(ctx, h, err)
 }
 
 // released records the outcome of Release's delete.
-func (d *Driver) released(h *holding, err error) error {
+func (d *Driver) released(ctx context.Context, h *holding, err error) error {
+	if errors.Is(err, zk.ErrNoNode) {
+		// Deleted by someone else: perhaps evicted, which goneCause tells
+		// (a round trip, outside d.mu).
+		d.mu.Lock()
+		ours := !d.closed && h.state == stateReleasing
+		if ours {
+			d.removeLocked(h)
+		}
+		path := h.path()
+		d.mu.Unlock()
+		if !ours {
+			return d.releasedElse()
+		}
+		return d.goneCause(ctx, h, path)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -211,9 +235,6 @@ func (d *Driver) released(h *holding, err error) error {
 		d.removeLocked(h)
 		h.state = stateReleased
 		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		d.removeLocked(h)
-		return errNodeDeleted
 	case errors.Is(err, zk.ErrSessionExpired):
 		d.removeLocked(h)
 		return errSessionEnded
@@ -221,6 +242,15 @@ func (d *Driver) released(h *holding, err error) error {
 		h.state = stateGranted // still ours, as far as we know
 		return unavailable(err)
 	}
+}
+
+// releasedElse is released's answer when the driver closed, or the lock was
+// lost, while its delete was under way.
+func (d *Driver) releasedElse() error {
+	if d.isClosed() {
+		return driver.ErrClosed
+	}
+	return driver.ErrNotHeld
 }
 
 // leaveQueue forgets a request that was never granted and deletes whatever node

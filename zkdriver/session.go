@@ -180,7 +180,8 @@ func (d *Driver) awaitSession(ctx context.Context) error {
 }
 
 // nodeGone reports the loss of the lock whose node at path was deleted by
-// someone else (a Release marks its node first).
+// someone else (a Release marks its node first), with driver.ErrForceReleased
+// when ForceRelease left a tombstone for it.
 func (d *Driver) nodeGone(path string) {
 	d.mu.Lock()
 	h := d.byPath[path]
@@ -189,8 +190,17 @@ func (d *Driver) nodeGone(path string) {
 		return
 	}
 	d.removeLocked(h)
+	// Lost tells whether ForceRelease evicted it, which takes a round trip:
+	// not on go-zookeeper's receiving goroutine.
+	v := &verdict{done: make(chan struct{}), err: errNodeDeleted}
+	h.verdict = v
+	d.wg.Add(1)
 	d.mu.Unlock()
-	h.req.Lost(errNodeDeleted)
+	go func() {
+		defer d.wg.Done()
+		d.settle(v, path)
+		h.req.Lost(v.err)
+	}()
 }
 
 // rewatch notes that a held node's watch was used up by a change of its data

@@ -186,6 +186,88 @@
 //   - Permits: yes; another n is ErrInvalidArgument where it can be seen (see
 //     Read-write locks and semaphores).
 //
+// # Inspection, eviction and leader election
+//
+// The Driver implements driver.Inspector, Lister, Evictor, Labeler and
+// Watcher on the nodes above, with no node of its own beside a hold:
+//
+//	<root>/<key>/_c_<uuid>-lock-<seq>      data: the holder's label (JSON)
+//	<root>/.forced/<escaped path of a node> a tombstone left by ForceRelease
+//
+// A hold's label (package lock's JSON: owner name, time, a leader's value)
+// is its node's data, written by the create itself: the mutex's round trips
+// are unchanged, and the node carries some 50 bytes more. Curator's
+// InterProcessMutex writes its client's IP address there and zk.Lock
+// nothing; Inspect reports such data as the label, which package lock
+// reads as the owner name ("10.0.0.7", or ""), and Curator and zk.Lock
+// never read a lock node's data, so interop is as before. Relabel (Campaign,
+// Proclaim) rewrites the holder's own node with one setData (ErrNotHeld when
+// the node is gone), adding the field "token" to the JSON with the
+// holder's token.
+//
+// Inspect lists the key node and reads the holders' nodes (two round trips;
+// a semaphore's key node, leases and locks are read together, so three).
+// The holders are those the queueing rule lets in: the readers before the
+// first exclusive node, or that node when first; a semaphore's first n
+// leases by sequence. Waiters is exact for locks: every other queued node
+// (a waiter's node is in the queue from its first round trip). For a
+// semaphore it counts the acquirers queued on its locks mutex, and a lease
+// beyond n, which is about to hold or to go, is neither holder nor waiter.
+// Holder.Owner is the node's name (unique to one create). Since is the
+// node's creation time by the server's clock: the grant of an uncontended
+// holder, and for one that waited the start of its wait (ZooKeeper records
+// no grant). It is not the label's time, which Campaign rewrites once it has
+// won, so a leader's Since does not change under Observe. Expires is zero
+// (session-bound). Holder.Token is exact where Relabel recorded it (every
+// leader, once Campaign has returned); otherwise an exclusive holder's is
+// its node's creation zxid, the token of an uncontended grant and a lower
+// bound of a grant after a wait (a pzxid after the predecessor's deletion,
+// which the tree does not keep), and a reader's or a permit's is zero (its
+// token is a write to the key node that no node records). So in the one
+// round trip between a contended campaigner's win and Campaign's Relabel,
+// Leader reports the lower bound as its term, and an Observe that looks
+// then reports that leader again once the term is recorded. Info.Token is the
+// key node's latest change (the larger of its pzxid and mzxid): at least
+// every token granted on the key and less than every later one; it equals
+// the latest grant's token unless the queue changed since (a waiter came,
+// a TryAcquire came and went).
+//
+// List lists the root's children, keeps the key nodes of keys under the
+// prefix (the node name decodes back to the key) and lists each of them,
+// batchParallel at a time: one round trip plus about one per 16 matching
+// keys, each listing the size of its queue. A key is listed when its queue
+// (or its semaphore's leases) has a node: the first node always holds. A
+// key longer than about 200 escaped bytes has a cut and hashed node name
+// (see Layout), which cannot be decoded: such keys are not listed.
+//
+// ForceRelease deletes the holders' nodes (any session may delete another's
+// ephemeral node, ACLs allowing) and, in the same transaction, creates a
+// persistent tombstone for each under <root>/.forced. The evicted holder's
+// driver, once it finds its node deleted (at once through the watch it sets
+// on a node held for 200ms, on a Driver from Open; else at its next
+// refresh, or its Release or Relabel), deletes its tombstone, one round
+// trip, and if it was there reports the loss as driver.ErrForceReleased;
+// without one it is an ordinary deletion. A tombstone whose holder never
+// reads it (its driver closed, its session ended, or a Curator or zk.Lock
+// holder) is deleted by a later ForceRelease, of any key, once it is ten
+// minutes old by the server's clock. The deletions are changes of the key
+// node's children with later zxids than every evicted grant, so the next
+// grant's token, of any shape, is larger; the evicted holder's Release
+// deletes only its own node, which is gone. An operator's eviction is not
+// told to the holder before the next holder is granted: it learns within a
+// round trip of the watch event, or at its next refresh.
+//
+// Watch sets ZooKeeper watches: on the key node's children (or, while it
+// is missing, its creation), a semaphore's leases, and the data of an
+// exclusive holder's node (a Relabel); after each event one goroutine per
+// Watch sets them again and then signals, so a look after the signal sees
+// every change. A leader's Observe is woken by these, not polled.
+//
+// Leader election is an exclusive lock (package lock): a campaigner queues
+// like any other, each watching its predecessor, so a resignation wakes
+// exactly the next campaigner; a leader whose process dies is replaced when
+// its session expires.
+//
 // # Deadlines and Close
 //
 // Every call ends when its context does. go-zookeeper's own calls take no
@@ -414,11 +496,12 @@ type Driver struct {
 	beatAfter          time.Time
 	sawDown            time.Time // New: when the monitor last saw the connection down (zero: not since the last session)
 
-	armWake    bool        // the monitor will look for watches to set
-	cleaning   bool        // orphans are being deleted
-	cleanAfter time.Time   // no cleaning before this, after a failed one
-	session    sessionInfo // learnt by tapConn (own connection only)
-	pre        *tapConn    // Open's first session, until go-zookeeper dials it
+	armWake    bool          // the monitor will look for watches to set
+	cleaning   bool          // orphans are being deleted
+	cleanAfter time.Time     // no cleaning before this, after a failed one
+	session    sessionInfo   // learnt by tapConn (own connection only)
+	pre        *tapConn      // Open's first session, until go-zookeeper dials it
+	tombLife   time.Duration // tombstoneLife; shorter in tests
 }
 
 // sessionInfo is the session as the last connect handshake told it.
@@ -464,6 +547,8 @@ type holding struct {
 	start   time.Time
 	watched bool // a watch on the node reports its deletion (own connection)
 	arming  bool // the monitor is setting that watch
+
+	verdict *verdict // why the node went, once someone else deleted it (inspect.go)
 }
 
 func (h *holding) path() string { return h.parent + "/" + h.name }
@@ -531,6 +616,7 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		holds:     map[holdKey]*holding{},
 		byPath:    map[string]*holding{},
 		parents:   map[string]struct{}{},
+		tombLife:  tombstoneLife,
 	}
 	for i := 1; i < len(d.root); i++ {
 		if d.root[i] == '/' {
