@@ -74,7 +74,7 @@ func (lk *Locker) observe(ctx context.Context, ins driver.Inspector, name string
 		default:
 			bo = backoffState{b: DefaultBackoff}
 			cur, _ := leaderOf(name, in)
-			if !sent || cur != last && !stale(cur, last) {
+			if !sent || changed(cur, last) && !stale(cur, last) {
 				select {
 				case ch <- cur:
 				case <-ctx.Done():
@@ -104,6 +104,17 @@ func (lk *Locker) observe(ctx context.Context, ins driver.Inspector, name string
 		case <-t.C:
 		}
 	}
+}
+
+// changed reports whether cur is news after last: another leader, a vacancy,
+// or the leader's new value (Proclaim). The same leader with a later Since
+// is not: Campaign republishes its label with the moment it won, and a look
+// between the grant and that would otherwise report one leader twice.
+func changed(cur, last Leader) bool {
+	if cur.Elected && last.Elected && cur.holder == last.holder && cur.Token == last.Token {
+		return cur.Value != last.Value || cur.Owner != last.Owner
+	}
+	return cur != last
 }
 
 // stale reports whether cur is an older term than last (a look answered by a
