@@ -168,7 +168,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // listPage is how many keys one read of List returns.
-const listPage = 1000
+var listPage int64 = 1000 // a variable for the test of paging
 
 // unescapeKey inverts escapeKey; ok is false for a component escapeKey cannot
 // have written (the tombstones' !forced, keys written by others).
