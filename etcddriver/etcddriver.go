@@ -222,6 +222,13 @@
 // holder (concurrency.Mutex) is evicted the same way, and its owner is not
 // told.
 //
+// etcd's concurrency.Election on Driver.LockPrefix(name) campaigns in the same
+// range, by the same rule (the lowest create revision leads), as
+// lock.Campaign(name): the two exclude each other, lock.Leader shows an
+// Election's leader with its value as the owner name and its create revision
+// as the term, and Election.Leader shows ours with our label and owner as its
+// value (TestCampaignAndConcurrencyElectionShareOneLeadership).
+//
 // Relabel (Proclaim, and Campaign's publishing of the moment it won) puts the
 // new label on the holder's key in a transaction on its create revision and
 // lease: the token stays, and a key that is gone is never recreated. Waiters
