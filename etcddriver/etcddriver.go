@@ -237,7 +237,9 @@
 // Watch is an etcd watch of the lock's range: every request, relabelling,
 // release, expiry and eviction signals, so Observe reports a new leader within
 // a round trip (ObserveSeesEveryChangeInOrder: a few milliseconds here). When
-// etcd ends the watch (a compaction) it signals and watches again.
+// etcd ends the watch (a compaction) it signals and watches again. Each Watch
+// (each Observe) costs an etcd watch and a goroutine until its context ends or
+// the Driver closes.
 //
 // # Leases and TTL
 //
