@@ -111,7 +111,7 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		sent := time.Now()
 		resp, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))).
+			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
 			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil {
@@ -130,7 +130,7 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 			return driver.Grant{}, driver.ErrLocked
 		}
 		kv := mine[0]
-		if string(kv.Value) != e.owner {
+		if string(kv.Value) != e.value {
 			// A key of ours that no request owns any more (its delete failed):
 			// remove it and look again.
 			if round == 0 {
@@ -168,12 +168,12 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		// key before it.
 		queue := clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id)),
+			[]clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id)),
 				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
 			[]clientv3.Op{clientv3.OpGet(e.key)})
 		outer, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))).
+			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
 			Else(queue).
 			Commit()
 		if err != nil {
@@ -196,7 +196,7 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 			break
 		}
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
-		if string(kv.Value) == e.owner {
+		if string(kv.Value) == e.value {
 			// Written by an earlier attempt of this request: keep its place.
 			d.setRev(e, kv.CreateRevision)
 			var held bool
@@ -540,8 +540,9 @@ func (d *Driver) abandon(e *entry) {
 const cleanupTimeout = 5 * time.Second
 
 // deleteKey deletes e's key if it is still the one e wrote: the same create
-// revision (a key's incarnation), or, while that is unknown, e's owner in the
-// value (unique per request). A delayed or repeated delete can therefore never
+// revision (a key's incarnation), or, while that is unknown, the value e
+// wrote (it ends with e's owner, unique per request; only a held key is ever
+// relabelled, and a held entry's revision is known). A delayed or repeated delete can therefore never
 // remove a newer key of the same name (etcd issue #22082).
 func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
 	d.mu.Lock()
@@ -552,7 +553,7 @@ func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
 }
 
 func (d *Driver) deleteIf(ctx context.Context, e *entry, rev int64) (bool, error) {
-	same := clientv3.Compare(clientv3.Value(e.key), "=", e.owner)
+	same := clientv3.Compare(clientv3.Value(e.key), "=", e.value)
 	if rev > 0 {
 		same = clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev)
 	}

@@ -21,6 +21,7 @@ import (
 type entry struct {
 	req   *driver.Request
 	owner string
+	value string // what the acquisition writes as the key's value: keyValue(req)
 	s     *session
 	key   string // <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<n>]
 	rng   string // <prefix>/<escaped key>/
@@ -69,7 +70,7 @@ func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
 	if index > 0 {
 		key += "_" + strconv.Itoa(index)
 	}
-	e := &entry{req: req, owner: req.Owner, s: s, key: key, rng: rng, name: nk, index: index}
+	e := &entry{req: req, owner: req.Owner, value: keyValue(req.Label, req.Owner), s: s, key: key, rng: rng, name: nk, index: index}
 	d.entries[ownerKey{req.Key, req.Owner}] = e
 	s.members[e] = struct{}{}
 	return e

@@ -48,7 +48,8 @@
 //
 //	<prefix>/<escaped k>/<lease ID in hex>
 //
-// with the lowest create revision; its value is the holder's owner ID. (That is
+// with the lowest create revision; its value is the holder's label and owner ID
+// (see Inspection, eviction and leader election). (That is
 // the exclusive lock; shared holds and semaphores queue in the same range, see
 // Read-write locks and semaphores.) The
 // escaping keeps ASCII letters, digits, - . _ ~ : @ and non-ASCII UTF-8 as they
@@ -159,6 +160,86 @@
 // release (readers behind one writer, say) have tokens in queue order, but
 // each learns of its grant by its own read, so they may return from Acquire
 // in another order.
+//
+// # Inspection, eviction and leader election
+//
+// The Driver implements driver.Inspector, driver.Lister, driver.Evictor,
+// driver.Labeler and driver.Watcher, so lock.Inspect, List, ForceRelease,
+// Campaign (an exclusive lock on the election's name, in the layout above),
+// Leader, Observe and Proclaim all work on etcd.
+//
+// Layout. A request's key holds the label the portable layer gives it (a small
+// JSON object: owner name, when it asked, a leader's value), a newline, and
+// its owner ID:
+//
+//	/distlock/invoice:42/694d8a1b2c3d4e5f
+//	{"owner":"web-3:4121","since":1764072000123}
+//	9f0c2e7d1a4b5c6d7e8f9a0b1c2d3e4f
+//
+// so `etcdctl get --prefix /distlock/invoice:42/` shows who holds and who
+// waits. The owner stays last, where an acquisition's retry and cleanup
+// recognise their own key; concurrency.Mutex and etcdctl lock ignore values,
+// so the interop is unchanged. A key this driver did not write (its value has
+// no newline) is shown with its value as its label, or its name (a
+// concurrency.Mutex's lease in hex) when the value is empty.
+//
+// Inspect reads the lock's range once and applies the queueing rule (see
+// Read-write locks and semaphores): the first key holds, or the readers before
+// the first key that is not a reader, or the first n permits of a semaphore of
+// n; every other key waits. Holders, their tokens (create revisions), labels,
+// Permits and Waiters are exact as of that read. Since is zero: etcd records no
+// time, and the portable layer reads the time in the holder's label. Expires
+// is the holder's lease's expiry, from one TimeToLive request per distinct
+// lease among the holders (whole seconds, as etcd reports them): the lease is
+// renewed by keepalives, so this is when etcd would drop the hold if its
+// process stopped now. Info.Token is the largest holder's token, zero when the
+// key is free (etcd keeps no record of a deleted key's revision).
+//
+// List reads the prefix's range, keys only, in pages of 1000, and reports
+// every lock whose range has a key in it (its first key holds by the queueing
+// rule), with the user key read back from its escaped name.
+//
+// ForceRelease reads the holders as Inspect does and, in one transaction that
+// compares each holder's create revision (so it evicts nobody who arrived since
+// the read), deletes their keys and writes a tombstone for each,
+//
+//	<prefix>/!forced/<escaped key>/<key name>@<create revision>
+//
+// on a lease of its own of twice the longest holder's lease TTL (at least 10s;
+// a minute for a key without a lease), so tombstones clean themselves up. "!"
+// never occurs in an escaped key, so no lock's range contains a tombstone:
+// neither this driver nor concurrency.Mutex waits for one. The evicted
+// holder's driver learns of the eviction at its next refresh (within a third of
+// the TTL with automatic refresh): the refresh finds its key gone, reads the
+// tombstone, and reports driver.ErrNotHeld wrapping driver.ErrForceReleased
+// (lock.ErrForceReleased in Err). A holder whose tombstone expired first, or
+// whose read of it failed, reports an ordinary loss. The holders' leases are
+// not revoked (they carry their other locks); waiters keep their places, so the
+// next grant is to a key created after the evicted ones, with a larger token;
+// the evicted holder's Release compares its create revision and frees
+// nothing. More than 64 holders are evicted in several transactions (etcd's
+// --max-txn-ops), the first of which checks the holders read; a foreign
+// holder (concurrency.Mutex) is evicted the same way, and its owner is not
+// told.
+//
+// etcd's concurrency.Election on Driver.LockPrefix(name) campaigns in the same
+// range, by the same rule (the lowest create revision leads), as
+// lock.Campaign(name): the two exclude each other, lock.Leader shows an
+// Election's leader with its value as the owner name and its create revision
+// as the term, and Election.Leader shows ours with our label and owner as its
+// value (TestCampaignAndConcurrencyElectionShareOneLeadership).
+//
+// Relabel (Proclaim, and Campaign's publishing of the moment it won) puts the
+// new label on the holder's key in a transaction on its create revision and
+// lease: the token stays, and a key that is gone is never recreated. Waiters
+// of this driver react to deletes only, so a relabelling wakes none of them.
+//
+// Watch is an etcd watch of the lock's range: every request, relabelling,
+// release, expiry and eviction signals, so Observe reports a new leader within
+// a round trip (ObserveSeesEveryChangeInOrder: a few milliseconds here). When
+// etcd ends the watch (a compaction) it signals and watches again. Each Watch
+// (each Observe) costs an etcd watch and a goroutine until its context ends or
+// the Driver closes.
 //
 // # Leases and TTL
 //
@@ -320,7 +401,9 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 func WithMinTTL(d time.Duration) Option { return func(o *options) { o.minTTL = d } }
 
 // Driver takes locks in etcd. Use it through lock.New or lock.Open; its methods
-// implement driver.Driver, driver.Acquirer and driver.BatchRefresher.
+// implement driver.Driver, driver.Acquirer and driver.BatchRefresher, and the
+// inspection and operator interfaces (see Inspection, eviction and leader
+// election).
 type Driver struct {
 	c      *clientv3.Client
 	owned  bool // Close closes c

@@ -2,6 +2,7 @@ package etcddriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,7 +37,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err != nil {
 		return d.report(ctx, err)
 	}
-	return d.confirm(e, resp.Kvs, start)
+	return d.whyLost(ctx, e, d.confirm(e, resp.Kvs, start))
 }
 
 // RefreshBatch implements driver.BatchRefresher: one read transaction for up to
@@ -73,7 +74,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 				errs[index[i]] = d.report(ctx, err)
 				continue
 			}
-			errs[index[i]] = d.confirm(e, resp.Responses[i].GetResponseRange().Kvs, start)
+			errs[index[i]] = d.whyLost(ctx, e, d.confirm(e, resp.Responses[i].GetResponseRange().Kvs, start))
 		}
 		batch, index = batch[:0], index[:0]
 	}
@@ -131,12 +132,31 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 	}
 	if len(kvs) == 0 || kvs[0].CreateRevision != e.rev || kvs[0].Lease != int64(e.s.id) {
 		d.removeLocked(e)
-		return fmt.Errorf("%w: etcddriver: key %s is gone (deleted, or its lease ended)", driver.ErrNotHeld, e.key)
+		return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, errVanished, e.key)
 	}
 	if paid := start.Add(e.req.TTL); paid.After(e.paidUntil) {
 		e.paidUntil = paid
 	}
 	return nil
+}
+
+// errVanished is why confirm finds a held lock lost: its key is gone.
+var errVanished = errors.New("etcddriver: key is gone (deleted, or its lease ended)")
+
+// whyLost passes err on, unless it says e's key vanished and ForceRelease
+// left a tombstone for it: then the loss was forced, and says so. (Only the
+// rare refresh that finds its key gone pays the read.)
+func (d *Driver) whyLost(ctx context.Context, e *entry, err error) error {
+	if !errors.Is(err, errVanished) {
+		return err
+	}
+	d.mu.Lock()
+	rev := e.rev
+	d.mu.Unlock()
+	if d.forced(requireLeader(ctx), e.key, rev) {
+		return fmt.Errorf("%w: %w: etcddriver: key %s was deleted by ForceRelease", driver.ErrNotHeld, driver.ErrForceReleased, e.key)
+	}
+	return err
 }
 
 // Release implements driver.Driver. The delete is a transaction on our key's create

@@ -232,3 +232,83 @@ func TestEtcdctlLockAndDriverExcludeEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// etcd's concurrency.Election on Driver.LockPrefix(name) and Campaign on name
+// campaign in one range for one leadership: each waits for the other, our
+// Leader shows an Election's leader (its value as the owner name, its create
+// revision as the term), and the Election's Leader shows ours (our label and
+// owner as its value).
+func TestCampaignAndConcurrencyElectionShareOneLeadership(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, d := newLocker(t, url, lock.WithTTL(5*time.Second), lock.WithOwnerName("ours"))
+	c := newClient(t, url)
+	newElection := func() *concurrency.Election {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return concurrency.NewElection(s, d.LockPrefix("svc"))
+	}
+	theirs := newElection()
+	if err := theirs.Campaign(ctx, "10.0.0.9:80"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lk.Leader(ctx, "svc")
+	if err != nil || l.Owner != "10.0.0.9:80" || l.Token != uint64(theirs.Rev()) {
+		t.Fatalf("Leader while concurrency.Election leads = %+v, %v; want its value and revision %d", l, err, theirs.Rev())
+	}
+
+	var resigned atomic.Bool
+	won := make(chan *lock.Leadership, 1)
+	go func() {
+		ld, err := lk.Campaign(ctx, "svc", "10.0.0.1:80")
+		if err != nil {
+			t.Error(err)
+		} else if !resigned.Load() {
+			t.Error("Campaign won while concurrency.Election led")
+		}
+		won <- ld
+	}()
+	queued(t, c, d, "svc", 2)
+	resigned.Store(true)
+	if err := theirs.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ld := <-won
+	if ld == nil {
+		t.FailNow()
+	}
+	leader, err := newElection().Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := string(leader.Kvs[0].Value); !strings.HasPrefix(v, `{"owner":"ours",`) || !strings.Contains(v, `"value":"10.0.0.1:80"}`+"\n") {
+		t.Fatalf("concurrency.Election's Leader value %q, want our label and owner", v)
+	}
+
+	next := newElection()
+	var ours atomic.Bool
+	ours.Store(true)
+	campaigned := make(chan error, 1)
+	go func() {
+		err := next.Campaign(ctx, "10.0.0.10:80")
+		if err == nil && ours.Load() {
+			err = errors.New("concurrency.Election won while Campaign led")
+		}
+		campaigned <- err
+	}()
+	queued(t, c, d, "svc", 2)
+	ours.Store(false)
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-campaigned; err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

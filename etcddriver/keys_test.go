@@ -1,7 +1,6 @@
 package etcddriver
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -29,30 +28,6 @@ func TestEscapedKeysStayOneComponent(t *testing.T) {
 	}
 }
 
-// unescapeKey inverts escapeKey; that it exists proves escapeKey injective.
-func unescapeKey(s string) (string, bool) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			if !keepByte(s[i]) {
-				return "", false
-			}
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-		if err != nil || keepByte(byte(v)) {
-			return "", false
-		}
-		b.WriteByte(byte(v))
-		i += 2
-	}
-	return b.String(), true
-}
-
 // Distinct keys get distinct etcd names, none with a "/", and no key's range
 // contains another key's contenders.
 func FuzzEscapeKey(f *testing.F) {
@@ -64,6 +39,8 @@ func FuzzEscapeKey(f *testing.F) {
 		if strings.Contains(ea, "/") {
 			t.Fatalf("escapeKey(%q) = %q contains a slash", a, ea)
 		}
+		// unescapeKey (List's) inverts escapeKey: that it exists proves
+		// escapeKey injective.
 		if back, ok := unescapeKey(ea); !ok || back != a {
 			t.Fatalf("escapeKey(%q) = %q does not decode back (%q, %v)", a, ea, back, ok)
 		}

@@ -186,7 +186,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 	shape := reqShape(e.req)
 	for round := 0; ; round++ {
 		sent := time.Now()
-		put := clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))
+		put := clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))
 		txn := d.c.Txn(ctx)
 		if shape == shapeShared {
 			s1, e1, s2, e2 := readerRanges(e.rng)
@@ -228,7 +228,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 			return driver.Grant{}, driver.ErrLocked
 		}
 		kv := mine[0]
-		if string(kv.Value) != e.owner {
+		if string(kv.Value) != e.value {
 			// A key of ours that no request owns any more (its delete failed):
 			// remove it and look again.
 			if round == 0 {
@@ -286,7 +286,7 @@ func (d *Driver) enqueueShaped(ctx context.Context, e *entry) (driver.Grant, err
 		sent = time.Now()
 		resp, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
-			Then(append([]clientv3.Op{clientv3.OpPut(e.key, e.owner, clientv3.WithLease(e.s.id))}, blockerOps(e, shape, 0, false)...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))}, blockerOps(e, shape, 0, false)...)...).
 			Else(clientv3.OpGet(e.key)).
 			Commit()
 		if err != nil {
@@ -299,7 +299,7 @@ func (d *Driver) enqueueShaped(ctx context.Context, e *entry) (driver.Grant, err
 			break
 		}
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
-		if string(kv.Value) == e.owner {
+		if string(kv.Value) == e.value {
 			// Written by an earlier attempt of this request: keep its place.
 			d.setRev(e, kv.CreateRevision)
 			blockers, known, sent, err = d.checkShaped(ctx, e, shape, false)
