@@ -48,18 +48,29 @@ func parsePermits(b []byte) (n int, ok bool) {
 	return n, err == nil && n > 0
 }
 
-// acquirePermit takes one of h.permits permits. TryAcquire (wait false) makes
-// its lease without the locks mutex and keeps it only if at most n leases
-// exist: the count alone keeps the holders to n (whichever of n+1 holders
-// listed last would have seen all n+1), and the mutex only orders waiters.
+// acquirePermit takes one of h.permits permits. Both TryAcquire and Acquire
+// first make a lease without the locks mutex and keep it only if at most n
+// leases exist: the count alone keeps the holders to n (whichever of n+1
+// holders listed last would have seen all n+1), and the mutex only orders
+// waiters. So permits are taken in parallel while some are free, not one
+// acquirer at a time behind the mutex, and a newcomer cannot pass a waiter,
+// whose lease is counted. Only an Acquire that finds none free takes the
+// mutex and waits, as Curator's acquirers do.
 func (d *Driver) acquirePermit(ctx context.Context, h *holding, wait bool) (driver.Grant, error) {
-	if !wait {
-		for {
-			g, err := d.leaseStep(ctx, h, nil)
-			if !errors.Is(err, errVanished) {
-				return g, err
-			}
+	for {
+		g, err := d.leaseStep(ctx, h, nil)
+		if errors.Is(err, errVanished) {
+			continue
 		}
+		if !wait || !errors.Is(err, driver.ErrLocked) {
+			return g, err
+		}
+		break
+	}
+	// The attempt's lease went with its holding: wait with a new one.
+	h, g, held, err := d.holding(h.req)
+	if held || err != nil {
+		return g, err
 	}
 	m, err := d.gate(h)
 	if err != nil {
