@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -48,11 +49,22 @@ type LeaderProc interface {
 // returns once that process leads.
 type SpawnLeader func(ctx context.Context, c *Contestant, name string) (LeaderProc, error)
 
-// standbySettle is how long the standby campaigns before the kill: long
-// enough that it is waiting as a real standby would be, not still starting.
-// It orders nothing: a standby that had not begun would still be measured
-// from the kill to its lead.
-const standbySettle = 200 * time.Millisecond
+// standbyStart is how long the standby campaigns at least before the kill:
+// long enough that it is waiting as a real standby would be, not still
+// starting. It orders nothing: a standby that had not begun would still be
+// measured from the kill to its lead.
+const standbyStart = 200 * time.Millisecond
+
+// killDelay is how long after the leader leads it is killed: standbyStart
+// plus a random part of the TTL, so that the kill falls anywhere in the
+// leader's refresh cycle (a lease refreshed just before the kill lasts a
+// whole TTL after it, one refreshed long before much less), as a crash does.
+func killDelay(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return standbyStart
+	}
+	return standbyStart + rand.N(ttl)
+}
 
 // failoverTimeout is how long the standby may take to lead after the kill
 // before the repeat is a failure.
@@ -120,7 +132,7 @@ func runFailover(ctx context.Context, r *Results, c *Contestant, rep int) error 
 		return fmt.Errorf("the standby led while the leader process (term %d) was alive: two leaders", leader.Term())
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(standbySettle):
+	case <-time.After(killDelay(e.TTL)):
 	}
 
 	limit := failoverTimeout(r.Config, e.TTL)
@@ -193,9 +205,9 @@ func (p *printer) failover(r *Results) {
 		return
 	}
 	p.f("## Failover: leader killed → new leader\n\n")
-	p.f("A leader process (lockbench re-executed as a child) campaigns and says when it leads; a standby in the benchmark process opens its own client, campaigns and waits; after %v the leader process is killed with SIGKILL (no resign, no close: the server learns of it only by the lease or session running out, or by the TCP connection closing where the server ties the lock to it). ", standbySettle)
+	p.f("A leader process (lockbench re-executed as a child) campaigns and says when it leads; a standby in the benchmark process opens its own client, campaigns and waits; %v plus a random part of the TTL later (so that the kill falls anywhere in the leader's refresh cycle, as a crash does) the leader process is killed with SIGKILL (no resign, no close: the server learns of it only by the lease or session running out, or by the TCP connection closing where the server ties the lock to it). ", standbyStart)
 	p.f("Failover is the time from the kill to the standby's Campaign returning, leading; median over %d repeats with the range in brackets. ", r.Config.FailoverRepeats)
-	p.f("The TTL is the lease TTL or session timeout each election ran with, which bounds how long a dead leader keeps the lead; a lease refreshed some time before the kill runs out sooner. ")
+	p.f("The TTL is the lease TTL or session timeout each election ran with, which bounds how long a dead leader keeps the lead; a lease refreshed some time before the kill runs out sooner than a TTL after it. ")
 	p.f("Where the lead ends with the leader's connection or process (PostgreSQL's session-level advisory locks, the file driver's flock) the server or kernel frees it as soon as the process dies, and the TTL does not apply. ")
 	p.f("Terms checked: the killed leader had a term (a fencing token, or the revision of etcd's leader key) and the standby's was larger, as it must be. ")
 	p.f("A repeat fails if the standby's term is not larger, if the standby leads while the leader process lives, or if it does not lead within 3 TTLs + 10 s of the kill.\n\n")
