@@ -7,6 +7,7 @@
 //	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
 //	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
+//	cd bench && go run ./cmd/lockbench -scenarios failover -out /tmp/x  # leader killed → new leader
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
