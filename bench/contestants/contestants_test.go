@@ -2,6 +2,7 @@ package contestants
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -128,5 +129,37 @@ func TestRedlockURLNamesEveryServer(t *testing.T) {
 	want := "redlock://?server=redis://127.0.0.1:7002/0&server=redis://127.0.0.1:7003/0&server=redis://127.0.0.1:7004/0"
 	if got != want {
 		t.Errorf("redlockURL = %s, want %s", got, want)
+	}
+}
+
+func TestEveryNetworkedOrFileBackendHasAnElectionForFailover(t *testing.T) {
+	cs, err := All(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := map[string]time.Duration{}
+	peer := false
+	for _, c := range cs {
+		if c.Elector == nil {
+			continue
+		}
+		if c.Role == harness.Ours {
+			ttl[c.Backend] = c.Elector.TTL
+		} else {
+			peer = peer || (c.Backend == Etcd && c.Name == electionLabel)
+		}
+	}
+	want := map[string]time.Duration{Redis: 2 * time.Second, Redlock: 2 * time.Second, Postgres: 2 * time.Second,
+		Etcd: 2 * time.Second, ZooKeeper: 4 * time.Second, File: 2 * time.Second}
+	for b, w := range want {
+		if ttl[b] != w {
+			t.Errorf("%s: ours elects with TTL %v, want %v", b, ttl[b], w)
+		}
+	}
+	if _, ok := ttl[Mem]; ok {
+		t.Errorf("mem elects in the failover scenario; it has no process to kill")
+	}
+	if !peer {
+		t.Errorf("no etcd concurrency.Election to compare failover with")
 	}
 }

@@ -26,6 +26,7 @@ func etcdContestants(url string, srv *harness.Server) []*harness.Contestant {
 		rawEtcdContestant(url, srv),
 		etcdMutexContestant(url, srv),
 		etcdRWMutexContestant(url, srv),
+		etcdElectionContestant(url, srv),
 	}
 }
 

@@ -107,6 +107,9 @@ func shapeOnlyNA(why string) map[harness.Scenario]string {
 // read against.
 func oursLocal(backend, url string) *harness.Contestant {
 	c := oursContestant(backend, url, &harness.Server{}, true)
+	if backend == Mem {
+		c.Elector = nil // one process: no leader process to kill
+	}
 	c.NA = shapeOnlyNA("no server and no peer library: this backend is in the shape scenarios only")
 	return c
 }
@@ -116,5 +119,6 @@ func oursContestant(backend, url string, srv *harness.Server, try bool) *harness
 	return &harness.Contestant{
 		Backend: backend, Name: oursLabel, Role: harness.Ours,
 		Open: openOurs(url), TryUncontended: try, Refreshes: true, Server: srv,
+		Elector: oursElector(backend, url),
 	}
 }

@@ -55,7 +55,7 @@ const (
 )
 
 // Scenarios in the order they run and are reported.
-var Scenarios = []Scenario{Uncontended, Distinct, Contended, ReadHeavy, Semaphore, Held}
+var Scenarios = []Scenario{Uncontended, Distinct, Contended, ReadHeavy, Semaphore, Held, Failover}
 
 // MutexScenarios are the scenarios of the exclusive lock.
 var MutexScenarios = []Scenario{Uncontended, Distinct, Contended, Held}
@@ -80,6 +80,9 @@ type Contestant struct {
 	// Server is the backend this contestant talks to, for the held-locks
 	// figures.
 	Server *Server
+	// Elector is the library's leader election, for the failover scenario;
+	// nil for a contestant without one (it does not take part).
+	Elector *Elector
 }
 
 // ID is the contestant's unique label: "Redis/bsm/redislock (default)".

@@ -108,6 +108,7 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		}
 		p.f("\n")
 	}
+	p.failover(r)
 	if len(r.Failures) > 0 {
 		p.f("## Failures\n\n")
 		for _, f := range r.Failures {

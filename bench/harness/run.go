@@ -32,6 +32,13 @@ type Config struct {
 	Permits         int           // semaphore: permits of the key
 	ShapeHold       time.Duration // time each holder spends inside (0: none)
 
+	// The failover scenario: repeats per contestant, how long a standby may
+	// take to lead after the kill (0: 3 TTLs + 10 s), and how a leader
+	// process is started (nil: every failover run fails).
+	FailoverRepeats int
+	FailoverTimeout time.Duration
+	SpawnLeader     SpawnLeader
+
 	// Only, when not empty, runs just these scenarios.
 	Only []Scenario
 
@@ -132,6 +139,13 @@ func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 	for rep := 0; rep < cfg.HeldRuns && cfg.runs(Held); rep++ {
 		for _, c := range contestants {
 			r.one(ctx, Held, c, rep, runHeld)
+		}
+	}
+	for rep := 0; rep < cfg.FailoverRepeats && cfg.runs(Failover); rep++ {
+		for _, c := range contestants {
+			if c.Elector != nil {
+				r.one(ctx, Failover, c, rep, runFailover)
+			}
 		}
 	}
 	r.Took = time.Since(r.Started)

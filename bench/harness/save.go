@@ -26,6 +26,7 @@ type savedConfig struct {
 	ReadShare                                                    float64       `json:",omitempty"`
 	ShapeHold                                                    time.Duration `json:",omitempty"`
 	Only                                                         []Scenario    `json:",omitempty"`
+	FailoverRepeats                                              int           `json:",omitempty"`
 }
 
 type savedContestant struct {
@@ -42,7 +43,7 @@ func (r *Results) Save(w io.Writer, m Machine) error {
 	s := saved{
 		Machine: m, Started: r.Started, Took: r.Took, Failures: r.Failures,
 		Config: savedConfig{c.Window, c.Warmup, c.HeldTTL, c.HeldWindow, c.Slices, c.Repeats, c.Goroutines, c.Contenders, c.HeldLocks, c.HeldRuns,
-			c.ShapeGoroutines, c.ShapeClients, c.Permits, c.ReadShare, c.ShapeHold, c.Only},
+			c.ShapeGoroutines, c.ShapeClients, c.Permits, c.ReadShare, c.ShapeHold, c.Only, c.FailoverRepeats},
 		Values: map[string]map[string][]*float64{},
 	}
 	for _, c := range r.Contestants {
@@ -77,7 +78,7 @@ func Load(rd io.Reader) (*Results, Machine, error) {
 		Config: Config{Window: c.Window, Warmup: c.Warmup, HeldTTL: c.HeldTTL, HeldWindow: c.HeldWindow,
 			Slices: c.Slices, Repeats: c.Repeats, Goroutines: c.Goroutines, Contenders: c.Contenders,
 			HeldLocks: c.HeldLocks, HeldRuns: c.HeldRuns,
-			ShapeGoroutines: c.ShapeGoroutines, ShapeClients: c.ShapeClients, Permits: c.Permits, ReadShare: c.ReadShare, ShapeHold: c.ShapeHold, Only: c.Only},
+			ShapeGoroutines: c.ShapeGoroutines, ShapeClients: c.ShapeClients, Permits: c.Permits, ReadShare: c.ReadShare, ShapeHold: c.ShapeHold, Only: c.Only, FailoverRepeats: c.FailoverRepeats},
 		Started: s.Started, Took: s.Took, Failures: s.Failures,
 		Values: map[string]map[string][]float64{}, NA: map[string]map[Scenario]string{},
 	}

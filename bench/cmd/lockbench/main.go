@@ -7,6 +7,7 @@
 //	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
 //	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
+//	cd bench && go run ./cmd/lockbench -scenarios failover -out /tmp/x  # leader killed → new leader
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
@@ -32,13 +33,16 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(leaderEnv); spec != "" {
+		os.Exit(runLeader(spec))
+	}
 	os.Exit(run())
 }
 
 func run() int {
 	quick := flag.Bool("quick", false, "run every contestant and scenario briefly (a smoke test, under 2 minutes)")
 	out := flag.String("out", "results", "directory for RESULTS.md and chart.png")
-	repeats := flag.Int("repeats", 0, "repeats of the timed scenarios (default 6, quick 1)")
+	repeats := flag.Int("repeats", 0, "repeats of the timed scenarios (default 6, quick 1) and of failover (default 5, quick 1)")
 	render := flag.String("render", "", "write the report and chart of a saved run (a results.json) into -out, without measuring")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+scenarioNames())
 	backends := flag.String("backends", "", "comma-separated backends to run (default all): "+backendNames())
@@ -52,7 +56,8 @@ func run() int {
 		Goroutines: 16, Contenders: 8,
 		HeldLocks: 10000, HeldTTL: 3 * time.Second, HeldWindow: 3 * time.Second, HeldRuns: 1,
 		ShapeGoroutines: 16, ShapeClients: 4, ReadShare: 0.9, Permits: 4, ShapeHold: 500 * time.Microsecond,
-		Log: os.Stderr,
+		FailoverRepeats: 5,
+		Log:             os.Stderr,
 	}
 	var err error
 	if cfg.Only, err = parseScenarios(*only); err != nil {
@@ -64,9 +69,10 @@ func run() int {
 		mode = "quick"
 		cfg.Window, cfg.Slices, cfg.Warmup, cfg.Repeats = 300*time.Millisecond, 2, 100*time.Millisecond, 1
 		cfg.HeldLocks, cfg.HeldWindow = 1000, 1*time.Second
+		cfg.FailoverRepeats = 1
 	}
 	if *repeats > 0 {
-		cfg.Repeats = *repeats
+		cfg.Repeats, cfg.FailoverRepeats = *repeats, *repeats
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -105,6 +111,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		return 2
 	}
+	cfg.SpawnLeader = spawnLeader(servers)
 	loadBefore := loadAverage()
 	res := harness.Run(ctx, cfg, cs)
 	if ctx.Err() != nil {
