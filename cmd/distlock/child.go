@@ -86,7 +86,7 @@ func (r *runner) runHolding(l holding) int {
 	if err := r.release(l); err != nil {
 		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
-				r.errorf("the %s %q was lost before %s exited", r.what(), r.cfg.key, r.cfg.argv[0])
+				r.errorf("the %s %q was lost before %s exited (%v)", r.what(), r.cfg.key, r.cfg.argv[0], err)
 			}
 			wasLost = true
 		} else {
