@@ -188,6 +188,7 @@ func Run(t *testing.T, h Harness) {
 	run("LeaderReportsValueTermAndStart", testLeaderReportsValueTermAndStart)
 	run("ObserveSeesEveryChangeInOrder", testObserveSeesEveryChangeInOrder)
 	run("KilledLeaderProcessIsReplaced", testKilledLeaderProcessIsReplaced)
+	run("FrozenLeaderProcessIsReplacedOnlyAfterItsValidity", testFrozenLeaderProcessIsReplacedOnlyAfterItsValidity)
 
 	// Ownership.
 	run("RetriedAcquireBySameOwnerSucceeds", testRetriedAcquireBySameOwnerSucceeds)

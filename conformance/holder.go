@@ -226,7 +226,21 @@ func (p *holderProc) kill() {
 // a timeout (ZooKeeper).
 func testFrozenHolderProcessIsSupersededAfterValidity(e *env) {
 	e.needHolderProcesses()
-	h := e.startHolder(e.key, e.ttl)
+	e.frozenHolderSuperseded(e.startHolder(e.key, e.ttl), false)
+}
+
+// A leader whose process is frozen (SIGSTOP) is replaced only after its
+// validity has run out, with a larger term: an election is its name's lock.
+func testFrozenLeaderProcessIsReplacedOnlyAfterItsValidity(e *env) {
+	e.needHolderProcesses()
+	e.frozenHolderSuperseded(e.startLeader(e.key, e.ttl), true)
+}
+
+// frozenHolderSuperseded freezes h and takes its key (campaign: wins its
+// election) from another client, which must not happen before h's validity
+// has run out, and must come with a larger token.
+func (e *env) frozenHolderSuperseded(h *holderProc, campaign bool) {
+	e.Helper()
 	if err := h.signal(syscall.SIGSTOP); err != nil {
 		e.Fatalf("freezing the holder process: %v", err)
 	}
@@ -236,26 +250,43 @@ func testFrozenHolderProcessIsSupersededAfterValidity(e *env) {
 	bound := e.ttl + e.h.SessionTimeout + lossSlack
 	ctx, cancel := e.boundedCtx(bound)
 	defer cancel()
-	l, err := b.Acquire(ctx, e.key)
+	what, figure := "acquired", "frozen-holder-superseded-after"
+	var (
+		token func() uint64
+		end   func()
+		err   error
+	)
+	if campaign {
+		what, figure = "led", "frozen-leader-replaced-after"
+		var ld *lock.Leadership
+		if ld, err = b.Campaign(ctx, e.key, "standby"); err == nil {
+			token, end = ld.Token, func() { _ = ld.Resign(e.ctx) }
+		}
+	} else {
+		var l *lock.Lock
+		if l, err = b.Acquire(ctx, e.key); err == nil {
+			token, end = l.Token, func() { e.release(l) }
+		}
+	}
 	got := time.Now()
 	switch {
 	case err == nil:
 		if got.Before(validUntil) {
-			e.Errorf("another client acquired %v before the frozen holder's validity ran out", validUntil.Sub(got))
+			e.Errorf("another client %s %v before the frozen holder's validity ran out", what, validUntil.Sub(got))
 		}
-		if e.caps.Fencing && e.token(l) <= h.token {
-			e.Errorf("token %d after the frozen holder's %d: fencing tokens must strictly increase", e.token(l), h.token)
+		if e.caps.Fencing && token() <= h.token {
+			e.Errorf("token %d after the frozen holder's %d: fencing tokens must strictly increase", token(), h.token)
 		}
-		e.figure("frozen-holder-superseded-after", got.Sub(frozen))
-		e.release(l)
+		e.figure(figure, got.Sub(frozen))
+		end()
 	case ctx.Err() != nil && e.ctx.Err() == nil:
 		if e.caps.Expiring {
-			e.Errorf("no other client acquired within %v of freezing the holder of an expiring lock (TTL %v)", bound, e.ttl)
+			e.Errorf("no other client %s within %v of freezing the holder of an expiring lock (TTL %v)", what, bound, e.ttl)
 		} else {
 			e.Logf("the backend keeps the lock of a frozen, connected holder beyond %v (session-bound)", bound)
 		}
 	default:
-		e.Fatalf("Acquire while the holder process is frozen: %v", err)
+		e.Fatalf("another client while the holder process is frozen: %v", err)
 	}
 }
 
