@@ -146,11 +146,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.lk.mu.Lock()
 	l.releasing = false
 	closed := l.state == stateClosed
+	if err == nil {
+		// Ended under the same lock that clears releasing: a refresh whose
+		// answer lands in between would otherwise find the lock gone, not
+		// being released, and report our own release as a loss.
+		l.endLocked(stateReleased, nil)
+		l.lk.mu.Unlock()
+		return nil
+	}
 	l.lk.mu.Unlock()
 	switch {
-	case err == nil:
-		l.end(stateReleased, nil)
-		return nil
 	case closed:
 		// Close ended the lock while this release was under way, and its own
 		// release may be what this one found gone.
