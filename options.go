@@ -2,8 +2,12 @@ package lock
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTTL is the lock TTL when no WithTTL option is given.
@@ -29,6 +33,13 @@ type options struct {
 	ownerName    string // WithOwnerName; empty: host:pid
 	value        string // a leader's published value (Campaign)
 	err          error  // first invalid option value, reported by validate
+
+	// Locker settings for telemetry (see telemetry.go).
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	keyAttr        bool
+	logger         *slog.Logger
+	scheme         string
 }
 
 func defaultOptions() options {
