@@ -178,7 +178,7 @@ func newInstruments(m metric.Meter, backend string) *instruments {
 	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of Acquire, TryAcquire, Do's and Campaign's acquisition, by outcome."))
 	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of a granted acquisition to the sending of the request that was granted (0 when the first attempt won; the whole wait on drivers whose backend wakes waiters)."))
+		metric.WithDescription("Time from the start of a granted acquisition to the sending of the request that was granted: near 0 when the first attempt won, the whole wait otherwise."))
 	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long a lock was held, from grant to release, loss or close."))
 	in.held, _ = m.Int64UpDownCounter("distlock.locks.held", metric.WithUnit("{lock}"),
@@ -311,10 +311,10 @@ func (t *telemetry) backendResult(ctx context.Context, op, key string, err error
 
 // acquireSpan is one acquisition's instrumentation; nil when nothing is on.
 type acquireSpan struct {
-	t            *telemetry
-	span         trace.Span // nil when not tracing
-	start        time.Time
-	grantSent    time.Time // when the granted request was sent (driver.Grant.Start, else the attempt's start)
+	t         *telemetry
+	span      trace.Span // nil when not tracing
+	start     time.Time
+	grantSent time.Time // when the granted request was sent (driver.Grant.Start, else the attempt's start)
 }
 
 func (t *telemetry) startAcquire(ctx context.Context, op, key string) (context.Context, *acquireSpan) {
