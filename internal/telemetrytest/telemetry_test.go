@@ -57,10 +57,10 @@ func newRig(t *testing.T, opts ...lock.Option) *rig {
 // point is one data point: its attributes and its value (a sum's value, or a
 // histogram's count and sum).
 type point struct {
-	attrs      attribute.Set
-	value      int64
-	count      uint64
-	sum, max   float64
+	attrs    attribute.Set
+	value    int64
+	count    uint64
+	sum, max float64
 }
 
 func (r *rig) collect() map[string][]point {
