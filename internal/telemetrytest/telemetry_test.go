@@ -361,7 +361,7 @@ func eventsNamed(s sdktrace.ReadOnlySpan, name string) []sdktrace.Event {
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
