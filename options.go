@@ -34,12 +34,30 @@ type options struct {
 	value        string // a leader's published value (Campaign)
 	err          error  // first invalid option value, reported by validate
 
-	// Locker settings for telemetry (see telemetry.go).
+	// Locker settings for telemetry, nil when none was given. Behind a
+	// pointer (copied on write by its options) so that the options every
+	// call copies do not grow.
+	tel *telOptions
+}
+
+// telOptions are the telemetry settings of a Locker (see telemetry.go).
+type telOptions struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	keyAttr        bool
 	logger         *slog.Logger
 	scheme         string
+}
+
+// setTel changes a copy of o's telemetry settings: options values share the
+// pointer, so it is never written through.
+func (o *options) setTel(f func(*telOptions)) {
+	var t telOptions
+	if o.tel != nil {
+		t = *o.tel
+	}
+	f(&t)
+	o.tel = &t
 }
 
 func defaultOptions() options {

@@ -52,21 +52,21 @@ var outcomes = [...]string{outcomeAcquired, outcomeLocked, outcomeTimeout, outco
 // provider (otel.GetTracerProvider at the time of Open or New). It is a Locker
 // setting: given to Open or New.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracerProvider = tp }
+	return func(o *options) { o.setTel(func(t *telOptions) { t.tracerProvider = tp }) }
 }
 
 // WithMeterProvider makes the Locker record metrics through mp instead of the
 // global provider (otel.GetMeterProvider at the time of Open or New). It is a
 // Locker setting: given to Open or New.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.meterProvider = mp }
+	return func(o *options) { o.setTel(func(t *telOptions) { t.meterProvider = mp }) }
 }
 
 // WithKeyAttribute adds the lock's key (attribute distlock.key) to metrics and
 // spans. It is off by default: keys can be unbounded in number (a metric series
 // each) and can carry data that should not leave the process.
 func WithKeyAttribute(on bool) Option {
-	return func(o *options) { o.keyAttr = on }
+	return func(o *options) { o.setTel(func(t *telOptions) { t.keyAttr = on }) }
 }
 
 // WithLogger makes the Locker log the events an operator needs on logger: a
@@ -74,13 +74,13 @@ func WithKeyAttribute(on bool) Option {
 // recovered (Info). Successful operations are logged at Debug only. Without
 // it the Locker logs nothing.
 func WithLogger(logger *slog.Logger) Option {
-	return func(o *options) { o.logger = logger }
+	return func(o *options) { o.setTel(func(t *telOptions) { t.logger = logger }) }
 }
 
 // withScheme names the backend for the telemetry's distlock.backend attribute
 // (Open passes the URL's scheme).
 func withScheme(s string) Option {
-	return func(o *options) { o.scheme = s }
+	return func(o *options) { o.setTel(func(t *telOptions) { t.scheme = s }) }
 }
 
 // telemetry is a Locker's instrumentation, resolved once.
@@ -120,7 +120,11 @@ type instruments struct {
 	outcomes [len(outcomes)][]metric.RecordOption
 }
 
-func newTelemetry(o options, d any) *telemetry {
+func newTelemetry(opts options, d any) *telemetry {
+	var o telOptions
+	if opts.tel != nil {
+		o = *opts.tel
+	}
 	t := &telemetry{backend: o.scheme, keyAttr: o.keyAttr, logger: o.logger}
 	if t.backend == "" {
 		t.backend = packageName(d)
