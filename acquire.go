@@ -48,6 +48,16 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	if parent == nil {
 		return nil, &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
+	ctx, a := lk.tel.startAcquire(parent, op, key)
+	l, err := lk.acquireLoop(ctx, op, key, try, opts, a)
+	a.end(ctx, key, err)
+	return l, err
+}
+
+func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, opts []Option, a *acquireSpan) (*Lock, error) {
+	if parent == nil {
+		return nil, &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
 	if err := validateKey(key); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}
@@ -71,7 +81,7 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 	l := newLock(lk, req, o)
 	bo := backoffState{b: o.backoff}
 	var lastErr error // the last transient failure, reported if ctx ends
-	for {
+	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		var g driver.Grant
 		if !try && lk.acquirer != nil {
@@ -79,8 +89,12 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 		} else {
 			g, err = lk.d.TryAcquire(ctx, req)
 		}
+		if a != nil {
+			a.attempt(attempt, classify(err))
+		}
 		switch {
 		case err == nil:
+			lk.tel.backendResult(ctx, op, key, nil)
 			if !lk.fresh(l, g, start) {
 				// Too late to be trusted: give it back, and look again. The
 				// release completes (or fails) before the next attempt, which
@@ -95,6 +109,11 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 					lastErr = errStaleGrant
 				}
 				break
+			}
+			if !g.Start.IsZero() {
+				a.granted(g.Start)
+			} else {
+				a.granted(start)
 			}
 			if err := lk.hold(l, g, start); err != nil {
 				lk.cleanup(req)
@@ -116,13 +135,16 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 		default:
 			// A backend error leaves the outcome unknown: the lock may be ours.
 			err = classify(err)
+			lk.tel.backendResult(ctx, op, key, err)
 			if try || !isTransient(err) || errors.Is(err, ErrClosed) {
 				lk.cleanup(req)
 				return nil, &Error{Op: op, Key: key, Err: err}
 			}
 			lastErr = err
 		}
-		t := time.NewTimer(bo.next())
+		pause := bo.next()
+		a.wait(pause)
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -222,6 +244,7 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 	}
 	l.token = g.Token
 	l.state = stateHeld
+	lk.tel.held(l)
 	l.deadline = start.Add(l.ttl - l.drift)
 	if l.auto {
 		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))

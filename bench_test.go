@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sort"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/memdriver"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // BenchmarkHeldLocks holds 10,000 locks with automatic refresh on and reports the
@@ -91,4 +94,25 @@ func BenchmarkHandoff(b *testing.B) {
 	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 	b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds()), "µs-p50-wake")
 	b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "µs-p99-wake")
+}
+
+// BenchmarkAcquireReleaseNoopTelemetry is BenchmarkAcquireRelease with the
+// OpenTelemetry no-op providers and a logger given explicitly: instrumentation
+// that records nothing must cost what none does.
+func BenchmarkAcquireReleaseNoopTelemetry(b *testing.B) {
+	ctx := context.Background()
+	lk := lock.New(memdriver.New("bench-uncontended-noop"),
+		lock.WithMeterProvider(metricnoop.NewMeterProvider()), lock.WithTracerProvider(tracenoop.NewTracerProvider()),
+		lock.WithLogger(slog.New(slog.DiscardHandler)))
+	defer lk.Close()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		l, err := lk.Acquire(ctx, "k")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -101,6 +101,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	}
 	start := time.Now()
 	err := classify(l.lk.d.Refresh(ctx, l.req))
+	l.lk.tel.refreshed(l, err)
 	switch {
 	case err == nil:
 		l.lk.confirmed(l, start)
@@ -128,6 +129,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: "release", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
+	ctx, span := l.lk.tel.startRelease(ctx, l.req.Key)
+	err := l.release(ctx)
+	endSpan(span, err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	if err := l.startRelease(); err != nil {
@@ -143,6 +151,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return wrapErr("release", l.req.Key, err)
 	}
 	err := classify(l.lk.d.Release(ctx, l.req))
+	l.lk.tel.backendResult(ctx, "release", l.req.Key, err)
 	l.lk.mu.Lock()
 	l.releasing = false
 	closed := l.state == stateClosed
@@ -258,6 +267,7 @@ func (l *Lock) endLocked(s lockState, cause error) []func(error) {
 	}
 	l.state = s
 	l.cause = cause
+	l.lk.tel.ended(l, s, cause)
 	l.lk.unschedule(l)
 	delete(l.lk.held, l)
 	if s == stateReleased {

@@ -117,6 +117,7 @@ type Locker struct {
 	caps     driver.Capabilities
 	defaults options
 	name     string // for String: a redacted URL or the driver's type
+	tel      *telemetry
 
 	mu       sync.Mutex
 	closed   bool
@@ -155,6 +156,7 @@ func New(d driver.Driver, opts ...Option) *Locker {
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
 	lk.cleanupCtx, lk.endCleanup = context.WithCancel(context.Background())
+	lk.tel = newTelemetry(lk.defaults, d)
 	lk.acquirer, _ = d.(driver.Acquirer)
 	lk.batch, _ = d.(driver.BatchRefresher)
 	lk.wg.Add(1)

@@ -2,8 +2,12 @@ package lock
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTTL is the lock TTL when no WithTTL option is given.
@@ -29,6 +33,31 @@ type options struct {
 	ownerName    string // WithOwnerName; empty: host:pid
 	value        string // a leader's published value (Campaign)
 	err          error  // first invalid option value, reported by validate
+
+	// Locker settings for telemetry, nil when none was given. Behind a
+	// pointer (copied on write by its options) so that the options every
+	// call copies do not grow.
+	tel *telOptions
+}
+
+// telOptions are the telemetry settings of a Locker (see telemetry.go).
+type telOptions struct {
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	keyAttr        bool
+	logger         *slog.Logger
+	scheme         string
+}
+
+// setTel changes a copy of o's telemetry settings: options values share the
+// pointer, so it is never written through.
+func (o *options) setTel(f func(*telOptions)) {
+	var t telOptions
+	if o.tel != nil {
+		t = *o.tel
+	}
+	f(&t)
+	o.tel = &t
 }
 
 func defaultOptions() options {

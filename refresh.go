@@ -167,6 +167,7 @@ func (lk *Locker) refresh(due []*Lock) {
 
 // refreshed records the outcome of an automatic refresh.
 func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
+	lk.tel.refreshed(l, classify(err))
 	lk.mu.Lock()
 	l.refreshing = false
 	if l.state != stateHeld {

@@ -57,7 +57,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", u, err))
 	}
-	all := append(opts[:len(opts):len(opts)], p.opts...)
+	all := append(append(opts[:len(opts):len(opts)], p.opts...), withScheme(scheme))
 	if err := defaultOptions().apply(all).err; err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,502 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+// Instrumentation: OpenTelemetry metrics and traces through the API only, and
+// structured logs through log/slog. Everything is resolved once per Locker (in
+// New): with no provider configured (the no-op providers, or global providers
+// that were never set) the Locker keeps no instruments and no tracer, and the
+// hot path pays a nil check, no allocation.
+
+const instrumentationName = "github.com/distlock/lock"
+
+// Attribute keys.
+const (
+	attrBackend   = attribute.Key("distlock.backend")    // the driver's URL scheme (or package name)
+	attrOutcome   = attribute.Key("distlock.outcome")    // acquire: acquired, locked, timeout, cancelled, error
+	attrKey       = attribute.Key("distlock.key")        // only with WithKeyAttribute(true)
+	attrCause     = attribute.Key("distlock.loss.cause") // why a lock was lost
+	attrEnd       = attribute.Key("distlock.lock.end")   // how a hold ended: released, lost, closed
+	attrErrorType = attribute.Key("error.type")          // unavailable, backend, ... (semantic conventions)
+	attrOp        = attribute.Key("distlock.operation")  // acquire, try-acquire, campaign, do
+)
+
+// Acquire outcomes.
+const (
+	outcomeAcquired  = "acquired"
+	outcomeLocked    = "locked"
+	outcomeTimeout   = "timeout"
+	outcomeCancelled = "cancelled"
+	outcomeError     = "error"
+)
+
+var outcomes = [...]string{outcomeAcquired, outcomeLocked, outcomeTimeout, outcomeCancelled, outcomeError}
+
+// WithTracerProvider makes the Locker trace through tp instead of the global
+// provider (otel.GetTracerProvider at the time of Open or New). It is a Locker
+// setting: given to Open or New.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.setTel(func(t *telOptions) { t.tracerProvider = tp }) }
+}
+
+// WithMeterProvider makes the Locker record metrics through mp instead of the
+// global provider (otel.GetMeterProvider at the time of Open or New). It is a
+// Locker setting: given to Open or New.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.setTel(func(t *telOptions) { t.meterProvider = mp }) }
+}
+
+// WithKeyAttribute adds the lock's key (attribute distlock.key) to metrics and
+// spans. It is off by default: keys can be unbounded in number (a metric series
+// each) and can carry data that should not leave the process.
+func WithKeyAttribute(on bool) Option {
+	return func(o *options) { o.setTel(func(t *telOptions) { t.keyAttr = on }) }
+}
+
+// WithLogger makes the Locker log the events an operator needs on logger: a
+// lock lost (Warn, with its cause), the backend unreachable (Warn) and
+// recovered (Info). Successful operations are logged at Debug only. Without
+// it the Locker logs nothing.
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) { o.setTel(func(t *telOptions) { t.logger = logger }) }
+}
+
+// withScheme names the backend for the telemetry's distlock.backend attribute
+// (Open passes the URL's scheme).
+func withScheme(s string) Option {
+	return func(o *options) { o.setTel(func(t *telOptions) { t.scheme = s }) }
+}
+
+// telemetry is a Locker's instrumentation, resolved once.
+type telemetry struct {
+	backend string
+	keyAttr bool
+	logger  *slog.Logger // nil: silent
+	tracer  trace.Tracer // nil: not tracing
+	metrics *instruments // nil: no metrics
+
+	unreachable atomic.Bool // the last backend call failed transiently (for the recovered log)
+
+	// Held locks' hold start and span, guarded by the Locker's mu; kept here
+	// rather than in Lock so that a Lock costs no more when nothing is on.
+	locks map[*Lock]lockTel
+}
+
+type lockTel struct {
+	since time.Time
+	span  trace.Span // nil when not tracing
+}
+
+type instruments struct {
+	acquireDuration metric.Float64Histogram
+	waitDuration    metric.Float64Histogram
+	holdDuration    metric.Float64Histogram
+	held            metric.Int64UpDownCounter
+	losses          metric.Int64Counter
+	refreshes       metric.Int64Counter
+	refreshFailures metric.Int64Counter
+	backendErrors   metric.Int64Counter
+
+	// Precomputed attribute options (the backend alone, the backend with each
+	// outcome), so recording without the key attribute allocates nothing.
+	base     []metric.AddOption
+	baseRec  []metric.RecordOption
+	outcomes [len(outcomes)][]metric.RecordOption
+}
+
+func newTelemetry(opts options, d any) *telemetry {
+	var o telOptions
+	if opts.tel != nil {
+		o = *opts.tel
+	}
+	t := &telemetry{backend: o.scheme, keyAttr: o.keyAttr, logger: o.logger}
+	if t.backend == "" {
+		t.backend = packageName(d)
+	}
+	tp := o.tracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if !isNoop(tp) {
+		t.tracer = tp.Tracer(instrumentationName)
+	}
+	mp := o.meterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if !isNoop(mp) {
+		t.metrics = newInstruments(mp.Meter(instrumentationName), t.backend)
+	}
+	if t.tracer != nil || t.metrics != nil {
+		t.locks = map[*Lock]lockTel{}
+	}
+	return t
+}
+
+// isNoop reports whether p is a no-op provider: the noop packages' own, or
+// the global provider before any was set (its delegating placeholder), which
+// would record nothing either.
+func isNoop(p any) bool {
+	switch p.(type) {
+	case tracenoop.TracerProvider, metricnoop.MeterProvider:
+		return true
+	}
+	rt := reflect.TypeOf(p)
+	return rt.Kind() == reflect.Pointer && strings.HasSuffix(rt.Elem().PkgPath(), "go.opentelemetry.io/otel/internal/global")
+}
+
+// packageName names a driver by its package ("memdriver") when no URL scheme
+// is known (New).
+func packageName(d any) string {
+	rt := reflect.TypeOf(d)
+	for rt != nil && rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	if rt == nil || rt.PkgPath() == "" {
+		return "unknown"
+	}
+	p := rt.PkgPath()
+	return p[strings.LastIndex(p, "/")+1:]
+}
+
+func newInstruments(m metric.Meter, backend string) *instruments {
+	in := &instruments{}
+	// Instrument creation fails only for invalid names or units, which are
+	// constants here; the API returns a working no-op instrument then.
+	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of Acquire, TryAcquire, Do's and Campaign's acquisition, by outcome."))
+	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from the start of a granted acquisition to the sending of the request that was granted: near 0 when the first attempt won, the whole wait otherwise."))
+	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long a lock was held, from grant to release, loss or close."))
+	in.held, _ = m.Int64UpDownCounter("distlock.locks.held", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks held now by this process."))
+	in.losses, _ = m.Int64Counter("distlock.lock.losses", metric.WithUnit("{loss}"),
+		metric.WithDescription("Locks lost while held, by cause."))
+	in.refreshes, _ = m.Int64Counter("distlock.lock.refreshes", metric.WithUnit("{refresh}"),
+		metric.WithDescription("Refresh attempts, automatic and manual."))
+	in.refreshFailures, _ = m.Int64Counter("distlock.lock.refresh.failures", metric.WithUnit("{refresh}"),
+		metric.WithDescription("Refresh attempts that did not confirm the lock, by error class."))
+	in.backendErrors, _ = m.Int64Counter("distlock.backend.errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Backend failures, by class (unavailable: transient; backend: permanent)."))
+	set := attribute.NewSet(attrBackend.String(backend))
+	in.base = []metric.AddOption{metric.WithAttributeSet(set)}
+	in.baseRec = []metric.RecordOption{metric.WithAttributeSet(set)}
+	for i, oc := range outcomes {
+		in.outcomes[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrBackend.String(backend), attrOutcome.String(oc)))}
+	}
+	return in
+}
+
+// attrs is the attribute list of one lock's measurements: the backend, the
+// key when asked for, and extra.
+func (t *telemetry) attrs(key string, extra ...attribute.KeyValue) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 2+len(extra))
+	kv = append(kv, attrBackend.String(t.backend))
+	if t.keyAttr {
+		kv = append(kv, attrKey.String(key))
+	}
+	return append(kv, extra...)
+}
+
+func (t *telemetry) addOpts(key string, extra ...attribute.KeyValue) []metric.AddOption {
+	if !t.keyAttr && len(extra) == 0 {
+		return t.metrics.base
+	}
+	return []metric.AddOption{metric.WithAttributes(t.attrs(key, extra...)...)}
+}
+
+func (t *telemetry) recOpts(key string, extra ...attribute.KeyValue) []metric.RecordOption {
+	if !t.keyAttr && len(extra) == 0 {
+		return t.metrics.baseRec
+	}
+	return []metric.RecordOption{metric.WithAttributes(t.attrs(key, extra...)...)}
+}
+
+// outcomeOf names an acquisition's outcome.
+func outcomeOf(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrLocked):
+		return 1
+	case errors.Is(err, context.DeadlineExceeded):
+		return 2
+	case errors.Is(err, context.Canceled):
+		return 3
+	default:
+		return 4
+	}
+}
+
+// lossCauses maps a loss's cause to its class, most specific first. Causes
+// that later work exports from the root package go at the front.
+var lossCauses = []struct {
+	err   error
+	class string
+}{
+	{ErrForceReleased, "force_released"},
+	{errDeadline, "expired"},
+	{ErrClosed, "closed"},
+	{ErrUnavailable, "unavailable"},
+	{ErrNotHeld, "not_held"},
+}
+
+// lossCause is the class of a loss's cause: the distlock.loss.cause attribute.
+func lossCause(cause error) string {
+	for _, c := range lossCauses {
+		if errors.Is(cause, c.err) {
+			return c.class
+		}
+	}
+	return "lost"
+}
+
+// errorClass is the error.type of a failure.
+func errorClass(err error) string {
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrBackend):
+		return "backend"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, ErrNotHeld):
+		return "not_held"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	default:
+		return "other"
+	}
+}
+
+// backendResult notes a backend call's result: counts backend errors by class,
+// and logs the backend unreachable (once, at Warn) and recovered (Info).
+func (t *telemetry) backendResult(ctx context.Context, op, key string, err error) {
+	if err == nil {
+		if t.unreachable.Load() && t.unreachable.CompareAndSwap(true, false) && t.logger != nil {
+			t.logger.LogAttrs(ctx, slog.LevelInfo, "distlock: backend recovered", slog.String("backend", t.backend), slog.String("op", op))
+		}
+		return
+	}
+	unavailable := errors.Is(err, ErrUnavailable)
+	if !unavailable && !errors.Is(err, ErrBackend) {
+		return // not a backend failure (locked, not held, cancelled)
+	}
+	if t.metrics != nil {
+		cls := "backend"
+		if unavailable {
+			cls = "unavailable"
+		}
+		t.metrics.backendErrors.Add(ctx, 1, t.addOpts(key, attrErrorType.String(cls))...)
+	}
+	if unavailable && !t.unreachable.Load() && t.unreachable.CompareAndSwap(false, true) && t.logger != nil {
+		t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: backend unreachable", slog.String("backend", t.backend), slog.String("op", op), slog.String("error", err.Error()))
+	}
+}
+
+// acquireSpan is one acquisition's instrumentation; nil when nothing is on.
+type acquireSpan struct {
+	t         *telemetry
+	span      trace.Span // nil when not tracing
+	start     time.Time
+	grantSent time.Time // when the granted request was sent (driver.Grant.Start, else the attempt's start)
+}
+
+func (t *telemetry) startAcquire(ctx context.Context, op, key string) (context.Context, *acquireSpan) {
+	if t.tracer == nil && t.metrics == nil {
+		return ctx, nil
+	}
+	a := &acquireSpan{t: t, start: time.Now()}
+	if t.tracer != nil {
+		ctx, a.span = t.tracer.Start(ctx, "distlock."+op, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(t.attrs(key, attrOp.String(op))...))
+	}
+	return ctx, a
+}
+
+// attempt records one attempt's result as a span event.
+func (a *acquireSpan) attempt(n int, err error) {
+	if a == nil {
+		return
+	}
+	if a.span != nil {
+		res := outcomeAcquired
+		if err != nil {
+			res = errorClass(err)
+			if errors.Is(err, ErrLocked) {
+				res = outcomeLocked
+			}
+		}
+		a.span.AddEvent("attempt", trace.WithAttributes(attribute.Int("distlock.attempt", n), attribute.String("distlock.result", res)))
+	}
+}
+
+// granted notes when the granted request was sent.
+func (a *acquireSpan) granted(sent time.Time) {
+	if a != nil {
+		a.grantSent = sent
+	}
+}
+
+// wait records a wait before the next attempt.
+func (a *acquireSpan) wait(d time.Duration) {
+	if a == nil || a.span == nil {
+		return
+	}
+	a.span.AddEvent("wait", trace.WithAttributes(attribute.Float64("distlock.wait.seconds", d.Seconds())))
+}
+
+func (a *acquireSpan) end(ctx context.Context, key string, err error) {
+	if a == nil {
+		return
+	}
+	now := time.Now()
+	oc := outcomeOf(err)
+	if m := a.t.metrics; m != nil {
+		if a.t.keyAttr {
+			m.acquireDuration.Record(ctx, now.Sub(a.start).Seconds(), a.t.recOpts(key, attrOutcome.String(outcomes[oc]))...)
+		} else {
+			m.acquireDuration.Record(ctx, now.Sub(a.start).Seconds(), m.outcomes[oc]...)
+		}
+		if err == nil {
+			w := 0.0
+			if a.grantSent.After(a.start) {
+				w = a.grantSent.Sub(a.start).Seconds()
+			}
+			m.waitDuration.Record(ctx, w, a.t.recOpts(key)...)
+		}
+	}
+	if a.span != nil {
+		a.span.SetAttributes(attrOutcome.String(outcomes[oc]))
+		if err != nil && oc != 1 {
+			a.span.RecordError(err, trace.WithAttributes(attrErrorType.String(errorClass(err))))
+			a.span.SetStatus(codes.Error, errorClass(err))
+		}
+		a.span.End()
+	}
+}
+
+// held records a grant: the held gauge, and the hold span that collects the
+// lock's refreshes and ends with it. Called under the Locker's mu.
+func (t *telemetry) held(l *Lock) {
+	if t.locks != nil {
+		lt := lockTel{since: time.Now()}
+		if t.metrics != nil {
+			t.metrics.held.Add(context.Background(), 1, t.addOpts(l.req.Key)...)
+		}
+		if t.tracer != nil {
+			_, lt.span = t.tracer.Start(context.Background(), "distlock.hold", trace.WithAttributes(t.attrs(l.req.Key)...))
+		}
+		t.locks[l] = lt
+	}
+	if t.logger != nil && t.logger.Enabled(context.Background(), slog.LevelDebug) {
+		t.logger.LogAttrs(context.Background(), slog.LevelDebug, "distlock: lock acquired", slog.String("backend", t.backend), slog.String("key", l.req.Key))
+	}
+}
+
+// refreshed records one refresh of l (err nil: confirmed).
+func (t *telemetry) refreshed(l *Lock, err error) {
+	ctx := context.Background()
+	if t.metrics != nil {
+		t.metrics.refreshes.Add(ctx, 1, t.addOpts(l.req.Key)...)
+		if err != nil {
+			t.metrics.refreshFailures.Add(ctx, 1, t.addOpts(l.req.Key, attrErrorType.String(errorClass(err)))...)
+		}
+	}
+	if t.tracer != nil {
+		l.lk.mu.Lock()
+		span := t.locks[l].span
+		l.lk.mu.Unlock()
+		switch {
+		case span == nil: // no longer held
+		case err == nil:
+			span.AddEvent("refresh")
+		default:
+			span.AddEvent("refresh", trace.WithAttributes(attrErrorType.String(errorClass(err))))
+		}
+	}
+	t.backendResult(ctx, "refresh", l.req.Key, err)
+}
+
+// ended records the end of l's hold; called under lk.mu by endLocked, once.
+func (t *telemetry) ended(l *Lock, s lockState, cause error) {
+	if t.locks == nil && t.logger == nil {
+		return
+	}
+	ctx := context.Background()
+	end := "released"
+	switch s {
+	case stateLost:
+		end = "lost"
+	case stateClosed:
+		end = "closed"
+	}
+	lt := t.locks[l]
+	if t.locks != nil {
+		delete(t.locks, l)
+	}
+	if m := t.metrics; m != nil {
+		m.held.Add(ctx, -1, t.addOpts(l.req.Key)...)
+		m.holdDuration.Record(ctx, time.Since(lt.since).Seconds(), t.recOpts(l.req.Key, attrEnd.String(end))...)
+		if s == stateLost {
+			m.losses.Add(ctx, 1, t.addOpts(l.req.Key, attrCause.String(lossCause(cause)))...)
+		}
+	}
+	if span := lt.span; span != nil {
+		span.SetAttributes(attrEnd.String(end))
+		if s == stateLost {
+			span.SetAttributes(attrCause.String(lossCause(cause)))
+			span.RecordError(cause, trace.WithAttributes(attrErrorType.String("lost")))
+			span.SetStatus(codes.Error, "lost: "+lossCause(cause))
+		}
+		span.End()
+	}
+	if t.logger != nil {
+		switch {
+		case s == stateLost:
+			t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: lock lost", slog.String("backend", t.backend), slog.String("key", l.req.Key),
+				slog.String("cause", lossCause(cause)), slog.String("error", cause.Error()))
+		case t.logger.Enabled(ctx, slog.LevelDebug):
+			t.logger.LogAttrs(ctx, slog.LevelDebug, "distlock: lock "+end, slog.String("backend", t.backend), slog.String("key", l.req.Key))
+		}
+	}
+}
+
+// releaseSpan traces one Release call; it returns ctx unchanged and a nil
+// span when not tracing.
+func (t *telemetry) startRelease(ctx context.Context, key string) (context.Context, trace.Span) {
+	if t.tracer == nil {
+		return ctx, nil
+	}
+	return t.tracer.Start(ctx, "distlock.release", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.attrs(key)...))
+}
+
+func endSpan(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.RecordError(err, trace.WithAttributes(attrErrorType.String(errorClass(err))))
+		span.SetStatus(codes.Error, errorClass(err))
+	}
+	span.End()
+}
