@@ -77,6 +77,14 @@ type Harness struct {
 	// lock went; the properties then check ErrLost alone.
 	SeverCause error
 
+	// CauseMayExpireFirst says that after Sever or RestartLosingLocks the
+	// lock's validity deadline may pass before the driver hears why the lock
+	// went (a ZooKeeper client learns that its session expired only once it
+	// reconnects, up to a second later, while its refreshes cannot be
+	// confirmed): lock.ErrExpired is then accepted besides SeverCause and
+	// RestartCause.
+	CauseMayExpireFirst bool
+
 	// RestartBackend restarts the backend server, keeping whatever data it
 	// persists. Optional: when nil, the properties that need it are skipped with
 	// that reason.
