@@ -22,7 +22,12 @@ func (lk *Locker) Do(ctx context.Context, key string, fn func(context.Context) e
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l.whenLost(func(cause error) {
-		cancel(fmt.Errorf("%w: %w", ErrLost, cause))
+		// The same error Err gives: ErrLost and the cause (ErrExpired,
+		// ErrSessionExpired...), which context.Cause returns to fn.
+		if !errors.Is(cause, ErrLost) {
+			cause = fmt.Errorf("%w: %w", ErrLost, cause)
+		}
+		cancel(cause)
 	})
 	defer func() {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

@@ -69,6 +69,22 @@ var (
 	// it with ForceRelease, where the backend can tell: Lock.Err matches it.
 	ErrForceReleased = driver.ErrForceReleased
 
+	// ErrExpired is the cause of a lock lost because its validity ran out
+	// without a confirmed refresh (Lock.Err and Do's context.Cause match it).
+	ErrExpired = driver.ErrExpired
+
+	// ErrTakenOver is the cause of a lock lost because the backend showed
+	// another owner holding it.
+	ErrTakenOver = driver.ErrTakenOver
+
+	// ErrServerChanged is the cause of a lock lost because the backend server
+	// holding it restarted or failed over.
+	ErrServerChanged = driver.ErrServerChanged
+
+	// ErrSessionExpired is the cause of a lock lost with the backend session
+	// it was bound to (connection, ZooKeeper session, etcd lease).
+	ErrSessionExpired = driver.ErrSessionExpired
+
 	// ErrNoLeader is returned by Leader when no one leads the election.
 	ErrNoLeader = errors.New("no leader")
 )

@@ -143,8 +143,9 @@ func (lk *Locker) ForceRelease(ctx context.Context, key string) error {
 }
 
 // Err tells why the lock is no longer held: nil while it is held; after Lost
-// has closed, an error matching ErrLost and its cause (ErrForceReleased,
-// ErrClosed, or what the backend reported); after a successful Release, an
+// has closed, an error matching ErrLost and its cause (ErrExpired,
+// ErrTakenOver, ErrServerChanged, ErrSessionExpired, ErrForceReleased,
+// ErrClosed, or what else the backend reported); after a successful Release, an
 // error matching ErrNotHeld.
 func (l *Lock) Err() error {
 	l.lk.mu.Lock()

@@ -18,7 +18,7 @@ import (
 const refreshSlack = 10 * time.Millisecond
 
 // errDeadline is the cause of a loss by the validity deadline.
-var errDeadline = fmt.Errorf("%w: no refresh confirmed before the validity deadline", ErrLost)
+var errDeadline = fmt.Errorf("%w: %w: no refresh confirmed before the validity deadline", ErrLost, ErrExpired)
 
 // when is the time of the lock's next event.
 func (l *Lock) when() time.Time {

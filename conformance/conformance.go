@@ -68,6 +68,23 @@ type Harness struct {
 	// expiry), while d's process lives on and must notice. Required.
 	Sever func(ctx context.Context, d driver.Driver) error
 
+	// SeverCause is the loss cause the driver's package documents for what
+	// Sever does (lock.ErrSessionExpired for an ended session,
+	// lock.ErrExpired for a key or lease gone as if it expired,
+	// lock.ErrTakenOver...): Lock.Err and Do's context.Cause must match it
+	// after Sever, besides ErrLost. Drivers differ because their backends
+	// show a loss differently. Nil only for a driver that cannot tell why a
+	// lock went; the properties then check ErrLost alone.
+	SeverCause error
+
+	// CauseMayExpireFirst says that after Sever or RestartLosingLocks the
+	// lock's validity deadline may pass before the driver hears why the lock
+	// went (a ZooKeeper client learns that its session expired only once it
+	// reconnects, up to a second later, while its refreshes cannot be
+	// confirmed): lock.ErrExpired is then accepted besides SeverCause and
+	// RestartCause.
+	CauseMayExpireFirst bool
+
 	// RestartBackend restarts the backend server, keeping whatever data it
 	// persists. Optional: when nil, the properties that need it are skipped with
 	// that reason.
@@ -112,6 +129,13 @@ type Harness struct {
 	// persistence, a replaced etcd or ZooKeeper machine), simply restarted where
 	// locks live in sessions (PostgreSQL). It returns once the backend answers.
 	RestartLosingLocks func(ctx context.Context) error
+
+	// RestartCause is the loss cause Lock.Err must match after
+	// RestartLosingLocks, as the driver documents it (lock.ErrServerChanged
+	// where the driver sees the server's identity change,
+	// lock.ErrSessionExpired where the restart ends its session). Nil only
+	// for a driver that cannot tell: the property then checks ErrLost alone.
+	RestartCause error
 
 	// RestartLosesTokens says that RestartLosingLocks also wipes what the
 	// driver's fencing tokens count from (etcd's revision and ZooKeeper's zxid

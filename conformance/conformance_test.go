@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/distlock/lock/internal/leakcheck"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/memdriver"
@@ -55,6 +58,11 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			broken: "never-lost",
 			run:    "LostClosesWhenSessionSevered|DoCancelsFnAndReportsErrLostOnLoss|SharedAndPermitHoldersSeeLostAndAreReleasedByClose",
 			fail:   []string{"LostClosesWhenSessionSevered", "DoCancelsFnAndReportsErrLostOnLoss", "SharedAndPermitHoldersSeeLostAndAreReleasedByClose"},
+		},
+		{
+			broken: "wrong-cause",
+			run:    "LostClosesWhenSessionSevered|DoCancelsFnAndReportsErrLostOnLoss",
+			fail:   []string{"LostClosesWhenSessionSevered", "DoCancelsFnAndReportsErrLostOnLoss"},
 		},
 		{
 			broken: "no-exclusion",
@@ -142,6 +150,7 @@ func TestBrokenDriver(t *testing.T) {
 			d.(*broken).Sever()
 			return nil
 		},
+		SeverCause: lock.ErrSessionExpired,
 	})
 }
 
@@ -296,5 +305,10 @@ func (b *broken) Refresh(ctx context.Context, req *driver.Request) error {
 	if b.kind == "never-lost" || b.kind == "no-owner-check" {
 		return nil
 	}
-	return b.Driver.Refresh(ctx, req)
+	err := b.Driver.Refresh(ctx, req)
+	if b.kind == "wrong-cause" && errors.Is(err, driver.ErrNotHeld) {
+		// Every loss blamed on another owner, whatever happened.
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrTakenOver)
+	}
+	return err
 }

@@ -65,9 +65,31 @@ func testLostClosesAtDeadlineBeforeOthersAcquire(e *env) {
 		e.Errorf("another client acquired after %v while the first holder's Lost() was still open", r.onTime)
 	}
 	e.release(r.l)
+	// No refresh was asked for: whoever saw the validity run out first (the
+	// portable layer's deadline or the driver), the cause is expiry.
+	e.checkCause(l, lock.ErrExpired, "a lock not refreshed past its TTL")
 	if err := l.Release(e.ctx); !errors.Is(err, lock.ErrLost) || !errors.Is(err, lock.ErrNotHeld) {
 		e.Errorf("Release of a lost lock = %v, want ErrLost and ErrNotHeld", err)
 	}
+}
+
+// checkCause asserts that l, lost, reports ErrLost and cause (when not nil)
+// through Err.
+func (e *env) checkCause(l *lock.Lock, cause error, what string) {
+	e.Helper()
+	err := l.Err()
+	if !errors.Is(err, lock.ErrLost) {
+		e.Errorf("Err() of %s = %v, want an error matching ErrLost", what, err)
+	}
+	if cause != nil && !e.causeIs(err, cause) {
+		e.Errorf("Err() of %s = %v, want the cause %q", what, err, cause)
+	}
+}
+
+// causeIs reports whether err carries the fault's cause, or expiry where the
+// harness says the deadline may come first.
+func (e *env) causeIs(err, cause error) bool {
+	return errors.Is(err, cause) || (e.h.CauseMayExpireFirst && errors.Is(err, lock.ErrExpired))
 }
 
 func testLostClosesWhenSessionSevered(e *env) {
@@ -79,6 +101,7 @@ func testLostClosesWhenSessionSevered(e *env) {
 	}
 	took := e.waitClosed(l.Lost(), e.ttl+lossSlack, "Lost() after the session was severed")
 	e.Logf("Lost() closed %v after the sever", took)
+	e.checkCause(l, e.h.SeverCause, "a lock whose session was severed")
 	if err := l.Release(e.ctx); !errors.Is(err, lock.ErrNotHeld) || !errors.Is(err, lock.ErrLost) {
 		e.Errorf("Release after loss = %v, want ErrNotHeld and ErrLost", err)
 	}
@@ -136,8 +159,12 @@ func testDoCancelsFnAndReportsErrLostOnLoss(e *env) {
 	if err := e.h.Sever(e.ctx, da); err != nil {
 		e.Fatalf("Harness.Sever: %v", err)
 	}
-	if cause := <-fnErr; !errors.Is(cause, lock.ErrLost) {
+	cause := <-fnErr
+	if !errors.Is(cause, lock.ErrLost) {
 		e.Errorf("fn's context ended with cause %v, want one matching ErrLost", cause)
+	}
+	if want := e.h.SeverCause; want != nil && !e.causeIs(cause, want) {
+		e.Errorf("fn's context ended with cause %v, want one matching the sever's cause %q", cause, want)
 	}
 	if err := <-errc; !errors.Is(err, lock.ErrLost) {
 		e.Errorf("Do = %v, want an error matching ErrLost", err)

@@ -49,6 +49,7 @@ func testLostClosesPromptlyOnRestartLosingLocks(e *env) {
 		}
 	}
 	e.figure("restart-loss-detection", lost.at.Sub(back))
+	e.checkCause(l, e.h.RestartCause, "a lock the backend lost in a restart")
 }
 
 // After a restart, the driver (which may have remembered the server it spoke to)

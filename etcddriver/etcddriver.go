@@ -315,6 +315,15 @@
 // lease, so counting from them would promise up to a third of a TTL more than
 // etcd keeps the key (TestGrantAndRefreshValidityEndByTheLeasesDeadline).
 //
+// The cause of a loss (lock.Err and Do's context.Cause match it):
+//
+//   - lock.ErrSessionExpired: etcd says the lease is gone (expired, revoked,
+//     or lost with a server that came back without its data);
+//   - lock.ErrExpired: no keepalive was confirmed within the lease's TTL, the
+//     lock's own TTL passed unrefreshed, or its key was deleted;
+//   - lock.ErrTakenOver: a refresh found another lock's key in its place;
+//   - lock.ErrForceReleased: ForceRelease deleted it.
+//
 // Release deletes the key in a transaction on its create revision, so a delayed
 // or retried release can never remove a newer lock, even one of the same name
 // (etcd issue #22082).

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/etcddriver"
@@ -46,7 +47,10 @@ func TestConformance(t *testing.T) {
 		},
 		// Revoking a client's leases is what etcd does when its keepalives stop.
 		Sever:          func(ctx context.Context, d driver.Driver) error { return sever(ctx, admin, d) },
+		SeverCause:     lock.ErrSessionExpired,
 		RestartBackend: restart,
+		// A server back without its data has forgotten the lease.
+		RestartCause: lock.ErrSessionExpired,
 	}, []*testserver.Server{srv}, u.String(),
 		func(ctx context.Context, raw string) (driver.Driver, error) {
 			u, err := url.Parse(raw)

@@ -132,7 +132,11 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 	}
 	if len(kvs) == 0 || kvs[0].CreateRevision != e.rev || kvs[0].Lease != int64(e.s.id) {
 		d.removeLocked(e)
-		return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, errVanished, e.key)
+		why := errVanished
+		if len(kvs) > 0 {
+			why = errReplaced
+		}
+		return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
 	}
 	if paid := start.Add(e.req.TTL); paid.After(e.paidUntil) {
 		e.paidUntil = paid
@@ -140,23 +144,36 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 	return nil
 }
 
-// errVanished is why confirm finds a held lock lost: its key is gone.
-var errVanished = errors.New("etcddriver: key is gone (deleted, or its lease ended)")
+// errVanished is why confirm finds a held lock lost: its key is gone;
+// errReplaced (which matches it too): another lock's key is in its place.
+var (
+	errVanished = errors.New("etcddriver: key is gone (deleted, or its lease ended)")
+	errReplaced = fmt.Errorf("%w: another lock holds the key", errVanished)
+)
 
-// whyLost passes err on, unless it says e's key vanished and ForceRelease
-// left a tombstone for it: then the loss was forced, and says so. (Only the
-// rare refresh that finds its key gone pays the read.)
+// whyLost passes err on, unless it says e's key vanished: then it adds the
+// cause. ForceRelease left a tombstone for it: driver.ErrForceReleased; its
+// lease is gone: driver.ErrSessionExpired; another lock's key is there:
+// driver.ErrTakenOver; else (the key was deleted): driver.ErrExpired. Only
+// the rare refresh that finds its key gone pays the reads.
 func (d *Driver) whyLost(ctx context.Context, e *entry, err error) error {
 	if !errors.Is(err, errVanished) {
 		return err
 	}
 	d.mu.Lock()
-	rev := e.rev
+	rev, lease := e.rev, e.s.id
 	d.mu.Unlock()
-	if d.forced(requireLeader(ctx), e.key, rev) {
+	ctx = requireLeader(ctx)
+	if d.forced(ctx, e.key, rev) {
 		return fmt.Errorf("%w: %w: etcddriver: key %s was deleted by ForceRelease", driver.ErrNotHeld, driver.ErrForceReleased, e.key)
 	}
-	return err
+	if ttl, lerr := d.c.TimeToLive(ctx, lease); lerr == nil && ttl.TTL < 0 {
+		return fmt.Errorf("%w: %w", err, errLeaseGone)
+	}
+	if errors.Is(err, errReplaced) {
+		return fmt.Errorf("%w: %w", err, driver.ErrTakenOver)
+	}
+	return fmt.Errorf("%w: %w", err, driver.ErrExpired)
 }
 
 // Release implements driver.Driver. The delete is a transaction on our key's create

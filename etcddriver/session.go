@@ -57,9 +57,9 @@ type session struct {
 }
 
 var (
-	errLeaseGone     = errors.New("etcddriver: the lease is gone (expired or revoked)")
-	errLeaseDeadline = errors.New("etcddriver: no keepalive of the lease was confirmed within its TTL")
-	errExpired       = fmt.Errorf("%w: etcddriver: the lock's TTL passed without a refresh", driver.ErrNotHeld)
+	errLeaseGone     = fmt.Errorf("%w: etcddriver: the lease is gone (expired or revoked)", driver.ErrSessionExpired)
+	errLeaseDeadline = fmt.Errorf("%w: etcddriver: no keepalive of the lease was confirmed within its TTL", driver.ErrExpired)
+	errExpired       = fmt.Errorf("%w: %w: etcddriver: the lock's TTL passed without a refresh", driver.ErrNotHeld, driver.ErrExpired)
 )
 
 // session returns the live session for ttl, granting its lease on first use.

@@ -180,6 +180,18 @@
 // or replaced (by an operator, say); if no check succeeds within the TTL, Lost
 // closes. Turning automatic refresh off is not supported.
 //
+// # Lost locks
+//
+// A refresh that finds the lock gone says why (lock.Err matches it):
+//
+//   - lock.ErrSessionExpired: the lock's descriptor was closed (Sever), as
+//     the kernel closes it when the process dies;
+//   - lock.ErrForceReleased: ForceRelease replaced the lock file (its
+//     tombstone is there);
+//   - lock.ErrTakenOver: the lock file was deleted or replaced otherwise, so
+//     another process can lock the new file;
+//   - lock.ErrExpired (from package lock): no check succeeded within the TTL.
+//
 // # Limits
 //
 // Deleting or replacing a lock file by hand while it is held breaks exclusion
@@ -530,12 +542,14 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		if forced {
 			return fmt.Errorf("%w: %w: lock file %s was replaced", driver.ErrNotHeld, driver.ErrForceReleased, h.path)
 		}
-		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
+		return fmt.Errorf("%w: %w: lock file %s was deleted or replaced", driver.ErrNotHeld, driver.ErrTakenOver, h.path)
 	}
 	return nil
 }
 
-var errSevered = fmt.Errorf("%w: the lock file descriptor was closed", driver.ErrNotHeld)
+// errSevered: the descriptor, the client's hold on the flock, is gone as a
+// session is.
+var errSevered = fmt.Errorf("%w: %w: the lock file descriptor was closed", driver.ErrNotHeld, driver.ErrSessionExpired)
 
 // drop forgets h and closes its descriptor, if it is still the lock of k;
 // replaced: its lock file was found replaced.

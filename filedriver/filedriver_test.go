@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/filedriver"
@@ -21,6 +22,7 @@ func TestConformance(t *testing.T) {
 			d.(*filedriver.Driver).Sever()
 			return nil
 		},
+		SeverCause: lock.ErrSessionExpired,
 		// Holder processes lock the same directory: frozen, the kernel keeps
 		// their flocks; killed, it frees them at once.
 		URL: "file://" + dir,

@@ -27,6 +27,15 @@
 //   - Shared: yes, with writer preference (WriterPreference).
 //   - Permits: yes; a mismatched number of permits is ErrInvalidArgument.
 //
+// # Lost locks
+//
+// A holder learns of a loss at its next Refresh, which returns
+// driver.ErrNotHeld wrapping the cause (lock.Err matches it):
+//
+//   - lock.ErrSessionExpired: Sever dropped the client's holds;
+//   - lock.ErrForceReleased: ForceRelease evicted it (told at once, through Lost);
+//   - lock.ErrExpired: the hold is gone otherwise (its TTL passed, or Delete).
+//
 // # Queueing rule
 //
 // Each key has holders and a queue of waiting Acquire calls in arrival order.
@@ -98,7 +107,13 @@ type Driver struct {
 	mu     sync.Mutex
 	closed bool
 	done   chan struct{} // closed by Close, ending waits
+
+	// severed (under the store's lock) names the holds Sever dropped, by
+	// key and owner, until their Refresh reports driver.ErrSessionExpired.
+	severed map[severedHold]struct{}
 }
+
+type severedHold struct{ key, owner string }
 
 // Option configures a Driver made by New.
 type Option func(*options)
@@ -132,7 +147,8 @@ func (d *Driver) Capabilities() driver.Capabilities {
 
 // Sever makes the store forget every lock this client holds, as a server does
 // when a client's session ends. The client is not told; like a real client it
-// learns at its next refresh, and its Lost channels close.
+// learns at its next refresh (driver.ErrNotHeld wrapping
+// driver.ErrSessionExpired), and its Lost channels close.
 func (d *Driver) Sever() {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
@@ -140,6 +156,10 @@ func (d *Driver) Sever() {
 		for owner, h := range ks.holders {
 			if h.client == d {
 				delete(ks.holders, owner)
+				if d.severed == nil {
+					d.severed = make(map[severedHold]struct{})
+				}
+				d.severed[severedHold{k, owner}] = struct{}{}
 			}
 		}
 		d.s.changed(k, ks)

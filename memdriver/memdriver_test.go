@@ -6,6 +6,7 @@ import (
 
 	"github.com/distlock/lock/internal/leakcheck"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/memdriver"
@@ -20,6 +21,7 @@ func TestConformance(t *testing.T) {
 			d.(*memdriver.Driver).Sever()
 			return nil
 		},
+		SeverCause: lock.ErrSessionExpired,
 	})
 }
 

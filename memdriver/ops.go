@@ -2,6 +2,7 @@ package memdriver
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -128,13 +129,13 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	defer d.s.mu.Unlock()
 	k, now := d.key(req.Key), time.Now()
 	ks := d.s.keys[k]
-	if ks == nil {
-		return driver.ErrNotHeld
+	var h *holder
+	if ks != nil {
+		d.s.expire(k, ks, now)
+		h = ks.holders[req.Owner]
 	}
-	d.s.expire(k, ks, now)
-	h := ks.holders[req.Owner]
 	if h == nil {
-		return driver.ErrNotHeld
+		return d.lostCause(k, req.Owner)
 	}
 	h.expires = now.Add(req.TTL)
 	return nil
@@ -160,4 +161,15 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	delete(ks.holders, req.Owner)
 	d.s.changed(k, ks)
 	return nil
+}
+
+// lostCause is Refresh's error for a hold that is gone, with its cause; the
+// store's lock is held.
+func (d *Driver) lostCause(k, owner string) error {
+	sh := severedHold{k, owner}
+	if _, ok := d.severed[sh]; ok {
+		delete(d.severed, sh)
+		return fmt.Errorf("%w: %w: the client's session was severed", driver.ErrNotHeld, driver.ErrSessionExpired)
+	}
+	return fmt.Errorf("%w: %w: the hold's TTL passed or it was deleted", driver.ErrNotHeld, driver.ErrExpired)
 }

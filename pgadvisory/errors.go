@@ -21,16 +21,26 @@ import (
 // sessionLostError is how the driver learned that a lock session ended. The
 // server released the session's locks; for an acquire under way it means only
 // that this attempt failed, and a new session may succeed.
-type sessionLostError struct{ err error }
+// Its cause (why) is the loss cause its locks report: driver.ErrSessionExpired,
+// or driver.ErrServerChanged when the driver saw the server's start time change.
+type sessionLostError struct{ err, why error }
 
 func (e *sessionLostError) Error() string {
 	return "pgadvisory: lock session lost (the server releases its locks): " + e.err.Error()
 }
 
-func (e *sessionLostError) Unwrap() error { return e.err }
+func (e *sessionLostError) Unwrap() []error { return []error{e.err, e.why} }
 
 // errSessionLost wraps the error by which the driver learned that a session ended.
-func errSessionLost(err error) error { return &sessionLostError{err} }
+func errSessionLost(err error) error {
+	return &sessionLostError{err, driver.ErrSessionExpired}
+}
+
+// errServerChanged wraps the error by which the driver learned that the
+// server restarted or failed over, which ended a session.
+func errServerChanged(err error) error {
+	return &sessionLostError{err, driver.ErrServerChanged}
+}
 
 // transientCode reports whether a SQLSTATE means the server could not serve the
 // request now, so that a later attempt (on a new session) may succeed.

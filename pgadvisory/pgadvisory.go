@@ -286,6 +286,16 @@
 // (pg_is_in_recovery) is refused. A lock taken by waiting counts as confirmed
 // one round trip before its grant arrived.
 //
+// The cause of a loss (lock.Err and Do's context.Cause match it):
+//
+//   - lock.ErrSessionExpired: the lock's session ended (closed by the server,
+//     as on pg_terminate_backend or a restart, failed, or did not answer);
+//   - lock.ErrServerChanged: a new connection found the server's start time
+//     changed before the old session was seen to end;
+//   - lock.ErrForceReleased: ForceRelease terminated or unlocked it;
+//   - lock.ErrExpired (from package lock): no refresh was confirmed within
+//     the TTL.
+//
 // # Errors and deadlines
 //
 // The driver makes one attempt at each call and reports. Failures a later

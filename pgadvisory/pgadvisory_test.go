@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/faultharness"
@@ -28,7 +29,11 @@ func TestConformance(t *testing.T) {
 		Sever: func(ctx context.Context, d driver.Driver) error {
 			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
 		},
+		SeverCause:     lock.ErrSessionExpired,
 		RestartBackend: func(context.Context) error { return srv.Restart(true) },
+		// The server closes the sessions as it goes down: the driver sees
+		// them end before it can see the new start time.
+		RestartCause: lock.ErrSessionExpired,
 	}, []*testserver.Server{srv}, dsn,
 		func(ctx context.Context, u string) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, u) },
 		// Session locks never outlive a restart, data kept or not.
@@ -53,6 +58,7 @@ func TestConformanceWithoutFencing(t *testing.T) {
 		Sever: func(ctx context.Context, d driver.Driver) error {
 			return terminate(ctx, dsn, d.(withoutHolders).d)
 		},
+		SeverCause: lock.ErrSessionExpired,
 	})
 }
 

@@ -58,7 +58,7 @@ func (d *Driver) addConn(c *lockConn, waiting bool) error {
 		w.add(c)
 	}
 	if len(stale) > 0 {
-		cause := errSessionLost(fmt.Errorf("the server's start time changed from %v to %v (restarted, or failed over to another server)", stale[0].start, c.start))
+		cause := errServerChanged(fmt.Errorf("the server's start time changed from %v to %v (restarted, or failed over to another server)", stale[0].start, c.start))
 		for _, s := range stale {
 			d.kill(s, cause)
 			// Idle ones are closed here; cutting the socket makes a statement in

@@ -87,8 +87,9 @@ func (c *redisCluster) sever(ctx context.Context, d *Driver) error {
 func TestConformanceOnCluster(t *testing.T) {
 	c := startCluster(t)
 	conformance.Run(t, conformance.Harness{
-		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, c.url) },
-		Sever:     func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+		NewDriver:  func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, c.url) },
+		Sever:      func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+		SeverCause: lock.ErrExpired,
 		// Holder processes (killed holders and leaders) open the cluster too.
 		URL: c.url,
 	})

@@ -303,6 +303,17 @@
 // deadline. Automatic refresh of many locks is pipelined: one round trip per
 // batch (per node in a Cluster).
 //
+// The cause of a loss (lock.Err and Do's context.Cause match it):
+//
+//   - lock.ErrServerChanged: the server that granted the lock was restarted
+//     or replaced (its run_id changed), or the key is missing from the server
+//     that now serves it;
+//   - lock.ErrTakenOver: the key holds another owner;
+//   - lock.ErrExpired: the key (or the shared hold or permit) is gone, as
+//     when it expired, or no refresh was confirmed within the TTL (package
+//     lock);
+//   - lock.ErrForceReleased: ForceRelease evicted it.
+//
 // # Errors
 //
 // Failures that may pass are marked with driver.ErrUnavailable, so that
@@ -431,9 +442,9 @@ var (
 	ErrForeignData = errors.New("redisdriver: a key in the driver's namespace holds foreign data")
 
 	// ErrServerChanged is returned by Refresh (wrapped together with
-	// driver.ErrNotHeld) and passed to Request.Lost when the server holding a
-	// lock was restarted or replaced since the lock was granted (its run_id
-	// changed).
+	// driver.ErrNotHeld and lock.ErrServerChanged) and passed to
+	// Request.Lost when the server holding a lock was restarted or replaced
+	// since the lock was granted (its run_id changed).
 	ErrServerChanged = errors.New("redisdriver: the Redis server holding the lock was restarted or replaced (run_id changed)")
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/faultharness"
@@ -26,7 +27,11 @@ func TestConformance(t *testing.T) {
 		Sever: func(ctx context.Context, d driver.Driver) error {
 			return sever(ctx, admin, d.(*Driver))
 		},
+		// A deleted key looks like an expired one.
+		SeverCause:     lock.ErrExpired,
 		RestartBackend: func(context.Context) error { return srv.Restart(false) },
+		// The run_id changed.
+		RestartCause: lock.ErrServerChanged,
 	}, []*testserver.Server{srv}, srv.URL(),
 		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
 		func(context.Context) error { return srv.Restart(false) }, 0))

@@ -12,7 +12,14 @@ import (
 )
 
 // errServerChanged is what a lock on a restarted or replaced server reports.
-var errServerChanged = fmt.Errorf("%w: %w", driver.ErrNotHeld, ErrServerChanged)
+var errServerChanged = fmt.Errorf("%w: %w (%w)", driver.ErrNotHeld, ErrServerChanged, driver.ErrServerChanged)
+
+// errGone and errTakenOver are what a refresh that finds the key gone, or
+// holding another owner, reports.
+var (
+	errGone      = fmt.Errorf("%w: %w: the lock's key is gone", driver.ErrNotHeld, driver.ErrExpired)
+	errTakenOver = fmt.Errorf("%w: %w: the lock's key holds another owner", driver.ErrNotHeld, driver.ErrTakenOver)
+)
 
 // errForced is what a lock evicted by ForceRelease reports.
 var errForced = fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased)
@@ -96,12 +103,15 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		case n == 2:
 			errs[i] = errForced
 			d.forget(reqs[i])
-		case n == 0:
+		case n == 0 || n == 3:
 			// A lock missing from a server that replaced ours (a failover to
 			// a replica that had not received it, or a lock released by a
 			// concurrent check that found the server changed) was lost to
 			// the change: say so.
-			errs[i] = driver.ErrNotHeld
+			errs[i] = errGone
+			if n == 3 {
+				errs[i] = errTakenOver
+			}
 			d.mu.Lock()
 			granted, ok := d.held[reqs[i]]
 			d.mu.Unlock()

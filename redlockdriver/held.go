@@ -395,8 +395,11 @@ func (d *Driver) checkHeld() {
 
 	for c, req := range reqs {
 		var why []string
-		evicted := false
+		evicted, restarted := false, false
 		for i := range d.servers {
+			if ids[c][i] != "" && now[i] != "" && ids[c][i] != now[i] {
+				restarted = true
+			}
 			switch {
 			case state[c][i] == forced:
 				evicted = true
@@ -419,9 +422,15 @@ func (d *Driver) checkHeld() {
 			continue // released meanwhile
 		}
 		if req.Lost != nil {
-			cause := ErrForgotten
-			if evicted {
+			// Forgotten by servers seen to restart: the server changed; by
+			// servers that did not: deleted or expired, as far as the driver
+			// can tell.
+			cause := fmt.Errorf("%w (%w)", ErrForgotten, driver.ErrExpired)
+			switch {
+			case evicted:
 				cause = driver.ErrForceReleased
+			case restarted:
+				cause = fmt.Errorf("%w (%w)", ErrForgotten, driver.ErrServerChanged)
 			}
 			req.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, cause, strings.Join(why, "; ")))
 		}

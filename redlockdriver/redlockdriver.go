@@ -178,6 +178,16 @@
 // INFO can attribute the lock to the new process, which then still has the
 // key, so only the run_id vote is missed.
 //
+// The cause of a loss (lock.Err and Do's context.Cause match it):
+//
+//   - lock.ErrServerChanged: the check on servers' return found that a
+//     majority forgot it, servers with a new run_id among them
+//     (ErrForgotten matches too);
+//   - lock.ErrExpired: a refresh or that check found it gone from too many
+//     servers none of which restarted (a deleted key looks like an expired
+//     one), or no refresh was confirmed within the TTL (package lock);
+//   - lock.ErrForceReleased: ForceRelease evicted it.
+//
 // # Read-write locks and semaphores
 //
 // Shared (read) locks (lock.WithShared) are held on a majority, like the

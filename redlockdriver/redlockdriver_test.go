@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/faultharness"
@@ -33,6 +34,10 @@ func TestConformance(t *testing.T) {
 			t.settle() // the locks' last servers have answered
 			return deleteOwned(ctx, admin[:3], t.locks())
 		},
+		// Deleted keys look like expired ones.
+		SeverCause: lock.ErrExpired,
+		// The check on the servers' return finds a majority forgot it.
+		RestartCause: lock.ErrServerChanged,
 		// Restart every server, keeping what it saved.
 		RestartBackend: func(context.Context) error {
 			var errs []error

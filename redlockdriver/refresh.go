@@ -8,6 +8,10 @@ import (
 	"github.com/distlock/lock/driver"
 )
 
+// errGone is what a refresh that finds the lock gone from too many servers
+// reports: to the driver a deleted key looks like an expired one.
+var errGone = fmt.Errorf("%w: %w: the lock is gone from too many servers for a majority", driver.ErrNotHeld, driver.ErrExpired)
+
 // Refresh extends the lock to req.TTL on every server where req.Owner holds it.
 // It succeeds when a majority did; it returns driver.ErrNotHeld when so many
 // servers no longer hold the owner that no majority can (the lock is lost, and
@@ -107,7 +111,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		switch {
 		case x.ok >= d.quorum:
 		case x.not > len(d.servers)-d.quorum:
-			errs[i] = driver.ErrNotHeld
+			errs[i] = errGone
 			if x.forced > 0 {
 				// An operator evicted it (on the others it may have
 				// expired meanwhile, or the eviction did not reach them).

@@ -409,6 +409,19 @@
 // Refresh and Release wait for a disconnected client to reconnect (within their
 // context), then answer for the session they find.
 //
+// The cause of a loss (lock.Err and Do's context.Cause match it):
+//
+//   - lock.ErrSessionExpired: ZooKeeper said the session expired or it was
+//     closed (also after a server came back without its data), which the
+//     client hears only once it reconnects: if the lock's validity ends
+//     first (refreshes cannot be confirmed meanwhile), the cause is
+//     lock.ErrExpired;
+//   - lock.ErrExpired: no contact with the leader was confirmed within the
+//     session timeout (the session may have expired), or the held node was
+//     deleted by someone else;
+//   - lock.ErrForceReleased: ForceRelease deleted the node (its tombstone
+//     says so).
+//
 // # Limits
 //
 // ZooKeeper 3.6 or later (container nodes). A process paused for longer than
@@ -950,8 +963,8 @@ func (d *Driver) removeOnClose(nodes []orphan) error {
 
 // Errors the driver reports for a lock that is gone.
 var (
-	errSessionEnded = fmt.Errorf("%w: the ZooKeeper session ended (expired or closed), and its lock nodes with it", driver.ErrNotHeld)
-	errSuspended    = fmt.Errorf("%w: no contact with ZooKeeper for the session timeout: the session may have expired", driver.ErrNotHeld)
-	errNodeDeleted  = fmt.Errorf("%w: the lock node was deleted", driver.ErrNotHeld)
+	errSessionEnded = fmt.Errorf("%w: %w: the ZooKeeper session ended (expired or closed), and its lock nodes with it", driver.ErrNotHeld, driver.ErrSessionExpired)
+	errSuspended    = fmt.Errorf("%w: %w: no contact with ZooKeeper for the session timeout: the session may have expired", driver.ErrNotHeld, driver.ErrExpired)
+	errNodeDeleted  = fmt.Errorf("%w: %w: the lock node was deleted", driver.ErrNotHeld, driver.ErrExpired)
 	errClosed       = fmt.Errorf("%w: the ZooKeeper driver was closed (%w)", driver.ErrNotHeld, driver.ErrClosed)
 )
