@@ -245,13 +245,16 @@ func outcomeOf(err error) int {
 	}
 }
 
-// lossCauses maps a loss's cause to its class, most specific first. Causes
-// that later work exports from the root package go at the front.
+// lossCauses maps a loss's cause to its class, most specific first.
 var lossCauses = []struct {
 	err   error
 	class string
 }{
 	{ErrForceReleased, "force_released"},
+	{ErrTakenOver, "taken_over"},
+	{ErrServerChanged, "server_changed"},
+	{ErrSessionExpired, "session_expired"},
+	{ErrExpired, "expired"},
 	{errDeadline, "expired"},
 	{ErrClosed, "closed"},
 	{ErrUnavailable, "unavailable"},
