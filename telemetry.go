@@ -175,15 +175,26 @@ func packageName(d any) string {
 	return p[strings.LastIndex(p, "/")+1:]
 }
 
+// Histogram bucket boundaries, in seconds. The SDK's default ones (0, 5, 10,
+// 25, ... 10000) are made for milliseconds: in seconds they would put every
+// acquisition below 5s in one bucket, and a quantile computed from the buckets
+// (Prometheus' histogram_quantile) would mean nothing. Acquisitions take from
+// a tenth of a millisecond (a local server) to the caller's timeout; holds
+// from milliseconds to hours.
+var (
+	latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	holdBuckets    = []float64{0.001, 0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 21600, 86400}
+)
+
 func newInstruments(m metric.Meter, backend string) *instruments {
 	in := &instruments{}
 	// Instrument creation fails only for invalid names or units, which are
 	// constants here; the API returns a working no-op instrument then.
-	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"),
+	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
 		metric.WithDescription("Duration of Acquire, TryAcquire, Do's and Campaign's acquisition, by outcome."))
-	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"),
+	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
 		metric.WithDescription("Time from the start of a granted acquisition to the grant's arrival: one round trip when the first attempt won, the whole wait otherwise."))
-	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"),
+	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(holdBuckets...),
 		metric.WithDescription("How long a lock was held, from grant to release, loss or close."))
 	in.held, _ = m.Int64UpDownCounter("distlock.locks.held", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks held now by this process."))

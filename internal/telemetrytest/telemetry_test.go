@@ -216,3 +216,47 @@ func TestNewNamesTheBackendByTheDriverPackage(t *testing.T) {
 		t.Errorf("locks.held points %v, want one with distlock.backend=memdriver", m["distlock.locks.held"])
 	}
 }
+
+// The histograms' buckets resolve sub-millisecond acquisitions and hour-long
+// holds: the SDK's default boundaries (0, 5, 10, ... 10000), made for
+// milliseconds, would put every acquisition below 5s in one bucket, and a
+// quantile over the buckets (Prometheus' histogram_quantile) would mean nothing.
+func TestHistogramsBucketInSeconds(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	l, err := r.lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.rd.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				seen++
+				if len(p.Bounds) < 10 || p.Bounds[0] > 0.001 {
+					t.Errorf("%s: bounds %v, want at least 10 starting at 1ms or below", m.Name, p.Bounds)
+				}
+				if m.Name != "distlock.lock.hold.duration" && p.Bounds[len(p.Bounds)-1] < 30 {
+					t.Errorf("%s: bounds %v, want them to reach a caller's timeout (30s)", m.Name, p.Bounds)
+				}
+				if m.Name == "distlock.lock.hold.duration" && p.Bounds[len(p.Bounds)-1] < 3600 {
+					t.Errorf("%s: bounds %v, want them to reach an hour", m.Name, p.Bounds)
+				}
+			}
+		}
+	}
+	if seen != 3 {
+		t.Errorf("%d histogram points, want 3 (acquire, wait, hold)", seen)
+	}
+}
