@@ -115,7 +115,7 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 			} else {
 				a.granted(start)
 			}
-			if err := lk.hold(l, g, start); err != nil {
+			if err := lk.hold(l, g, start, a); err != nil {
 				lk.cleanup(req)
 				return nil, &Error{Op: op, Key: key, Err: err}
 			}
@@ -230,8 +230,9 @@ func (lk *Locker) validate(o options) error {
 }
 
 // hold records a granted lock and schedules its refresh and validity deadline,
-// measured from start, the moment before the request was sent.
-func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
+// measured from start, the moment before the request was sent; a is the
+// acquisition's span, the hold span's link.
+func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time, a *acquireSpan) error {
 	lk.mu.Lock()
 	if lk.closed {
 		lk.mu.Unlock()
@@ -244,7 +245,7 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 	}
 	l.token = g.Token
 	l.state = stateHeld
-	lk.tel.held(l)
+	lk.tel.held(l, a)
 	l.deadline = start.Add(l.ttl - l.drift)
 	if l.auto {
 		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))

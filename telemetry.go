@@ -175,15 +175,26 @@ func packageName(d any) string {
 	return p[strings.LastIndex(p, "/")+1:]
 }
 
+// Histogram bucket boundaries, in seconds. The SDK's default ones (0, 5, 10,
+// 25, ... 10000) are made for milliseconds: in seconds they would put every
+// acquisition below 5s in one bucket, and a quantile computed from the buckets
+// (Prometheus' histogram_quantile) would mean nothing. Acquisitions take from
+// a tenth of a millisecond (a local server) to the caller's timeout; holds
+// from milliseconds to hours.
+var (
+	latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	holdBuckets    = []float64{0.001, 0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 21600, 86400}
+)
+
 func newInstruments(m metric.Meter, backend string) *instruments {
 	in := &instruments{}
 	// Instrument creation fails only for invalid names or units, which are
 	// constants here; the API returns a working no-op instrument then.
-	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"),
+	in.acquireDuration, _ = m.Float64Histogram("distlock.acquire.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
 		metric.WithDescription("Duration of Acquire, TryAcquire, Do's and Campaign's acquisition, by outcome."))
-	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of a granted acquisition to the sending of the request that was granted: near 0 when the first attempt won, the whole wait otherwise."))
-	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"),
+	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
+		metric.WithDescription("Time from the start of a granted acquisition to the grant's arrival: one round trip when the first attempt won, the whole wait otherwise."))
+	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(holdBuckets...),
 		metric.WithDescription("How long a lock was held, from grant to release, loss or close."))
 	in.held, _ = m.Int64UpDownCounter("distlock.locks.held", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks held now by this process."))
@@ -319,9 +330,10 @@ func (t *telemetry) backendResult(ctx context.Context, op, key string, err error
 // acquireSpan is one acquisition's instrumentation; nil when nothing is on.
 type acquireSpan struct {
 	t         *telemetry
-	span      trace.Span // nil when not tracing
+	span      trace.Span        // nil when not tracing
+	parent    trace.SpanContext // the caller's span, the hold span's parent
 	start     time.Time
-	grantSent time.Time // when the granted request was sent (driver.Grant.Start, else the attempt's start)
+	grantedAt time.Time // when the grant arrived
 }
 
 func (t *telemetry) startAcquire(ctx context.Context, op, key string) (context.Context, *acquireSpan) {
@@ -330,6 +342,7 @@ func (t *telemetry) startAcquire(ctx context.Context, op, key string) (context.C
 	}
 	a := &acquireSpan{t: t, start: time.Now()}
 	if t.tracer != nil {
+		a.parent = trace.SpanContextFromContext(ctx)
 		ctx, a.span = t.tracer.Start(ctx, "distlock."+op, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(t.attrs(key, attrOp.String(op))...))
 	}
@@ -353,10 +366,13 @@ func (a *acquireSpan) attempt(n int, err error) {
 	}
 }
 
-// granted notes when the granted request was sent.
+// granted notes the grant's arrival, the end of the wait. sent, when the
+// granted request was sent, does not end it: a driver that hands the lock to a
+// queued waiter (Redis) reports the sending of the queued request, before the
+// wait, so that the validity is measured conservatively.
 func (a *acquireSpan) granted(sent time.Time) {
 	if a != nil {
-		a.grantSent = sent
+		a.grantedAt = time.Now()
 	}
 }
 
@@ -382,8 +398,8 @@ func (a *acquireSpan) end(ctx context.Context, key string, err error) {
 		}
 		if err == nil {
 			w := 0.0
-			if a.grantSent.After(a.start) {
-				w = a.grantSent.Sub(a.start).Seconds()
+			if a.grantedAt.After(a.start) {
+				w = a.grantedAt.Sub(a.start).Seconds()
 			}
 			m.waitDuration.Record(ctx, w, a.t.recOpts(key)...)
 		}
@@ -400,14 +416,34 @@ func (a *acquireSpan) end(ctx context.Context, key string, err error) {
 
 // held records a grant: the held gauge, and the hold span that collects the
 // lock's refreshes and ends with it. Called under the Locker's mu.
-func (t *telemetry) held(l *Lock) {
+//
+// The hold span is a sibling of the acquire span a, under the caller's span,
+// with a link to a: the hold outlives the Acquire call, and a child that ends
+// long after its parent confuses duration and critical-path views (the acquire
+// span's self time, Jaeger's critical path), while the caller's span (a job,
+// a request) is what the lock's life belongs to, and the link keeps the
+// "granted by" relation that OpenTracing called FollowsFrom. Without a caller's
+// span the hold span is the acquire span's child instead, so that the lock's
+// life stays in one trace (a new root would split it, and a tail sampler would
+// keep one half without the other).
+func (t *telemetry) held(l *Lock, a *acquireSpan) {
 	if t.locks != nil {
 		lt := lockTel{since: time.Now()}
 		if t.metrics != nil {
 			t.metrics.held.Add(context.Background(), 1, t.addOpts(l.req.Key)...)
 		}
 		if t.tracer != nil {
-			_, lt.span = t.tracer.Start(context.Background(), "distlock.hold", trace.WithAttributes(t.attrs(l.req.Key)...))
+			ctx := context.Background()
+			opts := []trace.SpanStartOption{trace.WithAttributes(t.attrs(l.req.Key)...)}
+			if a != nil && a.span != nil {
+				parent := a.parent
+				if !parent.IsValid() {
+					parent = a.span.SpanContext()
+				}
+				ctx = trace.ContextWithSpanContext(ctx, parent)
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: a.span.SpanContext()}))
+			}
+			_, lt.span = t.tracer.Start(ctx, "distlock.hold", opts...)
 		}
 		t.locks[l] = lt
 	}

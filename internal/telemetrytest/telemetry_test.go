@@ -3,51 +3,59 @@ package telemetrytest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/internal/leakcheck"
+	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/memdriver"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(testserver.Main(m)) }
 
-// rig is an instrumented Locker on mem with in-memory readers.
+// rig is an instrumented Locker with in-memory readers.
 type rig struct {
-	t     *testing.T
-	lk    *lock.Locker
-	op    *lock.Locker // the operator's, uninstrumented, on the same store
-	rd    *sdkmetric.ManualReader
-	spans *tracetest.SpanRecorder
-	logs  *bytes.Buffer
+	t       *testing.T
+	lk      *lock.Locker
+	op      *lock.Locker // the operator's, uninstrumented, on the same store
+	backend attribute.KeyValue
+	rd      *sdkmetric.ManualReader
+	tp      *sdktrace.TracerProvider
+	spans   *tracetest.SpanRecorder
+	logs    *bytes.Buffer
 }
 
+// newRig opens an instrumented Locker on mem, its store named after the test.
 func newRig(t *testing.T, opts ...lock.Option) *rig {
 	t.Helper()
+	return newRigAt(t, "mem://"+t.Name(), "mem", opts...)
+}
+
+// newRigAt opens an instrumented Locker and the operator's on url, whose
+// distlock.backend attribute is scheme.
+func newRigAt(t *testing.T, url, scheme string, opts ...lock.Option) *rig {
+	t.Helper()
 	ctx := context.Background()
-	r := &rig{t: t, rd: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder(), logs: &bytes.Buffer{}}
+	r := &rig{t: t, backend: attribute.String("distlock.backend", scheme), rd: sdkmetric.NewManualReader(),
+		spans: tracetest.NewSpanRecorder(), logs: &bytes.Buffer{}}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.rd))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
-	t.Cleanup(func() { _ = mp.Shutdown(ctx); _ = tp.Shutdown(ctx) })
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	t.Cleanup(func() { _ = mp.Shutdown(ctx); _ = r.tp.Shutdown(ctx) })
 	logger := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	all := append([]lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp), lock.WithLogger(logger)}, opts...)
+	all := append([]lock.Option{lock.WithMeterProvider(mp), lock.WithTracerProvider(r.tp), lock.WithLogger(logger)}, opts...)
 	var err error
-	if r.lk, err = lock.Open(ctx, "mem://"+t.Name(), all...); err != nil {
+	if r.lk, err = lock.Open(ctx, url, all...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.lk.Close() })
-	if r.op, err = lock.Open(ctx, "mem://"+t.Name()); err != nil {
+	if r.op, err = lock.Open(ctx, url); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.op.Close() })
@@ -142,211 +150,7 @@ func lost(t *testing.T, l *lock.Lock) {
 	}
 }
 
-var (
-	backend = attribute.String("distlock.backend", "mem")
-	outcome = func(s string) attribute.KeyValue { return attribute.String("distlock.outcome", s) }
-)
-
-// The scripted scenario: acquire, contend (locked, timeout, cancelled, a
-// waiter granted on release), refresh, release, lose by expiry, lose by
-// ForceRelease, campaign and resign. Every metric, span and log line is
-// checked against what happened.
-func TestScenarioEmitsEachMetricSpanAndLogWithTheRightValues(t *testing.T) {
-	r := newRig(t)
-	ctx := context.Background()
-
-	l1, err := r.lk.Acquire(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, v := total(find(r.collect()["distlock.locks.held"], backend)); v != 1 {
-		t.Fatalf("locks.held = %d while one lock is held, want 1", v)
-	}
-	if _, err := r.lk.TryAcquire(ctx, "a"); !errors.Is(err, lock.ErrLocked) {
-		t.Fatalf("TryAcquire of a held key: %v, want ErrLocked", err)
-	}
-	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	_, err = r.lk.Acquire(tctx, "a")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire until a deadline of a held key: %v, want DeadlineExceeded", err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := r.lk.Acquire(cctx, "a"); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Acquire with a cancelled context: %v, want Canceled", err)
-	}
-
-	// A waiter, blocked until l1's release.
-	got := make(chan *lock.Lock, 1)
-	go func() {
-		w, err := r.lk.Acquire(ctx, "a")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- w
-	}()
-	waitFor(t, "the waiter to block", func() bool {
-		in, err := r.op.Inspect(ctx, "a")
-		return err == nil && in.Waiters == 1
-	})
-	seenBlocked := time.Now() // the waiter's call began before this
-	if err := l1.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	releasing := time.Now() // the waiter's grant comes after this
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Lost by expiry: no refresh before the validity deadline.
-	le, err := r.lk.Acquire(ctx, "b", lock.WithTTL(50*time.Millisecond), lock.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost(t, le)
-	// Lost by an operator's ForceRelease.
-	lf, err := r.lk.Acquire(ctx, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.op.ForceRelease(ctx, "c"); err != nil {
-		t.Fatal(err)
-	}
-	lost(t, lf)
-	if !errors.Is(lf.Err(), lock.ErrForceReleased) {
-		t.Fatalf("Err of a force-released lock: %v", lf.Err())
-	}
-	ld, err := r.lk.Campaign(ctx, "e", "me")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ld.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	m := r.collect()
-	// acquire.duration by outcome: l1, the waiter, le, lf, the campaign.
-	for oc, want := range map[string]uint64{"acquired": 5, "locked": 1, "timeout": 1, "cancelled": 1, "error": 0} {
-		if n, _ := total(find(m["distlock.acquire.duration"], backend, outcome(oc))); n != want {
-			t.Errorf("acquire.duration{outcome=%s} count %d, want %d", oc, n, want)
-		}
-	}
-	// wait.duration: one per grant; the waiter's is at least from when it was
-	// seen blocked to the release that let it in.
-	waits := find(m["distlock.acquire.wait.duration"], backend)
-	if n, _ := total(waits); n != 5 || len(waits) != 1 {
-		t.Errorf("acquire.wait.duration: %d points, count %d, want one point of 5", len(waits), n)
-	} else if min := releasing.Sub(seenBlocked).Seconds(); waits[0].max < min {
-		t.Errorf("acquire.wait.duration: max %vs, want at least %vs (the waiter's wait)", waits[0].max, min)
-	}
-	hold := m["distlock.lock.hold.duration"]
-	for end, want := range map[string]uint64{"released": 3, "lost": 2, "closed": 0} {
-		if n, _ := total(find(hold, backend, attribute.String("distlock.lock.end", end))); n != want {
-			t.Errorf("lock.hold.duration{end=%s} count %d, want %d", end, n, want)
-		}
-	}
-	if _, v := total(find(m["distlock.locks.held"], backend)); v != 0 {
-		t.Errorf("locks.held = %d after every lock ended, want 0", v)
-	}
-	losses := m["distlock.lock.losses"]
-	for cause, want := range map[string]int64{"expired": 1, "force_released": 1} {
-		if _, v := total(find(losses, backend, attribute.String("distlock.loss.cause", cause))); v != want {
-			t.Errorf("lock.losses{cause=%s} = %d, want %d", cause, v, want)
-		}
-	}
-	if _, v := total(losses); v != 2 {
-		t.Errorf("lock.losses total %d, want 2", v)
-	}
-	if _, v := total(find(m["distlock.lock.refreshes"], backend)); v != 1 {
-		t.Errorf("lock.refreshes = %d, want 1 (the manual refresh)", v)
-	}
-	if ps := m["distlock.lock.refresh.failures"]; len(ps) != 0 {
-		t.Errorf("lock.refresh.failures has points %v, want none", ps)
-	}
-	if ps := m["distlock.backend.errors"]; len(ps) != 0 {
-		t.Errorf("backend.errors has points %v, want none on mem", ps)
-	}
-	for name, ps := range m {
-		for _, p := range ps {
-			if _, has := p.attrs.Value("distlock.key"); has {
-				t.Errorf("%s carries distlock.key without WithKeyAttribute(true)", name)
-			}
-		}
-	}
-
-	// Spans.
-	byName := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range r.spans.Ended() {
-		byName[s.Name()] = append(byName[s.Name()], s)
-	}
-	for name, want := range map[string]int{"distlock.acquire": 6, "distlock.try-acquire": 1, "distlock.campaign": 1, "distlock.release": 3, "distlock.hold": 5} {
-		if got := len(byName[name]); got != want {
-			t.Errorf("%d %s spans, want %d", got, name, want)
-		}
-	}
-	statuses := map[string]int{}
-	for _, s := range byName["distlock.acquire"] {
-		if s.Status().Code == codes.Error {
-			statuses[s.Status().Description]++
-		}
-		if len(eventsNamed(s, "attempt")) == 0 && attr(s, "distlock.outcome") != "cancelled" {
-			t.Errorf("acquire span (outcome %s) without an attempt event", attr(s, "distlock.outcome"))
-		}
-	}
-	if statuses["timeout"] != 1 || statuses["cancelled"] != 1 || len(statuses) != 2 {
-		t.Errorf("acquire spans in error: %v, want one timeout and one cancelled", statuses)
-	}
-	if ts := byName["distlock.try-acquire"]; len(ts) == 1 && (ts[0].Status().Code == codes.Error || attr(ts[0], "distlock.outcome") != "locked") {
-		t.Errorf("try-acquire span: status %v outcome %q, want unset and locked (a refusal is no error)", ts[0].Status(), attr(ts[0], "distlock.outcome"))
-	}
-	causes := map[string]int{}
-	refreshEvents := 0
-	for _, s := range byName["distlock.hold"] {
-		refreshEvents += len(eventsNamed(s, "refresh"))
-		if attr(s, "distlock.lock.end") == "lost" {
-			if s.Status().Code != codes.Error {
-				t.Errorf("hold span of a lost lock has status %v", s.Status())
-			}
-			causes[attr(s, "distlock.loss.cause")]++
-		}
-	}
-	if refreshEvents != 1 {
-		t.Errorf("%d refresh events on hold spans, want 1", refreshEvents)
-	}
-	if causes["expired"] != 1 || causes["force_released"] != 1 {
-		t.Errorf("hold spans lost by cause %v, want one expired and one force_released", causes)
-	}
-
-	// Logs: the two losses at Warn, with their cause, and nothing else at Info
-	// or above (no line per successful operation).
-	var lines []map[string]any
-	for _, ln := range strings.Split(strings.TrimSpace(r.logs.String()), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(ln), &rec); err != nil {
-			t.Fatalf("log line %q: %v", ln, err)
-		}
-		lines = append(lines, rec)
-	}
-	logged := map[string]int{}
-	for _, rec := range lines {
-		if rec["level"] != "WARN" || rec["msg"] != "distlock: lock lost" {
-			t.Errorf("unexpected log line %v", rec)
-			continue
-		}
-		logged[rec["cause"].(string)]++
-	}
-	if logged["expired"] != 1 || logged["force_released"] != 1 {
-		t.Errorf("lost-lock log lines by cause %v, want one expired and one force_released", logged)
-	}
-}
+func outcome(s string) attribute.KeyValue { return attribute.String("distlock.outcome", s) }
 
 func eventsNamed(s sdktrace.ReadOnlySpan, name string) []sdktrace.Event {
 	var out []sdktrace.Event
@@ -381,7 +185,7 @@ func TestKeyAttributeOnlyWithWithKeyAttribute(t *testing.T) {
 	key := attribute.String("distlock.key", "invoice:42")
 	m := r.collect()
 	for _, name := range []string{"distlock.acquire.duration", "distlock.acquire.wait.duration", "distlock.lock.hold.duration", "distlock.locks.held"} {
-		if len(m[name]) == 0 || len(find(m[name], backend, key)) != len(m[name]) {
+		if len(m[name]) == 0 || len(find(m[name], r.backend, key)) != len(m[name]) {
 			t.Errorf("%s: points %v, want each with %v", name, m[name], key)
 		}
 	}
@@ -410,5 +214,49 @@ func TestNewNamesTheBackendByTheDriverPackage(t *testing.T) {
 	m := r.collect()
 	if len(find(m["distlock.locks.held"], attribute.String("distlock.backend", "memdriver"))) != 1 {
 		t.Errorf("locks.held points %v, want one with distlock.backend=memdriver", m["distlock.locks.held"])
+	}
+}
+
+// The histograms' buckets resolve sub-millisecond acquisitions and hour-long
+// holds: the SDK's default boundaries (0, 5, 10, ... 10000), made for
+// milliseconds, would put every acquisition below 5s in one bucket, and a
+// quantile over the buckets (Prometheus' histogram_quantile) would mean nothing.
+func TestHistogramsBucketInSeconds(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	l, err := r.lk.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.rd.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				seen++
+				if len(p.Bounds) < 10 || p.Bounds[0] > 0.001 {
+					t.Errorf("%s: bounds %v, want at least 10 starting at 1ms or below", m.Name, p.Bounds)
+				}
+				if m.Name != "distlock.lock.hold.duration" && p.Bounds[len(p.Bounds)-1] < 30 {
+					t.Errorf("%s: bounds %v, want them to reach a caller's timeout (30s)", m.Name, p.Bounds)
+				}
+				if m.Name == "distlock.lock.hold.duration" && p.Bounds[len(p.Bounds)-1] < 3600 {
+					t.Errorf("%s: bounds %v, want them to reach an hour", m.Name, p.Bounds)
+				}
+			}
+		}
+	}
+	if seen != 3 {
+		t.Errorf("%d histogram points, want 3 (acquire, wait, hold)", seen)
 	}
 }
