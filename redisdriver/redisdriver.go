@@ -179,8 +179,10 @@
 // the hash P:{K}:labels, where a waiter also leaves its label when it joins
 // the queue, so that the release that hands it the lock writes its record.
 // since-µs is the server's clock (TIME) at the grant, the time the token was
-// minted from. Refresh makes the fence record outlive the lock (a day past
-// the new TTL), so a lock held for days keeps its record. A driver of an
+// minted from. A lock's first refresh makes the fence record outlive the lock
+// by a day, and a later refresh extends it again only when the lock would
+// come within half a day of its end (the driver remembers when it expires),
+// so a lock held for days keeps its record without a command per refresh. A driver of an
 // earlier version on the same server reads such a fence record as no record:
 // its tokens then come from the clock alone, and its grants publish nothing
 // to watchers.
@@ -243,9 +245,8 @@
 // server (INFO commandstats, uncontended TryAcquire and Release with a 60-byte
 // label, Redis 7.0 on a shared 2-core machine): 7.8–8.1µs of server time per
 // acquire and release against 5.7–6.6µs before, about 2µs more on a round
-// trip pair of about 50µs on loopback. Refresh extends the fence record too (one
-// PEXPIRE: 4 server commands per refresh instead of 3 in
-// BenchmarkHeldLocks).
+// trip pair of about 50µs on loopback. Refresh does not extend the fence
+// record each time (see above): 2 server commands per lock per refresh.
 //
 // # Capabilities
 //
@@ -300,8 +301,20 @@
 // server's own restart), where the next refresh would have been 10s after
 // the grant with a 30s TTL. A user whose ACL forbids SUBSCRIBE, or a server
 // that stays away, leaves the loss to the refreshes and the validity
-// deadline. Automatic refresh of many locks is pipelined: one round trip per
-// batch (per node in a Cluster).
+// deadline.
+//
+// Automatic refresh of many locks is batched: RefreshBatch sends one pipeline
+// (one round trip per node in a Cluster) in which one refresh.lua call
+// checks and extends up to 256 exclusive locks, GET to compare the owner and
+// PEXPIRE to extend each (a shaped hold is one shapedrefresh.lua call of its
+// own). In a Cluster a script's keys must share a slot, so the locks are
+// grouped by slot: locks spread over many slots get about one call each.
+// Two commands per lock per refresh is the floor on the Redis versions this
+// driver supports: none checks the owner and extends in one command (SET
+// ... IFEQ arrives with Redis 8.4 and Valkey 8.1). 10,000 locks with a TTL of
+// 3s, refreshed every second by package lock, cost the server about 20,000
+// commands a second (BenchmarkHeldLocks: 20,081/s, against 40,032/s with a
+// script call and a fence PEXPIRE per lock).
 //
 // The cause of a loss (lock.Err and Do's context.Cause match it):
 //
@@ -481,6 +494,7 @@ type Driver struct {
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
+	epoch  time.Time          // the origin of since
 	ctx    context.Context    // cancelled by Close: ends waiting and background work
 	cancel context.CancelFunc //
 	calls  sync.WaitGroup     // Acquire calls in flight
@@ -491,9 +505,11 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	held    map[*driver.Request]node // granted locks and where
-	waiters map[string]*waiter       // waiting Acquire calls by owner
-	runIDs  map[string]seenID        // last run_id seen, by node address ("" outside a cluster)
+	held    map[*driver.Request]heldLock // granted locks: where, and their fence record's due time
+	nodes   []node                       // the nodes of held locks, by index (see heldLock)
+	nodeIDs map[node]uint32              // index of each node in nodes
+	waiters map[string]*waiter           // waiting Acquire calls by owner
+	runIDs  map[string]seenID            // last run_id seen, by node address ("" outside a cluster)
 	sub     subscription
 }
 
@@ -521,7 +537,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	}
 	d := &Driver{
 		client:  client,
-		held:    map[*driver.Request]node{},
+		held:    map[*driver.Request]heldLock{},
+		nodeIDs: map[node]uint32{},
 		waiters: map[string]*waiter{},
 		runIDs:  map[string]seenID{},
 	}
@@ -538,6 +555,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.resub = make(chan struct{})
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.epoch = time.Now()
 	return d, nil
 }
 
@@ -608,11 +626,48 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// record remembers a granted lock and the server that holds it.
+// heldLock is what the driver keeps for each lock it holds, kept small
+// because a process may hold many: the node that granted it, as an index in
+// Driver.nodes (the nodes a process meets are few: one per server, and one
+// more per restart or failover seen), and when its refresh must next extend
+// the fence record (see fenceDue in refresh.go).
+type heldLock struct {
+	fenceUntil time.Duration // the fence record's expiry at the latest, by since; 0: unknown
+	node       uint32
+}
+
+// since is the driver's monotonic clock, for heldLock.fenceUntil.
+func (d *Driver) since() time.Duration { return time.Since(d.epoch) }
+
+// nodeID returns n's index in d.nodes, adding it; d.mu is held.
+func (d *Driver) nodeID(n node) uint32 {
+	id, ok := d.nodeIDs[n]
+	if !ok {
+		id = uint32(len(d.nodes))
+		d.nodes = append(d.nodes, n)
+		d.nodeIDs[n] = id
+	}
+	return id
+}
+
+// heldNode returns the node that granted req, if req is held.
+func (d *Driver) heldNode(req *driver.Request) (node, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.held[req]
+	if !ok {
+		return node{}, false
+	}
+	return d.nodes[h.node], true
+}
+
+// record remembers a granted lock and the server that holds it. Its fence
+// record is extended at its first refresh (its expiry is not known: a grant
+// keeps the expiry of a record it finds).
 // The first lock held starts the inbox (see watch).
 func (d *Driver) record(req *driver.Request, n node) {
 	d.mu.Lock()
-	d.held[req] = n
+	d.held[req] = heldLock{node: d.nodeID(n)}
 	start := !d.sub.watched && !d.closed
 	if start {
 		d.sub.watched = true

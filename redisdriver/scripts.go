@@ -39,7 +39,7 @@ var (
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
-	refreshScript = redis.NewScript(withKeep(refreshLua))
+	refreshScript = redis.NewScript(refreshLua)
 
 	// Shared holds and permits (see Read-write locks and semaphores in the
 	// package documentation), apart so that the mutex's scripts stay as short.
