@@ -39,7 +39,9 @@
 // In the Sentinel form the user and password of the URL authenticate with the
 // sentinels and the username and password parameters with the primary; further
 // sentinels and cluster nodes are given as addr parameters. An unknown parameter
-// is an error that lists the accepted ones; the portable parameters ttl,
+// is an error that lists the accepted ones. The driver's own parameter is
+// fencing (true by default; fencing=false is WithFencing(false), see Without
+// fencing). The portable parameters ttl,
 // auto_refresh and prefix (the namespace of every key, "distlock" by default) are
 // described in package lock. Open connects once, so a wrong or missing
 // password, a missing ACL permission or a TLS failure fails Open (with the
@@ -65,7 +67,7 @@
 //	P:{K}          the lock: a string holding the owner, with the lock's TTL
 //	P:{K}:fence    the last fencing token, and after an exclusive grant the holder's
 //	               record: "token since-µs owner label"; expires a day after the
-//	               last grant's or refresh's TTL
+//	               last grant's TTL, or the refresh that extended it (see Inspection)
 //	P:{K}:queue    the list of waiting owners, oldest first
 //	P:{K}:waiters  hash of waiting owner -> "lease deadline (ms), TTL (ms), inbox channel",
 //	               prefixed "s" for a shared request and "pN/" for a permit of N
@@ -95,6 +97,29 @@
 // granted the earlier ones.
 // Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
 // JavaScript) until the year 2255.
+//
+// # Without fencing
+//
+// fencing=false (WithFencing(false)) is the faster, weaker choice, for users
+// who do not pass tokens to the resources they guard: Capabilities.Fencing is
+// false, so package lock's Token panics with ErrUnsupported (as on Redlock),
+// Grant.Token, Inspect's tokens and a leader's term are 0. The uncontended
+// acquire is then SET key owner NX PX ttl and one more write, of the holder's
+// record for Inspect ("0 0 owner label": no token, no server time; package
+// lock reads the time from the label), in a script (plain.lua) that skips
+// acquire.lua's reading of the server clock and of the last token: 4 server
+// commands against 5 or 6. Release (compare-and-delete, with the handoff),
+// refresh (owner-checked PEXPIRE) and everything else are the same as with
+// fencing: the queue and its handoffs, shared locks and semaphores, Inspect,
+// labels, List, ForceRelease, Watch and lost-lock detection all work, since
+// none needs a token. What fencing=false drops is exactly the tokens: a
+// holder that paused past its TTL (or lost its lock to a failover, or a
+// restart without persistence) cannot be told from its successor by the
+// resource, where with fencing it could. The slow paths (a waiter's grant, a
+// shared hold, a permit) still mint a token in the fence record, unreported,
+// so drivers with and without fencing may share keys: the fencing ones' tokens
+// keep increasing, though a grant without fencing resets the record's last
+// token, so between them only the server clock (see Fencing) orders tokens.
 //
 // # Waiting
 //
@@ -250,7 +275,8 @@
 //
 // # Capabilities
 //
-//   - Fencing: yes; minted in the acquire script, see Fencing.
+//   - Fencing: yes; minted in the acquire script, see Fencing. No with
+//     fencing=false (see Without fencing).
 //   - Expiring: yes; a lock is a key with a TTL, extended by refresh.
 //   - Notify: yes; a release hands the lock to the first waiter and tells it on
 //     its pub/sub inbox; a lock that expires is found when its TTL runs out.
@@ -465,8 +491,9 @@ var (
 type Option func(*options)
 
 type options struct {
-	prefix string // escaped
-	owned  bool   // Close closes the client
+	prefix  string // escaped
+	owned   bool   // Close closes the client
+	fencing bool
 }
 
 // WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
@@ -478,6 +505,11 @@ func WithPrefix(prefix string) Option {
 		}
 	}
 }
+
+// WithFencing(false) gives up fencing tokens for a lighter acquire: see
+// Without fencing in the package documentation (the URL parameter
+// fencing=false). Fencing is on by default.
+func WithFencing(on bool) Option { return func(o *options) { o.fencing = on } }
 
 // withOwnedClient makes Close close the client (for drivers made from a URL).
 func withOwnedClient() Option { return func(o *options) { o.owned = true } }
@@ -491,6 +523,7 @@ type Driver struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // client, when it is one
 	owned   bool                 // Close closes client
+	fencing bool                 // see WithFencing
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
@@ -543,13 +576,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
-	o := options{prefix: DefaultPrefix}
+	o := options{prefix: DefaultPrefix, fencing: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	d.prefix, d.owned = o.prefix, o.owned
+	d.prefix, d.owned, d.fencing = o.prefix, o.owned, o.fencing
 	d.dialWatch = redisproto.NewDialWatch(d.owned)
 	d.countDials(client)
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
@@ -562,7 +595,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Fencing: true, Expiring: true, Notify: true, FIFO: true,
+		Fencing: d.fencing, Expiring: true, Notify: true, FIFO: true,
 		Shared: true, WriterPreference: true, Permits: true,
 		MinTTL: time.Millisecond, MaxTTL: maxTTL,
 	}
