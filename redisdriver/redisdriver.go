@@ -665,9 +665,12 @@ func (d *Driver) Close() error {
 // more per restart or failover seen), and when its refresh must next extend
 // the fence record (see fenceDue in refresh.go).
 type heldLock struct {
-	fenceUntil time.Duration // the fence record's expiry at the latest, by since; 0: unknown
+	fenceUntil int32 // the fence record's expiry at the earliest, in whole seconds by since; 0: unknown
 	node       uint32
 }
+
+// fenceExpiry is h's fenceUntil as a time by since.
+func (h heldLock) fenceExpiry() time.Duration { return time.Duration(h.fenceUntil) * time.Second }
 
 // since is the driver's monotonic clock, for heldLock.fenceUntil.
 func (d *Driver) since() time.Duration { return time.Since(d.epoch) }

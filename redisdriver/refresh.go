@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -72,7 +73,7 @@ const refreshBatchSize = 256
 // without a command per refresh: once a lock is held, its record is extended
 // once every twelve hours or so.
 func fenceDue(h heldLock, until time.Duration) bool {
-	return h.fenceUntil == 0 || until > h.fenceUntil-fenceKeep/2
+	return h.fenceUntil == 0 || until > h.fenceExpiry()-fenceKeep/2
 }
 
 // A refreshCall is one script call of a refresh: refresh.lua for a batch of
@@ -238,11 +239,14 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 }
 
 // fenceExtended notes that req's fence record lives until at least until
-// (by since), if req is still held.
+// (by since), if req is still held. Whole seconds, rounded down, keep the
+// note small and never later than the record's expiry; 68 years of a
+// driver's life fit.
 func (d *Driver) fenceExtended(req *driver.Request, until time.Duration) {
+	secs := int32(min(until/time.Second, math.MaxInt32))
 	d.mu.Lock()
 	if h, ok := d.held[req]; ok {
-		h.fenceUntil = until
+		h.fenceUntil = secs
 		d.held[req] = h
 	}
 	d.mu.Unlock()
