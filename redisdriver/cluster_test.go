@@ -97,6 +97,19 @@ func TestConformanceOnCluster(t *testing.T) {
 	})
 }
 
+// The suite again with fencing=false: the fencing properties are skipped
+// (Capabilities.Fencing is false), every other one holds on a Cluster too.
+func TestConformanceOnClusterWithoutFencing(t *testing.T) {
+	c := startCluster(t)
+	u := c.url + "&fencing=false"
+	conformance.Run(t, conformance.Harness{
+		NewDriver:  func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, u) },
+		Sever:      func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+		SeverCause: lock.ErrExpired,
+		URL:        u,
+	})
+}
+
 // Keys whose locks live on different nodes all lock, wait and hand over, and
 // the keys of each lock share one slot whatever braces the user key holds.
 func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
