@@ -14,7 +14,6 @@ func TestSlotIsTheClusterSlot(t *testing.T) {
 		{"", 0},
 		{"{123456789}", 0x31C3 % SlotCount},
 		{"P:{123456789}:fence", 0x31C3 % SlotCount},
-		{"{}123456789", Slot("{}123456789")}, // an empty tag: the whole key
 		{"a{123456789}{x}", 0x31C3 % SlotCount},
 	} {
 		if got := Slot(c.key); got != c.want {
