@@ -40,12 +40,27 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	default:
 		args = []any{req.Owner, millis(req.TTL), req.Label, d.inbox, millis(lease)}
 	}
+	script := acquireScript
+	if !d.fencing {
+		script = plainScript
+	}
 	all := k.all()
-	v, err := acquireScript.Run(ctx, d.client, all, args...).Result()
+	v, err := script.Run(ctx, d.client, all, args...).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	return decodeAcquire(v, k, all)
+	r, err := decodeAcquire(v, k, all)
+	r.token = d.token(r.token)
+	return r, err
+}
+
+// token is what the driver reports of a token the scripts minted: nothing
+// without fencing (see Without fencing in the package documentation).
+func (d *Driver) token(tok uint64) uint64 {
+	if !d.fencing {
+		return 0
+	}
+	return tok
 }
 
 // runShaped runs shaped.lua once, for a shared hold (n = 0) or a permit of n.
@@ -61,7 +76,9 @@ func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n i
 	if err != nil {
 		return acquireResult{}, err
 	}
-	return decodeAcquire(v, k, all)
+	r, err := decodeAcquire(v, k, all)
+	r.token = d.token(r.token)
+	return r, err
 }
 
 // decodeAcquire reads a reply of acquire.lua or shaped.lua; names are the

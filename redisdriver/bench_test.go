@@ -40,9 +40,9 @@ func benchClient(b *testing.B, rawURL string) *redis.Client {
 	return c
 }
 
-func benchDriver(b *testing.B, rawURL string) *Driver {
+func benchDriver(b *testing.B, rawURL string, opts ...Option) *Driver {
 	b.Helper()
-	d, err := New(benchClient(b, rawURL), WithPrefix("bench-"+randomHex(4)))
+	d, err := New(benchClient(b, rawURL), append([]Option{WithPrefix("bench-" + randomHex(4))}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func benchDriver(b *testing.B, rawURL string) *Driver {
 	return d
 }
 
-// BenchmarkUncontended is one acquire and release of a free lock, by four
+// BenchmarkUncontended is one acquire and release of a free lock, by six
 // contestants that take turns within every iteration (in a random order each
 // time), so that a noisy neighbour slows them alike:
 //
@@ -61,7 +61,8 @@ func benchDriver(b *testing.B, rawURL string) *Driver {
 //   - lock: lock.TryAcquire and Release, the same through the portable layer
 //     (validation, owner identity, the refresh schedule);
 //   - lock-acquire: lock.Acquire (the blocking call, which also checks the
-//     queue before taking the lock) and Release.
+//     queue before taking the lock) and Release;
+//   - plain, lock-plain: driver and lock with WithFencing(false).
 //
 // It reports each one's time per acquire+release and the ratios to the floor.
 func BenchmarkUncontended(b *testing.B) {
@@ -76,8 +77,12 @@ func BenchmarkUncontended(b *testing.B) {
 	req := &driver.Request{Key: "bench", TTL: 30 * time.Second, Lost: func(error) {}}
 	lk := lock.New(benchDriver(b, url))
 	defer lk.Close()
+	plain := benchDriver(b, url, WithFencing(false))
+	plainReq := &driver.Request{Key: "bench-plain", TTL: 30 * time.Second, Lost: func(error) {}}
+	lkPlain := lock.New(benchDriver(b, url, WithFencing(false)))
+	defer lkPlain.Close()
 
-	contestants := [4]func(i int){
+	contestants := [6]func(i int){
 		func(i int) {
 			owner := strconv.Itoa(i)
 			ok, err := c.SetNX(ctx, floorKey, owner, 30*time.Second).Result()
@@ -115,8 +120,26 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 		},
+		func(i int) {
+			plainReq.Owner = strconv.Itoa(i)
+			if _, err := plain.TryAcquire(ctx, plainReq); err != nil {
+				b.Fatal(err)
+			}
+			if err := plain.Release(ctx, plainReq); err != nil {
+				b.Fatal(err)
+			}
+		},
+		func(int) {
+			l, err := lkPlain.TryAcquire(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
 	}
-	var spent [4]time.Duration
+	var spent [6]time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, k := range rand.Perm(len(contestants)) {
@@ -134,6 +157,11 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(per(1)/per(0), "driver/floor")
 	b.ReportMetric(per(2)/per(0), "lock/floor")
 	b.ReportMetric(per(3)/per(0), "lock-acquire/floor")
+	b.ReportMetric(per(4), "plain-ns")
+	b.ReportMetric(per(5), "lock-plain-ns")
+	b.ReportMetric(per(4)/per(0), "plain/floor")
+	b.ReportMetric(per(5)/per(0), "lock-plain/floor")
+	b.ReportMetric(per(4)/per(1), "plain/driver")
 }
 
 // pollingOnly hides the driver's Acquirer, so the portable layer polls
@@ -331,4 +359,39 @@ func serverCalls(ctx context.Context, c *redis.Client) (all, evalsha int64, err 
 		}
 	}
 	return all, evalsha, nil
+}
+
+// BenchmarkDriverHeldLockMemory measures the memory the driver itself keeps
+// per held lock (its bookkeeping of 10,000 locks held at once, without the
+// portable layer's share: the Requests are made before the measure).
+func BenchmarkDriverHeldLockMemory(b *testing.B) {
+	const n = 10000
+	url := testserver.Redis(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		d := benchDriver(b, url)
+		reqs := make([]*driver.Request, n+1)
+		for k := range reqs {
+			reqs[k] = &driver.Request{Key: fmt.Sprintf("held/%d", k), Owner: randomHex(8), TTL: time.Minute, Lost: func(error) {}}
+		}
+		// The first lock starts what every lock shares: the inbox, a connection.
+		if _, err := d.TryAcquire(ctx, reqs[n]); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for _, r := range reqs[:n] {
+			if _, err := d.TryAcquire(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/held-lock")
+		for _, r := range reqs {
+			_ = d.Release(ctx, r)
+		}
+		_ = d.Close()
+	}
 }

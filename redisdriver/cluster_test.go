@@ -2,6 +2,7 @@ package redisdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -92,6 +94,19 @@ func TestConformanceOnCluster(t *testing.T) {
 		SeverCause: lock.ErrExpired,
 		// Holder processes (killed holders and leaders) open the cluster too.
 		URL: c.url,
+	})
+}
+
+// The suite again with fencing=false: the fencing properties are skipped
+// (Capabilities.Fencing is false), every other one holds on a Cluster too.
+func TestConformanceOnClusterWithoutFencing(t *testing.T) {
+	c := startCluster(t)
+	u := c.url + "&fencing=false"
+	conformance.Run(t, conformance.Harness{
+		NewDriver:  func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, u) },
+		Sever:      func(ctx context.Context, d driver.Driver) error { return c.sever(ctx, d.(*Driver)) },
+		SeverCause: lock.ErrExpired,
+		URL:        u,
 	})
 }
 
@@ -178,4 +193,45 @@ func clusterAdmin(t *testing.T, c *redisCluster) *redis.ClusterClient {
 	cc := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// A batch of locks spread over every node refreshes in one script call per
+// slot (Slot is the server's CLUSTER KEYSLOT), and each lock gets its own
+// answer.
+func TestClusterRefreshBatchGroupsLocksBySlot(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := openURL(ctx, c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	reqs := holdMany(t, ctx, d, 200, 30*time.Second)
+	for _, r := range reqs[:20] {
+		name := d.keys(r.Key).lock
+		slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redisproto.Slot(name); int64(got) != slot {
+			t.Fatalf("Slot(%q) = %d, CLUSTER KEYSLOT %d", name, got, slot)
+		}
+	}
+	admin := clusterAdmin(t, c)
+	taken := d.keys(reqs[7].Key).lock
+	if err := admin.Set(ctx, taken, "someone else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range d.RefreshBatch(ctx, reqs) {
+		switch {
+		case i == 7 && !errors.Is(err, driver.ErrTakenOver):
+			t.Errorf("the lock taken over: %v, want ErrTakenOver", err)
+		case i != 7 && err != nil:
+			t.Errorf("lock %d: %v", i, err)
+		}
+	}
+	for _, r := range reqs {
+		_ = d.Release(ctx, r)
+	}
 }

@@ -37,7 +37,14 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err != nil {
 		return driver.Info{}, classify(err)
 	}
-	return decodeInspect(v, k)
+	in, err := decodeInspect(v, k)
+	if !d.fencing { // tokens mean nothing without fencing: report none
+		in.Token = 0
+		for i := range in.Holders {
+			in.Holders[i].Token = 0
+		}
+	}
+	return in, err
 }
 
 // decodeInspect reads a reply of inspect.lua.

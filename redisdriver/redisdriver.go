@@ -39,7 +39,9 @@
 // In the Sentinel form the user and password of the URL authenticate with the
 // sentinels and the username and password parameters with the primary; further
 // sentinels and cluster nodes are given as addr parameters. An unknown parameter
-// is an error that lists the accepted ones; the portable parameters ttl,
+// is an error that lists the accepted ones. The driver's own parameter is
+// fencing (true by default; fencing=false is WithFencing(false), see Without
+// fencing). The portable parameters ttl,
 // auto_refresh and prefix (the namespace of every key, "distlock" by default) are
 // described in package lock. Open connects once, so a wrong or missing
 // password, a missing ACL permission or a TLS failure fails Open (with the
@@ -65,7 +67,7 @@
 //	P:{K}          the lock: a string holding the owner, with the lock's TTL
 //	P:{K}:fence    the last fencing token, and after an exclusive grant the holder's
 //	               record: "token since-µs owner label"; expires a day after the
-//	               last grant's or refresh's TTL
+//	               last grant's TTL, or the refresh that extended it (see Inspection)
 //	P:{K}:queue    the list of waiting owners, oldest first
 //	P:{K}:waiters  hash of waiting owner -> "lease deadline (ms), TTL (ms), inbox channel",
 //	               prefixed "s" for a shared request and "pN/" for a permit of N
@@ -95,6 +97,29 @@
 // granted the earlier ones.
 // Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
 // JavaScript) until the year 2255.
+//
+// # Without fencing
+//
+// fencing=false (WithFencing(false)) is the faster, weaker choice, for users
+// who do not pass tokens to the resources they guard: Capabilities.Fencing is
+// false, so package lock's Token panics with ErrUnsupported (as on Redlock),
+// Grant.Token, Inspect's tokens and a leader's term are 0. The uncontended
+// acquire is then SET key owner NX PX ttl and one more write, of the holder's
+// record for Inspect ("0 0 owner label": no token, no server time; package
+// lock reads the time from the label), in a script (plain.lua) that skips
+// acquire.lua's reading of the server clock and of the last token: 4 server
+// commands against 5 or 6. Release (compare-and-delete, with the handoff),
+// refresh (owner-checked PEXPIRE) and everything else are the same as with
+// fencing: the queue and its handoffs, shared locks and semaphores, Inspect,
+// labels, List, ForceRelease, Watch and lost-lock detection all work, since
+// none needs a token. What fencing=false drops is exactly the tokens: a
+// holder that paused past its TTL (or lost its lock to a failover, or a
+// restart without persistence) cannot be told from its successor by the
+// resource, where with fencing it could. The slow paths (a waiter's grant, a
+// shared hold, a permit) still mint a token in the fence record, unreported,
+// so drivers with and without fencing may share keys: the fencing ones' tokens
+// keep increasing, though a grant without fencing resets the record's last
+// token, so between them only the server clock (see Fencing) orders tokens.
 //
 // # Waiting
 //
@@ -179,8 +204,10 @@
 // the hash P:{K}:labels, where a waiter also leaves its label when it joins
 // the queue, so that the release that hands it the lock writes its record.
 // since-µs is the server's clock (TIME) at the grant, the time the token was
-// minted from. Refresh makes the fence record outlive the lock (a day past
-// the new TTL), so a lock held for days keeps its record. A driver of an
+// minted from. A lock's first refresh makes the fence record outlive the lock
+// by a day, and a later refresh extends it again only when the lock would
+// come within half a day of its end (the driver remembers when it expires),
+// so a lock held for days keeps its record without a command per refresh. A driver of an
 // earlier version on the same server reads such a fence record as no record:
 // its tokens then come from the clock alone, and its grants publish nothing
 // to watchers.
@@ -243,13 +270,13 @@
 // server (INFO commandstats, uncontended TryAcquire and Release with a 60-byte
 // label, Redis 7.0 on a shared 2-core machine): 7.8–8.1µs of server time per
 // acquire and release against 5.7–6.6µs before, about 2µs more on a round
-// trip pair of about 50µs on loopback. Refresh extends the fence record too (one
-// PEXPIRE: 4 server commands per refresh instead of 3 in
-// BenchmarkHeldLocks).
+// trip pair of about 50µs on loopback. Refresh does not extend the fence
+// record each time (see above): 2 server commands per lock per refresh.
 //
 // # Capabilities
 //
-//   - Fencing: yes; minted in the acquire script, see Fencing.
+//   - Fencing: yes; minted in the acquire script, see Fencing. No with
+//     fencing=false (see Without fencing).
 //   - Expiring: yes; a lock is a key with a TTL, extended by refresh.
 //   - Notify: yes; a release hands the lock to the first waiter and tells it on
 //     its pub/sub inbox; a lock that expires is found when its TTL runs out.
@@ -300,8 +327,20 @@
 // server's own restart), where the next refresh would have been 10s after
 // the grant with a 30s TTL. A user whose ACL forbids SUBSCRIBE, or a server
 // that stays away, leaves the loss to the refreshes and the validity
-// deadline. Automatic refresh of many locks is pipelined: one round trip per
-// batch (per node in a Cluster).
+// deadline.
+//
+// Automatic refresh of many locks is batched: RefreshBatch sends one pipeline
+// (one round trip per node in a Cluster) in which one refresh.lua call
+// checks and extends up to 256 exclusive locks, GET to compare the owner and
+// PEXPIRE to extend each (a shaped hold is one shapedrefresh.lua call of its
+// own). In a Cluster a script's keys must share a slot, so the locks are
+// grouped by slot: locks spread over many slots get about one call each.
+// Two commands per lock per refresh is the floor on the Redis versions this
+// driver supports: none checks the owner and extends in one command (SET
+// ... IFEQ arrives with Redis 8.4 and Valkey 8.1). 10,000 locks with a TTL of
+// 3s, refreshed every second by package lock, cost the server about 20,000
+// commands a second (BenchmarkHeldLocks: 20,081/s, against 40,032/s with a
+// script call and a fence PEXPIRE per lock).
 //
 // The cause of a loss (lock.Err and Do's context.Cause match it):
 //
@@ -452,8 +491,9 @@ var (
 type Option func(*options)
 
 type options struct {
-	prefix string // escaped
-	owned  bool   // Close closes the client
+	prefix  string // escaped
+	owned   bool   // Close closes the client
+	fencing bool
 }
 
 // WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
@@ -465,6 +505,11 @@ func WithPrefix(prefix string) Option {
 		}
 	}
 }
+
+// WithFencing(false) gives up fencing tokens for a lighter acquire: see
+// Without fencing in the package documentation (the URL parameter
+// fencing=false). Fencing is on by default.
+func WithFencing(on bool) Option { return func(o *options) { o.fencing = on } }
 
 // withOwnedClient makes Close close the client (for drivers made from a URL).
 func withOwnedClient() Option { return func(o *options) { o.owned = true } }
@@ -478,9 +523,11 @@ type Driver struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // client, when it is one
 	owned   bool                 // Close closes client
+	fencing bool                 // see WithFencing
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
+	epoch  time.Time          // the origin of since
 	ctx    context.Context    // cancelled by Close: ends waiting and background work
 	cancel context.CancelFunc //
 	calls  sync.WaitGroup     // Acquire calls in flight
@@ -491,9 +538,11 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	held    map[*driver.Request]node // granted locks and where
-	waiters map[string]*waiter       // waiting Acquire calls by owner
-	runIDs  map[string]seenID        // last run_id seen, by node address ("" outside a cluster)
+	held    map[*driver.Request]heldLock // granted locks: where, and their fence record's due time
+	nodes   []node                       // the nodes of held locks, by index (see heldLock)
+	nodeIDs map[node]uint32              // index of each node in nodes
+	waiters map[string]*waiter           // waiting Acquire calls by owner
+	runIDs  map[string]seenID            // last run_id seen, by node address ("" outside a cluster)
 	sub     subscription
 }
 
@@ -521,30 +570,32 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	}
 	d := &Driver{
 		client:  client,
-		held:    map[*driver.Request]node{},
+		held:    map[*driver.Request]heldLock{},
+		nodeIDs: map[node]uint32{},
 		waiters: map[string]*waiter{},
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
-	o := options{prefix: DefaultPrefix}
+	o := options{prefix: DefaultPrefix, fencing: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	d.prefix, d.owned = o.prefix, o.owned
+	d.prefix, d.owned, d.fencing = o.prefix, o.owned, o.fencing
 	d.dialWatch = redisproto.NewDialWatch(d.owned)
 	d.countDials(client)
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.resub = make(chan struct{})
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.epoch = time.Now()
 	return d, nil
 }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Fencing: true, Expiring: true, Notify: true, FIFO: true,
+		Fencing: d.fencing, Expiring: true, Notify: true, FIFO: true,
 		Shared: true, WriterPreference: true, Permits: true,
 		MinTTL: time.Millisecond, MaxTTL: maxTTL,
 	}
@@ -608,11 +659,51 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// record remembers a granted lock and the server that holds it.
+// heldLock is what the driver keeps for each lock it holds, kept small
+// because a process may hold many: the node that granted it, as an index in
+// Driver.nodes (the nodes a process meets are few: one per server, and one
+// more per restart or failover seen), and when its refresh must next extend
+// the fence record (see fenceDue in refresh.go).
+type heldLock struct {
+	fenceUntil int32 // the fence record's expiry at the earliest, in whole seconds by since; 0: unknown
+	node       uint32
+}
+
+// fenceExpiry is h's fenceUntil as a time by since.
+func (h heldLock) fenceExpiry() time.Duration { return time.Duration(h.fenceUntil) * time.Second }
+
+// since is the driver's monotonic clock, for heldLock.fenceUntil.
+func (d *Driver) since() time.Duration { return time.Since(d.epoch) }
+
+// nodeID returns n's index in d.nodes, adding it; d.mu is held.
+func (d *Driver) nodeID(n node) uint32 {
+	id, ok := d.nodeIDs[n]
+	if !ok {
+		id = uint32(len(d.nodes))
+		d.nodes = append(d.nodes, n)
+		d.nodeIDs[n] = id
+	}
+	return id
+}
+
+// heldNode returns the node that granted req, if req is held.
+func (d *Driver) heldNode(req *driver.Request) (node, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.held[req]
+	if !ok {
+		return node{}, false
+	}
+	return d.nodes[h.node], true
+}
+
+// record remembers a granted lock and the server that holds it. Its fence
+// record is extended at its first refresh (its expiry is not known: a grant
+// keeps the expiry of a record it finds).
 // The first lock held starts the inbox (see watch).
 func (d *Driver) record(req *driver.Request, n node) {
 	d.mu.Lock()
-	d.held[req] = n
+	d.held[req] = heldLock{node: d.nodeID(n)}
 	start := !d.sub.watched && !d.closed
 	if start {
 		d.sub.watched = true

@@ -36,3 +36,23 @@ func TestConformance(t *testing.T) {
 		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
 		func(context.Context) error { return srv.Restart(false) }, 0))
 }
+
+// TestConformanceWithoutFencing runs the shared suite against a driver with
+// fencing=false: the fencing properties are skipped (Capabilities.Fencing is
+// false) and Token must refuse; every other property holds as with fencing.
+func TestConformanceWithoutFencing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := adminClient(t, srv.URL())
+	u := srv.URL() + "?fencing=false"
+	conformance.Run(t, faultharness.With(conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, u) },
+		Sever: func(ctx context.Context, d driver.Driver) error {
+			return sever(ctx, admin, d.(*Driver))
+		},
+		SeverCause:     lock.ErrExpired,
+		RestartBackend: func(context.Context) error { return srv.Restart(false) },
+		RestartCause:   lock.ErrServerChanged,
+	}, []*testserver.Server{srv}, u,
+		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
+		func(context.Context) error { return srv.Restart(false) }, 0))
+}

@@ -18,6 +18,8 @@ var (
 	commonLua string
 	//go:embed acquire.lua
 	acquireLua string
+	//go:embed plain.lua
+	plainLua string
 	//go:embed release.lua
 	releaseLua string
 	//go:embed refresh.lua
@@ -38,8 +40,11 @@ var (
 	watchLua string
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
+	// Without fencing (WithFencing(false)): plain.lua's fast path, then
+	// acquire.lua's slow path.
+	plainScript   = redis.NewScript(withCommon(plainLua + "\n--@common\n" + afterCommon(acquireLua)))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
-	refreshScript = redis.NewScript(withKeep(refreshLua))
+	refreshScript = redis.NewScript(refreshLua)
 
 	// Shared holds and permits (see Read-write locks and semaphores in the
 	// package documentation), apart so that the mutex's scripts stay as short.
@@ -63,6 +68,16 @@ func withCommon(src string) string {
 		panic("redisdriver: script without --@common")
 	}
 	return withKeep(strings.Replace(src, "\n--@common\n", "\n"+commonLua+"\n", 1))
+}
+
+// afterCommon is the part of a script after its "--@common" line: its slow
+// path.
+func afterCommon(src string) string {
+	_, after, ok := strings.Cut(src, "\n--@common\n")
+	if !ok {
+		panic("redisdriver: script without --@common")
+	}
+	return after
 }
 
 // withKeep puts fenceKeep in milliseconds in place of FENCE_KEEP.

@@ -106,11 +106,11 @@ const portableParams = "ttl, auto_refresh, prefix"
 
 // open is the driver.Opener of every scheme.
 func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
-	client, err := newClient(cfg.URL)
+	client, o, err := newClient(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	d, err := New(client, WithPrefix(cfg.Prefix), withOwnedClient())
+	d, err := New(client, WithPrefix(cfg.Prefix), WithFencing(o.fencing), withOwnedClient())
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -139,21 +139,23 @@ type clientOptions struct {
 	standalone *redis.Options
 	sentinel   *redis.FailoverOptions
 	cluster    *redis.ClusterOptions
+
+	fencing bool // this driver's fencing parameter (see WithFencing)
 }
 
 // newClient builds the go-redis client a URL describes.
-func newClient(u *url.URL) (redis.UniversalClient, error) {
+func newClient(u *url.URL) (redis.UniversalClient, clientOptions, error) {
 	o, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, o, err
 	}
 	switch {
 	case o.sentinel != nil:
-		return redis.NewFailoverClient(o.sentinel), nil
+		return redis.NewFailoverClient(o.sentinel), o, nil
 	case o.cluster != nil:
-		return redis.NewClusterClient(o.cluster), nil
+		return redis.NewClusterClient(o.cluster), o, nil
 	default:
-		return redis.NewClient(o.standalone), nil
+		return redis.NewClient(o.standalone), o, nil
 	}
 }
 
@@ -169,7 +171,8 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	if !ok {
 		return none, fmt.Errorf("%w: redisdriver: scheme %q is not one of %s", driver.ErrInvalidURL, scheme, strings.Join(schemes(), ", "))
 	}
-	if err := checkParams(f, u.Query()); err != nil {
+	fencing, err := checkParams(f, u.Query())
+	if err != nil {
 		return none, err
 	}
 	if u.Opaque != "" {
@@ -177,15 +180,26 @@ func parseURL(u *url.URL) (clientOptions, error) {
 	}
 	raw := *u
 	raw.Scheme = f.goScheme
+	if q := u.Query(); q.Has(fencingParam) { // ours: go-redis's parser refuses it
+		q.Del(fencingParam)
+		raw.RawQuery = q.Encode()
+	}
+	var o clientOptions
 	switch f.topology {
 	case sentinel:
-		return parseSentinel(u, raw.String())
+		o, err = parseSentinel(u, raw.String())
 	case cluster:
-		return parseCluster(u, raw.String())
+		o, err = parseCluster(u, raw.String())
 	default:
-		return parseStandalone(u, raw.String())
+		o, err = parseStandalone(u, raw.String())
 	}
+	o.fencing = fencing
+	return o, err
 }
+
+// fencingParam is this driver's own URL parameter: fencing=false is
+// WithFencing(false).
+const fencingParam = "fencing"
 
 // parseSentinel reads a Sentinel URL (raw is u in go-redis's scheme).
 func parseSentinel(u *url.URL, raw string) (clientOptions, error) {
@@ -244,10 +258,13 @@ func invalid(err error, u *url.URL) error {
 }
 
 // checkParams refuses unknown parameters, listing the accepted ones, and
-// those go-redis knows but the driver refuses, saying why.
-func checkParams(f form, q url.Values) error {
+// those go-redis knows but the driver refuses, saying why. It returns the
+// driver's own parameter, fencing (true when not given).
+func checkParams(f form, q url.Values) (fencing bool, err error) {
 	p := driver.NewParams("redisdriver", q)
 	p.Portable = portableParams
+	p.Unique = true
+	fencing = p.Bool(fencingParam, true)
 	p.Refuse("context_timeout_enabled", "is refused: the driver always honours context deadlines")
 	if f.topology == sentinel {
 		for _, name := range slices.Sorted(maps.Keys(refusedSentinelParams)) {
@@ -255,7 +272,7 @@ func checkParams(f form, q url.Values) error {
 		}
 	}
 	p.Accept(f.params...) // go-redis's parser reads them
-	return p.Check()
+	return fencing, p.Check()
 }
 
 func schemes() []string {

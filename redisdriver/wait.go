@@ -119,7 +119,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			}
 			// The lock was handed to us after the server answered the request
 			// sent at asked, and with our TTL.
-			return driver.Grant{Token: token, Start: asked}, nil
+			return driver.Grant{Token: d.token(token), Start: asked}, nil
 		case <-t.C:
 		case <-resub:
 			// The inbox reconnected: a handoff may have been missed.
