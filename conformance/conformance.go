@@ -77,13 +77,24 @@ type Harness struct {
 	// lock went; the properties then check ErrLost alone.
 	SeverCause error
 
-	// CauseMayExpireFirst says that after Sever or RestartLosingLocks the
-	// lock's validity deadline may pass before the driver hears why the lock
-	// went (a ZooKeeper client learns that its session expired only once it
-	// reconnects, up to a second later, while its refreshes cannot be
-	// confirmed): lock.ErrExpired is then accepted besides SeverCause and
-	// RestartCause.
+	// CauseMayExpireFirst says that after Sever, RestartLosingLocks or a
+	// partition the lock's validity deadline may pass before the driver hears
+	// why the lock went (a ZooKeeper client learns that its session expired
+	// only once it reconnects, up to a second later, while its refreshes
+	// cannot be confirmed): lock.ErrExpired is then accepted besides SeverCause,
+	// RestartCause and PartitionCause.
 	CauseMayExpireFirst bool
+
+	// PartitionCause is the loss cause Lock.Err must match when the holder
+	// heard nothing from the backend past the lock's validity: cut off by a
+	// silent partition (PartitionedHolderLearnsOfLossBeforeAnotherClientAcquires)
+	// or with the server frozen (StalledServerNeverGrantsAnExpiredLockNorTwoHolders).
+	// It is what the driver documents for silence: lock.ErrExpired where no
+	// refresh is confirmed before the validity deadline, lock.ErrSessionExpired
+	// where the driver gives up a session that does not answer first (with
+	// CauseMayExpireFirst, lock.ErrExpired is accepted besides). Nil only for
+	// a driver that cannot tell: the properties then check ErrLost alone.
+	PartitionCause error
 
 	// RestartBackend restarts the backend server, keeping whatever data it
 	// persists. Optional: when nil, the properties that need it are skipped with

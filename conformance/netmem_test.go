@@ -473,7 +473,18 @@ func (d *netmemDriver) Refresh(ctx context.Context, req *driver.Request) error {
 	if netmemBroken("never-lost") {
 		return nil
 	}
+	if netmemBroken("wrong-silence-cause") {
+		// A server that does not answer within a quarter of the TTL is taken
+		// to have given the lock to someone else: a wrong cause, told before
+		// the validity deadline could tell the right one.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.TTL/4)
+		defer cancel()
+	}
 	err = d.call(ctx, c, "Refresh", NetmemArgs{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Extend: true}, &NetmemReply{})
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) && netmemBroken("wrong-silence-cause") {
+		err = fmt.Errorf("%w: %w: netmem: broken: silence blamed on another owner", driver.ErrNotHeld, driver.ErrTakenOver)
+	}
 	if errors.Is(err, driver.ErrNotHeld) {
 		d.forget(req)
 	}

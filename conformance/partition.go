@@ -44,6 +44,9 @@ func testPartitionedHolderLearnsOfLossFirst(e *env) {
 		e.Errorf("the partitioned holder's Lost did not close within TTL %v + %v of the cut", e.ttl, lossSlack)
 	} else {
 		e.figure("partition-lost-after-cut", lost.at.Sub(cut))
+		// Checked now, while the partition lasts: the cause is what the
+		// holder made of the silence, not of what the heal shows it later.
+		e.checkCause(l, e.h.PartitionCause, "a lock whose holder was cut off by a partition")
 	}
 
 	// The partition lasts until the other client holds the lock, or until the

@@ -64,6 +64,18 @@ func (b *ledger) granted(l *lock.Lock, at time.Time) {
 	b.live[l] = at
 }
 
+// lostCause checks that l, lost, reports ErrLost and cause (when not nil)
+// through Err, as causeIs matches them.
+func (b *ledger) lostCause(l *lock.Lock, cause error, causeIs func(err, cause error) bool) {
+	err := l.Err()
+	switch {
+	case !errors.Is(err, lock.ErrLost):
+		b.fail("Err() of a lock lost across the freeze = %v, want an error matching ErrLost", err)
+	case cause != nil && !causeIs(err, cause):
+		b.fail("Err() of a lock lost across the freeze = %v, want the cause %q", err, cause)
+	}
+}
+
 func (b *ledger) setLive(l *lock.Lock, at time.Time, live bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -102,7 +114,9 @@ func (b *ledger) waitGrants(ctx context.Context, n int, t time.Time, d time.Dura
 // than the TTL and then thawed. Whatever the clients had sent before the stall
 // is answered after it: no Acquire may return a lock whose validity is gone or
 // nearly so, and at no moment may two holders both have their Lost open; tokens
-// keep increasing.
+// keep increasing. A lock held across the stall is lost by its end, and it
+// and any lock lost meanwhile (its holder heard nothing past its validity)
+// report the cause the driver documents for silence (Harness.PartitionCause).
 func testStalledServerNeverGrantsExpiredLock(e *env) {
 	e.needFreeze()
 	const clients = 3
@@ -116,7 +130,7 @@ func testStalledServerNeverGrantsExpiredLock(e *env) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			contend(e, lk, book, stop, minValidity)
+			contend(e, lk, book, stop, minValidity, e.h.PartitionCause)
 		}()
 	}
 	e.Cleanup(wg.Wait) // after the thaw that e.freeze registers
@@ -125,11 +139,20 @@ func testStalledServerNeverGrantsExpiredLock(e *env) {
 	if !book.waitGrants(e.ctx, 2, start, 10*time.Second) {
 		e.Fatalf("no contention to stall: fewer than 2 grants in 10s before the freeze")
 	}
+	// A lock of another key held across the stall: its refreshes go
+	// unanswered until its validity runs out.
+	across := e.acquire(e.client(), e.key+"/held-across-the-freeze")
 	e.freeze()
 	// Time must pass: the stall must outlast the TTL.
 	time.Sleep(e.ttl * 3 / 2)
 	e.thaw()
 	thawed := time.Now()
+	if !isClosed(across.Lost()) {
+		e.Errorf("Lost of a lock held across a freeze of %v did not close (TTL %v)", e.ttl*3/2, e.ttl)
+	} else {
+		e.checkCause(across, e.h.PartitionCause, "a lock held while the server was frozen past its validity")
+	}
+	e.releaseAfterFault(across)
 	const after = 3
 	bound := 2*e.ttl + e.h.SessionTimeout + 10*time.Second
 	if !book.waitGrants(e.ctx, after, thawed, bound) {
@@ -150,8 +173,9 @@ func testStalledServerNeverGrantsExpiredLock(e *env) {
 	}
 }
 
-// contend acquires and releases key on lk until stop ends, recording every grant.
-func contend(e *env, lk *lock.Locker, book *ledger, stop context.Context, minValidity time.Duration) {
+// contend acquires and releases key on lk until stop ends, recording every grant
+// and checking that a lock lost meanwhile reports cause (when not nil).
+func contend(e *env, lk *lock.Locker, book *ledger, stop context.Context, minValidity time.Duration, cause error) {
 	for stop.Err() == nil {
 		l, err := lk.Acquire(stop, e.key)
 		if err != nil {
@@ -179,6 +203,9 @@ func contend(e *env, lk *lock.Locker, book *ledger, stop context.Context, minVal
 		for {
 			book.setLive(l, at, false)
 			err := l.Release(e.ctx)
+			if errors.Is(err, lock.ErrLost) {
+				book.lostCause(l, cause, e.causeIs)
+			}
 			if err == nil || errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) || e.ctx.Err() != nil {
 				break
 			}

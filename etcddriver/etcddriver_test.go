@@ -51,6 +51,10 @@ func TestConformance(t *testing.T) {
 		RestartBackend: restart,
 		// A server back without its data has forgotten the lease.
 		RestartCause: lock.ErrSessionExpired,
+		// No keepalive is confirmed within the lease's TTL (or the lock's
+		// validity deadline passes first): expiry, not the lease's end, which
+		// the cut-off client cannot hear.
+		PartitionCause: lock.ErrExpired,
 	}, []*testserver.Server{srv}, u.String(),
 		func(ctx context.Context, raw string) (driver.Driver, error) {
 			u, err := url.Parse(raw)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -165,4 +167,62 @@ func TestLostBeforeAnotherHoldsAfterAFreezePastTheTTL(t *testing.T) {
 		t.Errorf("token %d after %d", r.l.Token(), l.Token())
 	}
 	_ = r.l.Release(ctx)
+}
+
+// A held lock's key deleted by someone else (an operator's etcdctl del) is
+// reported at the next refresh as expired, as a key gone with its TTL; the same
+// key put again by someone else (another lock's key in its place) as taken
+// over. Either way the holder's Release leaves what is there alone.
+func TestRefreshFindingItsKeyDeletedOrReplacedSaysWhy(t *testing.T) {
+	url := testserverEtcd(t)
+	for _, c := range []struct {
+		how   string
+		cause error
+	}{
+		{"deleted", lock.ErrExpired},
+		{"replaced", lock.ErrTakenOver},
+	} {
+		t.Run(c.how, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// Refreshed by hand, so that none runs between the delete and the put.
+			lk, _ := newLocker(t, url, lock.WithAutoRefresh(false))
+			admin := newClient(t, url)
+			l := mustAcquire(t, lk, "k")
+			prefix := testPrefix(t) + "/k/"
+			got, err := admin.Get(ctx, prefix, clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Kvs) != 1 {
+				t.Fatalf("%d keys under %s, want the held lock's one", len(got.Kvs), prefix)
+			}
+			key := string(got.Kvs[0].Key)
+			if _, err := admin.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			if c.how == "replaced" {
+				if _, err := admin.Put(ctx, key, "operator"); err != nil {
+					t.Fatal(err)
+				}
+				// The operator's key has no lease: remove it, or it holds the
+				// lock for the next run on the shared server.
+				t.Cleanup(func() { _, _ = admin.Delete(context.Background(), key) })
+			}
+			if err := l.Refresh(ctx); !errors.Is(err, lock.ErrLost) || !errors.Is(err, c.cause) {
+				t.Errorf("Refresh = %v, want ErrLost and %v", err, c.cause)
+			}
+			if err := l.Err(); !errors.Is(err, lock.ErrLost) || !errors.Is(err, c.cause) {
+				t.Errorf("Err = %v, want ErrLost and %v", err, c.cause)
+			}
+			if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+				t.Errorf("Release = %v, want ErrLost", err)
+			}
+			if c.how == "replaced" {
+				if v, err := admin.Get(ctx, key); err != nil || len(v.Kvs) != 1 || string(v.Kvs[0].Value) != "operator" {
+					t.Errorf("the key put in its place after the holder let go: %v, %v; want it untouched", v, err)
+				}
+			}
+		})
+	}
 }

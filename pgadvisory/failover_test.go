@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -17,7 +18,7 @@ import (
 // failover behind a virtual IP or DNS name, with the old primary still up),
 // locks held on sessions of the old server exclude nobody who connects now. The
 // driver sees the server's start time change on its next new session and
-// reports every older lock lost.
+// reports every older lock lost, with the cause ErrServerChanged.
 func TestLocksOnAReplacedServerAreLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -50,6 +51,11 @@ func TestLocksOnAReplacedServerAreLost(t *testing.T) {
 	case <-held.Lost():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lock held on the replaced server was not reported lost")
+	}
+	// The old session never ended (the old server is up and keeps it): the
+	// driver learned of the loss from the new server's start time.
+	if err := held.Err(); !errors.Is(err, lock.ErrLost) || !errors.Is(err, lock.ErrServerChanged) {
+		t.Errorf("Err of the lock held on the replaced server = %v, want ErrLost and ErrServerChanged", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

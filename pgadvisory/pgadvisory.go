@@ -289,9 +289,15 @@
 // The cause of a loss (lock.Err and Do's context.Cause match it):
 //
 //   - lock.ErrSessionExpired: the lock's session ended (closed by the server,
-//     as on pg_terminate_backend or a restart, failed, or did not answer);
+//     as on pg_terminate_backend or a restart, failed, or did not answer a
+//     second past its call's context; a refresh's context ends at the
+//     earliest validity deadline of its batch, so a lock cut off from its
+//     server, or on a frozen one, reports lock.ErrExpired first unless a
+//     lock refreshed with it expires over a second sooner);
 //   - lock.ErrServerChanged: a new connection found the server's start time
-//     changed before the old session was seen to end;
+//     changed before the old session was seen to end (a failover behind the
+//     same address while the old server lives on; a restart closes the
+//     sessions first);
 //   - lock.ErrForceReleased: ForceRelease terminated or unlocked it;
 //   - lock.ErrExpired (from package lock): no refresh was confirmed within
 //     the TTL.

@@ -34,6 +34,10 @@ func TestConformance(t *testing.T) {
 		// The server closes the sessions as it goes down: the driver sees
 		// them end before it can see the new start time.
 		RestartCause: lock.ErrSessionExpired,
+		// The refresh's context ends at the validity deadline, and the driver
+		// gives up a session that does not answer only a second after that:
+		// the deadline tells first.
+		PartitionCause: lock.ErrExpired,
 	}, []*testserver.Server{srv}, dsn,
 		func(ctx context.Context, u string) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, u) },
 		// Session locks never outlive a restart, data kept or not.

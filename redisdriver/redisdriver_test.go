@@ -32,6 +32,9 @@ func TestConformance(t *testing.T) {
 		RestartBackend: func(context.Context) error { return srv.Restart(false) },
 		// The run_id changed.
 		RestartCause: lock.ErrServerChanged,
+		// A holder that hears nothing loses its lock at its validity deadline,
+		// before the server expires the key.
+		PartitionCause: lock.ErrExpired,
 	}, []*testserver.Server{srv}, srv.URL(),
 		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
 		func(context.Context) error { return srv.Restart(false) }, 0))

@@ -229,7 +229,7 @@ func TestBriefDisconnectionKeepsTheLock(t *testing.T) {
 
 // An operator deleting a held lock node ends the lock: a Driver from Open
 // watches its nodes and closes Lost at once; one from New finds out at the
-// next refresh.
+// next refresh. Either reports it expired.
 func TestDeletedLockNodeClosesLost(t *testing.T) {
 	base := testserver.ZooKeeper(t)
 	prefix := "prefix=" + zkdriver.EscapeName(t.Name())
@@ -259,6 +259,11 @@ func TestDeletedLockNodeClosesLost(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Lost still open 5s after the lock node was deleted (TTL 1m: only the watch can tell)")
 		}
+		// A deleted node looks as an expired one does (no tombstone says
+		// ForceRelease): the documented cause is expiry.
+		if err := l.Err(); !errors.Is(err, lock.ErrLost) || !errors.Is(err, lock.ErrExpired) {
+			t.Errorf("Err after the delete = %v, want ErrLost and ErrExpired", err)
+		}
 		if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("Release after the delete = %v, want ErrNotHeld", err)
 		}
@@ -282,6 +287,9 @@ func TestDeletedLockNodeClosesLost(t *testing.T) {
 			t.Logf("Lost closed %v after the delete", time.Since(deleted))
 		case <-time.After(ttl + time.Second):
 			t.Fatalf("Lost still open %v after the lock node was deleted", ttl+time.Second)
+		}
+		if err := l.Err(); !errors.Is(err, lock.ErrLost) || !errors.Is(err, lock.ErrExpired) {
+			t.Errorf("Err after the delete = %v, want ErrLost and ErrExpired", err)
 		}
 	})
 }

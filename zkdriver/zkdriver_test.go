@@ -40,6 +40,9 @@ func TestConformance(t *testing.T) {
 		RestartBackend:      func(context.Context) error { return srv.Restart(true) },
 		// A server back without its data says the session expired.
 		RestartCause: lock.ErrSessionExpired,
+		// No contact within the validity (or the session timeout): expiry; the
+		// session's end is heard only later, after the lock was reported lost.
+		PartitionCause: lock.ErrExpired,
 	}, []*testserver.Server{srv}, url,
 		func(ctx context.Context, u string) (driver.Driver, error) { return openDriver(ctx, u) },
 		// Sessions survive a restart that keeps the data; a server that lost
