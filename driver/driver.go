@@ -148,6 +148,48 @@ type Request struct {
 	// is gone without a Refresh or Release having told the caller: session expired,
 	// connection dropped, our node or key deleted. It must not block.
 	Lost func(err error)
+
+	// OnWake is set by the portable layer when it records metrics, and is nil
+	// otherwise. A driver reports through Woke (never by calling OnWake itself)
+	// each time a waiting Acquire wakes up to look at the lock again, or is
+	// granted it by the server, with what woke it: WakeNotified for the
+	// backend's word that the lock changed (a release notification, a watch
+	// event, a pub/sub handoff, a grant from the server's own lock queue), and
+	// WakeTimer for the driver's own fallback (a poll, a re-check timer, the
+	// end of a holder's lease, a re-check after the notification channel was
+	// reconnected). The first attempt of an Acquire is not a wake-up. Woke must
+	// be called without holding the driver's own locks, from the waiting call's
+	// goroutine or any other; it does not block.
+	OnWake func(source WakeSource)
+}
+
+// WakeSource says what woke a waiting Acquire: see Request.OnWake.
+type WakeSource uint8
+
+const (
+	// WakeNotified: the backend said the lock changed or granted it.
+	WakeNotified WakeSource = iota + 1
+	// WakeTimer: the waiter's own fallback timer or poll fired.
+	WakeTimer
+)
+
+// String names the source as the distlock.wakeup.source metric attribute does.
+func (s WakeSource) String() string {
+	switch s {
+	case WakeNotified:
+		return "notification"
+	case WakeTimer:
+		return "timer"
+	}
+	return "unknown"
+}
+
+// Woke reports one wake-up of a waiting Acquire of r (see OnWake). It costs a
+// nil check when nothing records wake-ups, and r may be nil.
+func (r *Request) Woke(source WakeSource) {
+	if r != nil && r.OnWake != nil {
+		r.OnWake(source)
+	}
 }
 
 // MaxKeyLen is the longest key, in bytes, that every driver accepts.

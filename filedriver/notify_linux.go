@@ -63,7 +63,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	}
 	// The request shows in Inspect's Waiters from the first time it blocks
 	// until it returns.
-	w := &waiting{d: d, key: req.Key, owner: req.Owner}
+	w := &waiting{d: d, key: req.Key, owner: req.Owner, req: req}
 	defer w.done()
 	for {
 		var (
@@ -235,7 +235,14 @@ func (d *Driver) waitUntil(ctx context.Context, w *waiting, watchPath string, tr
 		case <-wake:
 			settle = 0
 			resetTimer(timer, settleRechecks[0])
+			w.req.Woke(driver.WakeNotified)
 		case <-timer.C:
+			// A settle recheck belongs to the wake-up by the close event
+			// before it (one handoff, one wake-up); the others are the
+			// fallback's.
+			if settle >= len(settleRechecks) {
+				w.req.Woke(driver.WakeTimer)
+			}
 			if settle++; settle < len(settleRechecks) {
 				timer.Reset(settleRechecks[settle])
 			} else {
@@ -484,6 +491,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 type waiting struct {
 	d          *Driver
 	key, owner string
+	req        *driver.Request // for its wake-ups
 	tried      bool
 	f          *os.File
 }
