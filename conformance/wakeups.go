@@ -1,0 +1,138 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/distlock/lock/driver"
+)
+
+// wakeHandoffs is how many handoffs AHandoffWakesTheWaiterByNotification
+// makes at most: a handoff proves nothing when the release overtook the
+// waiter's first attempt (it is granted without waking), or when the driver's
+// fallback happened to look just before the notification arrived (etcd's
+// early re-reads), so the property needs one handoff of several to be woken
+// by the backend, never all of them.
+const wakeHandoffs = 10
+
+// A release wakes a blocked waiter by the backend's notification on drivers
+// that declare Notify, and the driver says so through driver.Request.Woke
+// (what the distlock.acquire.wakeups metric counts): within wakeHandoffs
+// handoffs, at least one wake-up is reported as driver.WakeNotified, and
+// every wake-up reported is of a defined source. A driver that polls, or that
+// never reports its wake-ups, fails.
+func testAHandoffWakesTheWaiterByNotification(e *env) {
+	if !e.caps.Notify {
+		e.Skip("driver declares no backend wake-up (Capabilities.Notify is false): its waiters are retried by the portable layer's backoff, counted as timer wake-ups")
+	}
+	holder := e.client()
+	d, err := e.h.NewDriver(e.ctx)
+	if err != nil {
+		e.Fatalf("Harness.NewDriver: %v", err)
+	}
+	rec := &wakeRecorder{Driver: d, acq: d.(driver.Acquirer), entered: make(chan struct{}, 1), reqs: map[*driver.Request]bool{}}
+	waiter := e.locker(rec)
+	for i := 1; i <= wakeHandoffs; i++ {
+		l := e.acquire(holder, e.key)
+		got := make(chan error, 1)
+		go func() {
+			l2, err := waiter.Acquire(e.ctx, e.key)
+			if err == nil {
+				err = l2.Release(e.ctx)
+			}
+			got <- err
+		}()
+		select {
+		case <-rec.entered:
+		case <-e.ctx.Done():
+			e.Fatal("the waiter's Acquire never reached the driver")
+		}
+		// Where the driver counts waiters, release once the waiter is queued;
+		// elsewhere the release may overtake the waiter's first attempt, and
+		// the handoff is made again.
+		if in, err := holder.Inspect(e.ctx, e.key); err == nil && in.Waiters >= 0 {
+			e.eventually("the waiter to queue", func() (bool, string) {
+				in, err := holder.Inspect(e.ctx, e.key)
+				return err == nil && in.Waiters > 0, fmt.Sprintf("%+v %v", in, err)
+			})
+		}
+		e.release(l)
+		select {
+		case err := <-got:
+			if err != nil {
+				e.Fatalf("waiter: %v", err)
+			}
+		case <-e.ctx.Done():
+			e.Fatal("the waiter never acquired")
+		}
+		select { // a signal of a retried Acquire of this handoff
+		case <-rec.entered:
+		default:
+		}
+		notified, timer, other := rec.take()
+		e.Logf("handoff %d: wake-ups by notification %d, by timer %d", i, notified, timer)
+		if other > 0 {
+			e.Fatalf("the driver reported %d wake-ups of an undefined source", other)
+		}
+		if notified > 0 {
+			return
+		}
+	}
+	e.Errorf("no wake-up by notification reported in %d handoffs to a blocked waiter: the waiter polls, or its driver does not call Request.Woke", wakeHandoffs)
+}
+
+// wakeRecorder passes a driver's Acquire through and records the wake-ups it
+// reports, after those of whatever recorder the portable layer installed.
+type wakeRecorder struct {
+	driver.Driver
+	acq     driver.Acquirer
+	entered chan struct{} // signalled by each Acquire call
+
+	mu                     sync.Mutex
+	reqs                   map[*driver.Request]bool // requests whose OnWake records
+	notified, timer, other int
+}
+
+func (w *wakeRecorder) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	w.mu.Lock()
+	if !w.reqs[req] {
+		w.reqs[req] = true
+		prev := req.OnWake
+		req.OnWake = func(s driver.WakeSource) {
+			if prev != nil {
+				prev(s)
+			}
+			w.woke(s)
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.entered <- struct{}{}:
+	default:
+	}
+	return w.acq.Acquire(ctx, req)
+}
+
+func (w *wakeRecorder) woke(s driver.WakeSource) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch s {
+	case driver.WakeNotified:
+		w.notified++
+	case driver.WakeTimer:
+		w.timer++
+	default:
+		w.other++
+	}
+}
+
+// take returns the counts since the last take and starts again.
+func (w *wakeRecorder) take() (notified, timer, other int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	notified, timer, other = w.notified, w.timer, w.other
+	w.notified, w.timer, w.other = 0, 0, 0
+	clear(w.reqs)
+	return
+}
