@@ -74,8 +74,8 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 	}
 	defer untrack()
 
-	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared, Label: encodeLabel(o.owner(), time.Now(), o.value),
-		OnWake: lk.tel.onWake(key)}
+	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared, Label: encodeLabel(o.owner(), time.Now(), o.value)}
+	ctx = lk.tel.wakeContext(ctx, key)
 	if o.permits > 1 {
 		req.Permits = o.permits // one permit is the exclusive lock
 	}
@@ -155,7 +155,7 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 			}
 			return nil, &Error{Op: op, Key: key, Err: withLast(ctx.Err(), lastErr)}
 		case <-t.C:
-			req.Woke(driver.WakeTimer) // the backoff's retry
+			lk.tel.woke(key, driver.WakeTimer) // the backoff's retry
 		}
 	}
 }

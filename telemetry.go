@@ -249,13 +249,15 @@ func (t *telemetry) recOpts(key string, extra ...attribute.KeyValue) []metric.Re
 	return []metric.RecordOption{metric.WithAttributes(t.attrs(key, extra...)...)}
 }
 
-// onWake is the driver.Request.OnWake of an acquisition of key: nil (the
-// driver's Woke costs a nil check) unless metrics are on.
-func (t *telemetry) onWake(key string) func(driver.WakeSource) {
+// wakeContext is the context of an acquisition of key: with metrics on, it
+// carries the reporter through which an Acquirer counts its wake-ups
+// (driver.Woke); otherwise it is ctx, and a driver's wake-up costs a context
+// lookup.
+func (t *telemetry) wakeContext(ctx context.Context, key string) context.Context {
 	if t.metrics == nil {
-		return nil
+		return ctx
 	}
-	return func(s driver.WakeSource) { t.woke(key, s) }
+	return driver.WithWakeReporter(ctx, func(s driver.WakeSource) { t.woke(key, s) })
 }
 
 // woke counts one wake-up of a waiting acquisition of key; a source the

@@ -263,7 +263,7 @@ func (b *broken) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			select {
 			case <-ctx.Done():
 			case <-t.C:
-				req.Woke(driver.WakeTimer)
+				driver.Woke(ctx, driver.WakeTimer)
 			}
 		}
 	case b.kind == "no-writer-preference" && !req.Shared:

@@ -17,7 +17,7 @@ import (
 const wakeHandoffs = 10
 
 // A release wakes a blocked waiter by the backend's notification on drivers
-// that declare Notify, and the driver says so through driver.Request.Woke
+// that declare Notify, and the driver says so through driver.Woke
 // (what the distlock.acquire.wakeups metric counts): within wakeHandoffs
 // handoffs, at least one wake-up is reported as driver.WakeNotified, and
 // every wake-up reported is of a defined source. A driver that polls, or that
@@ -31,7 +31,7 @@ func testAHandoffWakesTheWaiterByNotification(e *env) {
 	if err != nil {
 		e.Fatalf("Harness.NewDriver: %v", err)
 	}
-	rec := &wakeRecorder{Driver: d, acq: d.(driver.Acquirer), entered: make(chan struct{}, 1), reqs: map[*driver.Request]bool{}}
+	rec := &wakeRecorder{Driver: d, acq: d.(driver.Acquirer), entered: make(chan struct{}, 1)}
 	waiter := e.locker(rec)
 	for i := 1; i <= wakeHandoffs; i++ {
 		l := e.acquire(holder, e.key)
@@ -79,34 +79,23 @@ func testAHandoffWakesTheWaiterByNotification(e *env) {
 			return
 		}
 	}
-	e.Errorf("no wake-up by notification reported in %d handoffs to a blocked waiter: the waiter polls, or its driver does not call Request.Woke", wakeHandoffs)
+	e.Errorf("no wake-up by notification reported in %d handoffs to a blocked waiter: the waiter polls, or its driver does not call driver.Woke", wakeHandoffs)
 }
 
 // wakeRecorder passes a driver's Acquire through and records the wake-ups it
-// reports, after those of whatever recorder the portable layer installed.
+// reports (in place of the portable layer's reporter: the suite's Lockers
+// record no metrics).
 type wakeRecorder struct {
 	driver.Driver
 	acq     driver.Acquirer
 	entered chan struct{} // signalled by each Acquire call
 
 	mu                     sync.Mutex
-	reqs                   map[*driver.Request]bool // requests whose OnWake records
 	notified, timer, other int
 }
 
 func (w *wakeRecorder) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	w.mu.Lock()
-	if !w.reqs[req] {
-		w.reqs[req] = true
-		prev := req.OnWake
-		req.OnWake = func(s driver.WakeSource) {
-			if prev != nil {
-				prev(s)
-			}
-			w.woke(s)
-		}
-	}
-	w.mu.Unlock()
+	ctx = driver.WithWakeReporter(ctx, w.woke)
 	select {
 	case w.entered <- struct{}{}:
 	default:
@@ -133,6 +122,5 @@ func (w *wakeRecorder) take() (notified, timer, other int) {
 	defer w.mu.Unlock()
 	notified, timer, other = w.notified, w.timer, w.other
 	w.notified, w.timer, w.other = 0, 0, 0
-	clear(w.reqs)
 	return
 }

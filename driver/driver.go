@@ -148,28 +148,19 @@ type Request struct {
 	// is gone without a Refresh or Release having told the caller: session expired,
 	// connection dropped, our node or key deleted. It must not block.
 	Lost func(err error)
-
-	// OnWake is set by the portable layer when it records metrics, and is nil
-	// otherwise. A driver reports through Woke (never by calling OnWake itself)
-	// each time a waiting Acquire wakes up to look at the lock again, or is
-	// granted it by the server, with what woke it: WakeNotified for the
-	// backend's word that the lock changed (a release notification, a watch
-	// event, a pub/sub handoff, a grant from the server's own lock queue), and
-	// WakeTimer for the driver's own fallback (a poll, a re-check timer, the
-	// end of a holder's lease, a re-check after the notification channel was
-	// reconnected). The first attempt of an Acquire is not a wake-up. Woke must
-	// be called without holding the driver's own locks, from the waiting call's
-	// goroutine or any other; it does not block.
-	OnWake func(source WakeSource)
 }
 
-// WakeSource says what woke a waiting Acquire: see Request.OnWake.
+// WakeSource says what woke a waiting Acquire: see Woke.
 type WakeSource uint8
 
 const (
-	// WakeNotified: the backend said the lock changed or granted it.
+	// WakeNotified: the backend said the lock changed, or granted it (a
+	// release notification, a watch event, a pub/sub handoff, the server's
+	// own lock queue).
 	WakeNotified WakeSource = iota + 1
-	// WakeTimer: the waiter's own fallback timer or poll fired.
+	// WakeTimer: the waiter's own fallback fired (a poll, a re-check timer,
+	// the end of a holder's lease, a re-check after the notification channel
+	// came back).
 	WakeTimer
 )
 
@@ -184,11 +175,26 @@ func (s WakeSource) String() string {
 	return "unknown"
 }
 
-// Woke reports one wake-up of a waiting Acquire of r (see OnWake). It costs a
-// nil check when nothing records wake-ups, and r may be nil.
-func (r *Request) Woke(source WakeSource) {
-	if r != nil && r.OnWake != nil {
-		r.OnWake(source)
+// wakeKey is the context key of a wake-up reporter.
+type wakeKey struct{}
+
+// WithWakeReporter returns a copy of ctx that carries report, for Woke. The
+// portable layer sets it on the context of Acquire only when it records
+// metrics, so that a Request costs nothing more without them; report must
+// not block.
+func WithWakeReporter(ctx context.Context, report func(WakeSource)) context.Context {
+	return context.WithValue(ctx, wakeKey{}, report)
+}
+
+// Woke is how an Acquirer reports that its waiting Acquire woke up to look at
+// the lock again, or was granted it by the server, and what woke it: ctx is
+// the context of Acquire (or one derived from it). The first attempt of an
+// Acquire is not a wake-up. Call it once per wake-up, without holding the
+// driver's own locks; it does not block, and costs a context lookup when no
+// reporter is set.
+func Woke(ctx context.Context, source WakeSource) {
+	if report, ok := ctx.Value(wakeKey{}).(func(WakeSource)); ok {
+		report(source)
 	}
 }
 

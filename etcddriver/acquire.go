@@ -361,7 +361,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 				if wr.Header.Revision != known {
 					gone, err := d.gone(ctx, pred, true)
 					if err != nil || gone {
-						woke(e, err, driver.WakeTimer) // the fallback read, not the watch
+						woke(ctx, err, driver.WakeTimer) // the fallback read, not the watch
 						return err
 					}
 				}
@@ -369,7 +369,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					e.req.Woke(driver.WakeNotified)
+					driver.Woke(ctx, driver.WakeNotified)
 					return nil
 				}
 			}
@@ -377,7 +377,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			gone, err := d.gone(ctx, pred, last)
 			if err != nil || gone {
-				woke(e, err, driver.WakeTimer)
+				woke(ctx, err, driver.WakeTimer)
 				return err
 			}
 			if last {
@@ -399,11 +399,11 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 	}
 }
 
-// woke reports a wake-up of e's waiting Acquire by src, unless the wait ended
-// with err.
-func woke(e *entry, err error, src driver.WakeSource) {
+// woke reports a wake-up of the waiting Acquire of ctx by src, unless the
+// wait ended with err.
+func woke(ctx context.Context, err error, src driver.WakeSource) {
 	if err == nil {
-		e.req.Woke(src)
+		driver.Woke(ctx, src)
 	}
 }
 

@@ -433,7 +433,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				if wr.Header.Revision != known {
 					done, err := recount(true)
 					if err != nil || done {
-						woke(e, err, driver.WakeTimer) // the fallback read, not the watch
+						woke(ctx, err, driver.WakeTimer) // the fallback read, not the watch
 						return err
 					}
 				}
@@ -445,14 +445,14 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				}
 			}
 			if need <= 0 {
-				e.req.Woke(driver.WakeNotified)
+				driver.Woke(ctx, driver.WakeNotified)
 				return nil
 			}
 		case <-recheck:
 			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			done, err := recount(last)
 			if err != nil || done {
-				woke(e, err, driver.WakeTimer)
+				woke(ctx, err, driver.WakeTimer)
 				return err
 			}
 			if last {

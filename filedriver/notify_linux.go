@@ -63,7 +63,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	}
 	// The request shows in Inspect's Waiters from the first time it blocks
 	// until it returns.
-	w := &waiting{d: d, key: req.Key, owner: req.Owner, req: req}
+	w := &waiting{d: d, key: req.Key, owner: req.Owner}
 	defer w.done()
 	for {
 		var (
@@ -235,13 +235,13 @@ func (d *Driver) waitUntil(ctx context.Context, w *waiting, watchPath string, tr
 		case <-wake:
 			settle = 0
 			resetTimer(timer, settleRechecks[0])
-			w.req.Woke(driver.WakeNotified)
+			driver.Woke(ctx, driver.WakeNotified)
 		case <-timer.C:
 			// A settle recheck belongs to the wake-up by the close event
 			// before it (one handoff, one wake-up); the others are the
 			// fallback's.
 			if settle >= len(settleRechecks) {
-				w.req.Woke(driver.WakeTimer)
+				driver.Woke(ctx, driver.WakeTimer)
 			}
 			if settle++; settle < len(settleRechecks) {
 				timer.Reset(settleRechecks[settle])
@@ -491,7 +491,6 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 type waiting struct {
 	d          *Driver
 	key, owner string
-	req        *driver.Request // for its wake-ups
 	tried      bool
 	f          *os.File
 }

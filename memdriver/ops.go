@@ -83,7 +83,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		d.s.mu.Unlock()
 		src, err := d.wait(ctx, wake, next)
 		if err == nil {
-			req.Woke(src)
+			driver.Woke(ctx, src)
 		}
 		d.s.mu.Lock()
 		// The waiter keeps the key's state alive: it is the same ks.

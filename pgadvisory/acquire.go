@@ -264,7 +264,7 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	if err == nil {
 		// The server's lock queue granted it: its own notification (counted
 		// even when the queue was empty by the time the statement arrived).
-		req.Woke(driver.WakeNotified)
+		driver.Woke(ctx, driver.WakeNotified)
 	}
 	return g, err
 }

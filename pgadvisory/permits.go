@@ -165,7 +165,7 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 			src = driver.WakeNotified
 		default:
 		}
-		req.Woke(src)
+		driver.Woke(ctx, src)
 		return driver.Grant{}, nil, true
 	case o.err != nil && ctx.Err() != nil:
 		return driver.Grant{}, d.waitEnded(ctx), false

@@ -131,7 +131,7 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		if now {
 			// The head before it left without the lock (or won a shared
 			// one): an in-process notification that the lock may be free.
-			req.Woke(driver.WakeNotified)
+			driver.Woke(ctx, driver.WakeNotified)
 		}
 	}
 
@@ -184,7 +184,7 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 				}
 			}
 			t.Stop()
-			req.Woke(src)
+			driver.Woke(ctx, src)
 		}
 		select { // a wake-up from before this round is answered by it
 		case <-g.wake:

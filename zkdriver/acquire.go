@@ -566,7 +566,7 @@ func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 		if ev.Type == zk.EventNodeDeleted {
 			src = driver.WakeNotified
 		}
-		h.req.Woke(src)
+		driver.Woke(ctx, src)
 		return errVanished
 	case <-ctx.Done():
 		return ctx.Err()
