@@ -54,3 +54,36 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		}
 	}
 }
+
+// A waiter registered on the servers is woken by their release announcement,
+// a wake-up it reports as a notification.
+func TestWaiterWokenByReleaseAnnouncementReportsNotification(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	d1, d2 := handoffDriver(t, ctx, servers, time.Hour), handoffDriver(t, ctx, servers, time.Hour)
+	holder := handoffRequest("holder")
+	if _, err := d1.Acquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		wakes []driver.WakeSource
+	)
+	waiter := handoffRequest("waiter")
+	done := acquireAsync(driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() }), d2, waiter)
+	waitWaiting(ctx, t, d2, time.Time{})
+	if err := d1.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Release(ctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wakes) != 1 || wakes[0] != driver.WakeNotified {
+		t.Errorf("wake-ups %v, want one notification: the waiter sleeps until its registration's renewal otherwise", wakes)
+	}
+}
