@@ -97,7 +97,8 @@ type Driver interface {
 type Acquirer interface {
 	// Acquire blocks until req.Owner holds req.Key or ctx is done, and returns
 	// ctx.Err() in that case, leaving nothing behind. Like TryAcquire it succeeds at
-	// once if the key already holds req.Owner.
+	// once if the key already holds req.Owner. It reports each time its wait
+	// wakes up, and what woke it, with Woke(ctx, source).
 	Acquire(ctx context.Context, req *Request) (Grant, error)
 }
 

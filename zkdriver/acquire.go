@@ -560,8 +560,8 @@ func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 	select {
 	case ev := <-ch:
 		// The node's deletion is ZooKeeper's notification; any other event
-		// (the watch dropped with the connection) makes the waiter look
-		// again on its own: the fallback.
+		// (the watch ended without it: the session expired, the client
+		// closed) makes the waiter look again on its own: the fallback.
 		src := driver.WakeTimer
 		if ev.Type == zk.EventNodeDeleted {
 			src = driver.WakeNotified
