@@ -75,6 +75,7 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 	defer untrack()
 
 	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared, Label: encodeLabel(o.owner(), time.Now(), o.value)}
+	ctx = lk.tel.wakeContext(ctx, key)
 	if o.permits > 1 {
 		req.Permits = o.permits // one permit is the exclusive lock
 	}
@@ -154,6 +155,7 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 			}
 			return nil, &Error{Op: op, Key: key, Err: withLast(ctx.Err(), lastErr)}
 		case <-t.C:
+			lk.tel.woke(key, driver.WakeTimer) // the backoff's retry
 		}
 	}
 }

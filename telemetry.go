@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distlock/lock/driver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,13 +29,14 @@ const instrumentationName = "github.com/distlock/lock"
 
 // Attribute keys.
 const (
-	attrBackend   = attribute.Key("distlock.backend")    // the driver's URL scheme (or package name)
-	attrOutcome   = attribute.Key("distlock.outcome")    // acquire: acquired, locked, timeout, cancelled, error
-	attrKey       = attribute.Key("distlock.key")        // only with WithKeyAttribute(true)
-	attrCause     = attribute.Key("distlock.loss.cause") // why a lock was lost
-	attrEnd       = attribute.Key("distlock.lock.end")   // how a hold ended: released, lost, closed
-	attrErrorType = attribute.Key("error.type")          // unavailable, backend, ... (semantic conventions)
-	attrOp        = attribute.Key("distlock.operation")  // acquire, try-acquire, campaign, do
+	attrBackend   = attribute.Key("distlock.backend")       // the driver's URL scheme (or package name)
+	attrOutcome   = attribute.Key("distlock.outcome")       // acquire: acquired, locked, timeout, cancelled, error
+	attrKey       = attribute.Key("distlock.key")           // only with WithKeyAttribute(true)
+	attrCause     = attribute.Key("distlock.loss.cause")    // why a lock was lost
+	attrEnd       = attribute.Key("distlock.lock.end")      // how a hold ended: released, lost, closed
+	attrErrorType = attribute.Key("error.type")             // unavailable, backend, ... (semantic conventions)
+	attrOp        = attribute.Key("distlock.operation")     // acquire, try-acquire, campaign, do
+	attrWake      = attribute.Key("distlock.wakeup.source") // notification, timer (driver.WakeSource)
 )
 
 // Acquire outcomes.
@@ -112,12 +114,14 @@ type instruments struct {
 	refreshes       metric.Int64Counter
 	refreshFailures metric.Int64Counter
 	backendErrors   metric.Int64Counter
+	wakeups         metric.Int64Counter
 
 	// Precomputed attribute options (the backend alone, the backend with each
 	// outcome), so recording without the key attribute allocates nothing.
 	base     []metric.AddOption
 	baseRec  []metric.RecordOption
 	outcomes [len(outcomes)][]metric.RecordOption
+	wakes    [driver.WakeTimer + 1][]metric.AddOption // by driver.WakeSource; [0] unused
 }
 
 func newTelemetry(opts options, d any) *telemetry {
@@ -206,11 +210,16 @@ func newInstruments(m metric.Meter, backend string) *instruments {
 		metric.WithDescription("Refresh attempts that did not confirm the lock, by error class."))
 	in.backendErrors, _ = m.Int64Counter("distlock.backend.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Backend failures, by class (unavailable: transient; backend: permanent)."))
+	in.wakeups, _ = m.Int64Counter("distlock.acquire.wakeups", metric.WithUnit("{wakeup}"),
+		metric.WithDescription("Wake-ups of waiting acquisitions, by what woke them: the backend's notification or a fallback timer."))
 	set := attribute.NewSet(attrBackend.String(backend))
 	in.base = []metric.AddOption{metric.WithAttributeSet(set)}
 	in.baseRec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	for i, oc := range outcomes {
 		in.outcomes[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrBackend.String(backend), attrOutcome.String(oc)))}
+	}
+	for s := driver.WakeNotified; s <= driver.WakeTimer; s++ {
+		in.wakes[s] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrBackend.String(backend), attrWake.String(s.String())))}
 	}
 	return in
 }
@@ -238,6 +247,31 @@ func (t *telemetry) recOpts(key string, extra ...attribute.KeyValue) []metric.Re
 		return t.metrics.baseRec
 	}
 	return []metric.RecordOption{metric.WithAttributes(t.attrs(key, extra...)...)}
+}
+
+// wakeContext is the context of an acquisition of key: with metrics on, it
+// carries the reporter through which an Acquirer counts its wake-ups
+// (driver.Woke); otherwise it is ctx, and a driver's wake-up costs a context
+// lookup.
+func (t *telemetry) wakeContext(ctx context.Context, key string) context.Context {
+	if t.metrics == nil {
+		return ctx
+	}
+	return driver.WithWakeReporter(ctx, func(s driver.WakeSource) { t.woke(key, s) })
+}
+
+// woke counts one wake-up of a waiting acquisition of key; a source the
+// driver package does not define is ignored.
+func (t *telemetry) woke(key string, s driver.WakeSource) {
+	m := t.metrics
+	if m == nil || s < driver.WakeNotified || s > driver.WakeTimer {
+		return
+	}
+	if t.keyAttr {
+		m.wakeups.Add(context.Background(), 1, t.addOpts(key, attrWake.String(s.String()))...)
+		return
+	}
+	m.wakeups.Add(context.Background(), 1, m.wakes[s]...)
 }
 
 // outcomeOf names an acquisition's outcome.

@@ -193,6 +193,7 @@ func Run(t *testing.T, h Harness) {
 	run("TryAcquireReportsLockedWhileHeld", testTryAcquireReportsLockedWhileHeld)
 	run("AcquireWaitsForRelease", testAcquireWaitsForRelease)
 	run("BlockedWaiterWakesPromptlyOnRelease", testBlockedWaiterWakesPromptlyOnRelease)
+	run("AHandoffWakesTheWaiterByNotification", testAHandoffWakesTheWaiterByNotification)
 	run("DistinctKeysAreDistinctLocks", testDistinctKeysAreDistinctLocks)
 	run("IndependentKeysDoNotBlockEachOther", testIndependentKeysDoNotBlockEachOther)
 	run("ManyHeldLocksNeedNoGoroutineEach", testManyHeldLocksNeedNoGoroutineEach)

@@ -55,6 +55,12 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			fail:   []string{"BlockedWaiterWakesPromptlyOnRelease"},
 		},
 		{
+			// Wakes promptly, but by polling: its wake-ups are all timer's.
+			broken: "fast-poller",
+			run:    "AHandoffWakesTheWaiterByNotification",
+			fail:   []string{"AHandoffWakesTheWaiterByNotification"},
+		},
+		{
 			broken: "never-lost",
 			run:    "LostClosesWhenSessionSevered|DoCancelsFnAndReportsErrLostOnLoss|SharedAndPermitHoldersSeeLostAndAreReleasedByClose",
 			fail:   []string{"LostClosesWhenSessionSevered", "DoCancelsFnAndReportsErrLostOnLoss", "SharedAndPermitHoldersSeeLostAndAreReleasedByClose"},
@@ -244,6 +250,20 @@ func (b *broken) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
+			}
+		}
+	case b.kind == "fast-poller":
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			g, err := b.TryAcquire(ctx, req)
+			if err == nil || ctx.Err() != nil {
+				return g, err
+			}
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				driver.Woke(ctx, driver.WakeTimer)
 			}
 		}
 	case b.kind == "no-writer-preference" && !req.Shared:

@@ -97,7 +97,8 @@ type Driver interface {
 type Acquirer interface {
 	// Acquire blocks until req.Owner holds req.Key or ctx is done, and returns
 	// ctx.Err() in that case, leaving nothing behind. Like TryAcquire it succeeds at
-	// once if the key already holds req.Owner.
+	// once if the key already holds req.Owner. It reports each time its wait
+	// wakes up, and what woke it, with Woke(ctx, source).
 	Acquire(ctx context.Context, req *Request) (Grant, error)
 }
 
@@ -148,6 +149,54 @@ type Request struct {
 	// is gone without a Refresh or Release having told the caller: session expired,
 	// connection dropped, our node or key deleted. It must not block.
 	Lost func(err error)
+}
+
+// WakeSource says what woke a waiting Acquire: see Woke.
+type WakeSource uint8
+
+const (
+	// WakeNotified: the backend said the lock changed, or granted it (a
+	// release notification, a watch event, a pub/sub handoff, the server's
+	// own lock queue).
+	WakeNotified WakeSource = iota + 1
+	// WakeTimer: the waiter's own fallback fired (a poll, a re-check timer,
+	// the end of a holder's lease, a re-check after the notification channel
+	// came back).
+	WakeTimer
+)
+
+// String names the source as the distlock.wakeup.source metric attribute does.
+func (s WakeSource) String() string {
+	switch s {
+	case WakeNotified:
+		return "notification"
+	case WakeTimer:
+		return "timer"
+	}
+	return "unknown"
+}
+
+// wakeKey is the context key of a wake-up reporter.
+type wakeKey struct{}
+
+// WithWakeReporter returns a copy of ctx that carries report, for Woke. The
+// portable layer sets it on the context of Acquire only when it records
+// metrics, so that a Request costs nothing more without them; report must
+// not block.
+func WithWakeReporter(ctx context.Context, report func(WakeSource)) context.Context {
+	return context.WithValue(ctx, wakeKey{}, report)
+}
+
+// Woke is how an Acquirer reports that its waiting Acquire woke up to look at
+// the lock again, or was granted it by the server, and what woke it: ctx is
+// the context of Acquire (or one derived from it). The first attempt of an
+// Acquire is not a wake-up. Call it once per wake-up, without holding the
+// driver's own locks; it does not block, and costs a context lookup when no
+// reporter is set.
+func Woke(ctx context.Context, source WakeSource) {
+	if report, ok := ctx.Value(wakeKey{}).(func(WakeSource)); ok {
+		report(source)
+	}
 }
 
 // MaxKeyLen is the longest key, in bytes, that every driver accepts.

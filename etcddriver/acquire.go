@@ -361,6 +361,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 				if wr.Header.Revision != known {
 					gone, err := d.gone(ctx, pred, true)
 					if err != nil || gone {
+						woke(ctx, err, driver.WakeTimer) // the fallback read, not the watch
 						return err
 					}
 				}
@@ -368,6 +369,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
+					driver.Woke(ctx, driver.WakeNotified)
 					return nil
 				}
 			}
@@ -375,6 +377,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			gone, err := d.gone(ctx, pred, last)
 			if err != nil || gone {
+				woke(ctx, err, driver.WakeTimer)
 				return err
 			}
 			if last {
@@ -393,6 +396,14 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 		case <-d.done:
 			return driver.ErrClosed
 		}
+	}
+}
+
+// woke reports a wake-up of the waiting Acquire of ctx by src, unless the
+// wait ended with err.
+func woke(ctx context.Context, err error, src driver.WakeSource) {
+	if err == nil {
+		driver.Woke(ctx, src)
 	}
 }
 

@@ -433,6 +433,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				if wr.Header.Revision != known {
 					done, err := recount(true)
 					if err != nil || done {
+						woke(ctx, err, driver.WakeTimer) // the fallback read, not the watch
 						return err
 					}
 				}
@@ -444,12 +445,14 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				}
 			}
 			if need <= 0 {
+				driver.Woke(ctx, driver.WakeNotified)
 				return nil
 			}
 		case <-recheck:
 			last := !created.IsZero() && time.Since(created) >= recheckUntil
 			done, err := recount(last)
 			if err != nil || done {
+				woke(ctx, err, driver.WakeTimer)
 				return err
 			}
 			if last {

@@ -235,7 +235,14 @@ func (d *Driver) waitUntil(ctx context.Context, w *waiting, watchPath string, tr
 		case <-wake:
 			settle = 0
 			resetTimer(timer, settleRechecks[0])
+			driver.Woke(ctx, driver.WakeNotified)
 		case <-timer.C:
+			// A settle recheck belongs to the wake-up by the close event
+			// before it (one handoff, one wake-up); the others are the
+			// fallback's.
+			if settle >= len(settleRechecks) {
+				driver.Woke(ctx, driver.WakeTimer)
+			}
 			if settle++; settle < len(settleRechecks) {
 				timer.Reset(settleRechecks[settle])
 			} else {

@@ -81,7 +81,10 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	for {
 		wake, next := ks.wake, ks.nextExpiry()
 		d.s.mu.Unlock()
-		err := d.wait(ctx, wake, next)
+		src, err := d.wait(ctx, wake, next)
+		if err == nil {
+			driver.Woke(ctx, src)
+		}
 		d.s.mu.Lock()
 		// The waiter keeps the key's state alive: it is the same ks.
 		now = time.Now()
@@ -99,9 +102,10 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	}
 }
 
-// wait returns nil when wake closes or the lease ending at next (if any) ends,
-// and an error when ctx ends or the client is closed.
-func (d *Driver) wait(ctx context.Context, wake <-chan struct{}, next time.Time) error {
+// wait returns what woke it, a change on the key (wake closed: a notification)
+// or the end of the lease ending at next (if any: a timer), and an error when
+// ctx ends or the client is closed.
+func (d *Driver) wait(ctx context.Context, wake <-chan struct{}, next time.Time) (driver.WakeSource, error) {
 	var expiry <-chan time.Time
 	if !next.IsZero() {
 		t := time.NewTimer(time.Until(next))
@@ -110,13 +114,13 @@ func (d *Driver) wait(ctx context.Context, wake <-chan struct{}, next time.Time)
 	}
 	select {
 	case <-wake:
-		return nil
+		return driver.WakeNotified, nil
 	case <-expiry:
-		return nil
+		return driver.WakeTimer, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	case <-d.done:
-		return driver.ErrClosed
+		return 0, driver.ErrClosed
 	}
 }
 

@@ -261,6 +261,11 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	if gaveUp {
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
+	if err == nil {
+		// The server's lock queue granted it: its own notification (counted
+		// even when the queue was empty by the time the statement arrived).
+		driver.Woke(ctx, driver.WakeNotified)
+	}
 	return g, err
 }
 

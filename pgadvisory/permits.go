@@ -157,6 +157,15 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 	})
 	switch {
 	case o.err == errRescan:
+		// Woken to try every slot again: by a permit announced free (the
+		// bell), or by the rescan timer.
+		src := driver.WakeTimer
+		select {
+		case <-bell.ch:
+			src = driver.WakeNotified
+		default:
+		}
+		driver.Woke(ctx, src)
 		return driver.Grant{}, nil, true
 	case o.err != nil && ctx.Err() != nil:
 		return driver.Grant{}, d.waitEnded(ctx), false

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/pgadvisory"
 )
@@ -153,8 +154,9 @@ func TestOtherShapesOfAKeyElsewhereAreInvalidOnceThePermitsAreFull(t *testing.T)
 // A waiting permit request queues on one slot in the server, but takes a
 // permit given back on another slot while the holder of its own slot keeps
 // holding: it tries every slot again every permitRescan (a free by an SQL
-// client announces nothing to wake it sooner). The slots are held
-// by plain SQL sessions, as any client of the documented ids may.
+// client announces nothing to wake it sooner), wake-ups it reports as the
+// timer's. The slots are held by plain SQL sessions, as any client of the
+// documented ids may.
 func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -174,8 +176,9 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 		err error
 	}
 	got := make(chan grant, 1)
+	var wakes wakeLog
 	go func() {
-		l, err := locker.Acquire(ctx, key)
+		l, err := locker.Acquire(wakes.ctx(ctx), key)
 		got <- grant{l, err}
 	}()
 	probe := connect(t, dsn)
@@ -197,6 +200,7 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 		t.Fatalf("Acquire with a permit freed on the other slot: %v", g.err)
 	}
 	t.Logf("the waiter queued on slot %d took slot %d %v after its release", queued, freed, time.Since(start))
+	wakes.only(t, driver.WakeTimer, "nothing announced the free slot")
 	var still bool
 	if err := holders[queued].QueryRow(ctx, `SELECT count(*) = 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted`).Scan(&still); err != nil || !still {
 		t.Fatalf("the holder of the waiter's slot no longer holds it (%v)", err)
@@ -209,7 +213,7 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 // A permit given back on another slot than the one a waiter is queued on
 // wakes the waiter through the releasing statement's announcement
 // (pg_notify, heard by the waiter's Driver), not by its rescan, which this
-// test puts off for an hour.
+// test puts off for an hour: a wake-up it reports as a notification.
 func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -237,8 +241,9 @@ func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
 		err error
 	}
 	got := make(chan grant, 1)
+	var wakes wakeLog
 	go func() {
-		l, err := locker.Acquire(ctx, key)
+		l, err := locker.Acquire(wakes.ctx(ctx), key)
 		got <- grant{l, err}
 	}()
 	queued := -1
@@ -274,6 +279,7 @@ func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
 		t.Fatalf("Acquire with a permit given back on the other slot: %v", g.err)
 	}
 	t.Logf("the waiter queued on slot %d took the other slot %v after its release", queued, time.Since(start))
+	wakes.only(t, driver.WakeNotified, "the announcement woke it, the rescan was an hour away")
 	if !holdsID(t, probe, mine.d, slots[queued]) {
 		t.Fatal("the holder of the waiter's slot no longer holds it")
 	}

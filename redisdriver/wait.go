@@ -111,6 +111,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		select {
 		case token := <-w.granted:
 			t.Stop()
+			driver.Woke(ctx, driver.WakeNotified)
 			if err := d.recordGrant(wctx, k, req); err != nil {
 				if wctx.Err() != nil {
 					return driver.Grant{}, stopped()
@@ -121,10 +122,13 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			// sent at asked, and with our TTL.
 			return driver.Grant{Token: d.token(token), Start: asked}, nil
 		case <-t.C:
+			driver.Woke(ctx, driver.WakeTimer)
 		case <-resub:
-			// The inbox reconnected: a handoff may have been missed.
+			// The inbox reconnected: a handoff may have been missed. The
+			// re-check is the fallback's, not a handoff.
 			t.Stop()
 			subscribed = true
+			driver.Woke(ctx, driver.WakeTimer)
 		case <-wctx.Done(): // the caller's context, or Close
 			t.Stop()
 			return driver.Grant{}, stopped()

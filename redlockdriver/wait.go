@@ -47,6 +47,21 @@ func (g *group) ownAnnouncementOnly(quorum int) bool {
 	return n < quorum
 }
 
+// wakeSource is what a wake-up of the head is: a notification when a server
+// announced a release since the head last looked, and the fallback (timer)
+// when the only cause is a subscription that came back (wakeAll). d.mu is held.
+func (g *group) wakeSource() driver.WakeSource {
+	for _, h := range g.heard {
+		if h {
+			return driver.WakeNotified
+		}
+	}
+	if g.force {
+		return driver.WakeTimer
+	}
+	return driver.WakeNotified
+}
+
 // looked starts a new round of hearing, as the head looks; d.mu is held.
 func (g *group) looked() {
 	clear(g.heard)
@@ -113,6 +128,11 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		case <-ctx.Done():
 			return driver.Grant{}, d.ended(ctx)
 		}
+		if now {
+			// The head before it left without the lock (or won a shared
+			// one): an in-process notification that the lock may be free.
+			driver.Woke(ctx, driver.WakeNotified)
+		}
 	}
 
 	lease := max(req.TTL, minLease)
@@ -133,16 +153,21 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			deadline := time.Now().Add(wait)
+			// What ends the sleep: the timer, unless this driver's own release
+			// shortened it to the grace.
+			src := driver.WakeTimer
 		sleep:
 			for {
 				select {
 				case <-g.wake:
 					d.mu.Lock()
 					ignore := g.ownAnnouncementOnly(d.quorum)
+					ws := g.wakeSource()
 					d.mu.Unlock()
 					if ignore {
 						continue
 					}
+					src = ws
 					break sleep
 				case <-t.C:
 					break sleep
@@ -150,6 +175,7 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 					if time.Until(deadline) > d.grace {
 						deadline = time.Now().Add(d.grace)
 						t.Reset(d.grace)
+						src = driver.WakeNotified
 					}
 				case <-ctx.Done():
 					t.Stop()
@@ -158,6 +184,7 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 				}
 			}
 			t.Stop()
+			driver.Woke(ctx, src)
 		}
 		select { // a wake-up from before this round is answered by it
 		case <-g.wake:

@@ -558,7 +558,15 @@ func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 		return d.closedOr(err)
 	}
 	select {
-	case <-ch:
+	case ev := <-ch:
+		// The node's deletion is ZooKeeper's notification; any other event
+		// (the watch ended without it: the session expired, the client
+		// closed) makes the waiter look again on its own: the fallback.
+		src := driver.WakeTimer
+		if ev.Type == zk.EventNodeDeleted {
+			src = driver.WakeNotified
+		}
+		driver.Woke(ctx, src)
 		return errVanished
 	case <-ctx.Done():
 		return ctx.Err()

@@ -165,6 +165,9 @@ func scriptedScenario(t *testing.T, r *rig, losses []loss) {
 	}
 	checkByClass(t, "lock.refresh.failures", m["distlock.lock.refresh.failures"], backend, "error.type", wantFailures)
 	checkByClass(t, "backend.errors", m["distlock.backend.errors"], backend, "error.type", wantBackendErrors)
+	// acquire.wakeups: the waiter, woken once by l1's release (the backend's
+	// notification); no acquisition waited for a timer.
+	checkByClass(t, "acquire.wakeups", m["distlock.acquire.wakeups"], backend, "distlock.wakeup.source", map[string]int64{"notification": 1})
 	for name, ps := range m {
 		for _, p := range ps {
 			if _, has := p.attrs.Value("distlock.key"); has {

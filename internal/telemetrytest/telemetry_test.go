@@ -152,6 +152,8 @@ func lost(t *testing.T, l *lock.Lock) {
 
 func outcome(s string) attribute.KeyValue { return attribute.String("distlock.outcome", s) }
 
+func source(s string) attribute.KeyValue { return attribute.String("distlock.wakeup.source", s) }
+
 func eventsNamed(s sdktrace.ReadOnlySpan, name string) []sdktrace.Event {
 	var out []sdktrace.Event
 	for _, e := range s.Events() {

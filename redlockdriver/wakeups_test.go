@@ -1,0 +1,89 @@
+package redlockdriver
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// A holder that stops refreshing sends no release announcement: its lock ends
+// by its TTL on the servers, and the waiter finds it free by its own timer at
+// the TTL's end, a wake-up it reports as the timer's.
+func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
+	servers := testserver.RedisServers(t, 3)
+	u := redlockURL(servers)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d1, err := openURL(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d1.Close()
+	d2, err := openURL(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
+	if _, err := d1.TryAcquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		wakes []driver.WakeSource
+	)
+	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
+	wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
+	if _, err := d2.Acquire(wctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Release(ctx, waiter)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wakes) == 0 {
+		t.Fatal("the waiter reported no wake-up")
+	}
+	for _, s := range wakes {
+		if s != driver.WakeTimer {
+			t.Errorf("wake-ups %v, want only the timer's: nothing notified the waiter", wakes)
+			break
+		}
+	}
+}
+
+// A waiter registered on the servers is woken by their release announcement,
+// a wake-up it reports as a notification.
+func TestWaiterWokenByReleaseAnnouncementReportsNotification(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	d1, d2 := handoffDriver(t, ctx, servers, time.Hour), handoffDriver(t, ctx, servers, time.Hour)
+	holder := handoffRequest("holder")
+	if _, err := d1.Acquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		wakes []driver.WakeSource
+	)
+	waiter := handoffRequest("waiter")
+	done := acquireAsync(driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() }), d2, waiter)
+	waitWaiting(ctx, t, d2, time.Time{})
+	if err := d1.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Release(ctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wakes) != 1 || wakes[0] != driver.WakeNotified {
+		t.Errorf("wake-ups %v, want one notification: the waiter sleeps until its registration's renewal otherwise", wakes)
+	}
+}

@@ -1,0 +1,78 @@
+package zkdriver_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testserver"
+)
+
+// A waiter's watch that ends without the delete it waits for (its session
+// expired on the server) makes it look again on its own, a wake-up it
+// reports as the fallback's; the release it then waits for is ZooKeeper's
+// notification.
+func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T) {
+	srv := testserver.StartZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holderD, err := openDriver(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderD.Close()
+	waiterD, err := openDriver(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterD.Close()
+	holder := &driver.Request{Key: "k", Owner: "holder", TTL: time.Minute, Lost: func(error) {}}
+	if _, err := holderD.TryAcquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		wakes []driver.WakeSource
+	)
+	count := func() []driver.WakeSource {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]driver.WakeSource(nil), wakes...)
+	}
+	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: func(error) {}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiterD.Acquire(driver.WithWakeReporter(ctx, func(s driver.WakeSource) {
+			mu.Lock()
+			wakes = append(wakes, s)
+			mu.Unlock()
+		}), waiter)
+		done <- err
+	}()
+	queued := func() bool {
+		in, err := holderD.Inspect(ctx, "k")
+		return err == nil && in.Waiters == 1
+	}
+	waitUntil(t, 10*time.Second, "the waiter queued", queued)
+	id, pw, timeout := waiterD.SessionForTest()
+	if err := expireSession(srv.Addr(), id, pw, timeout); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the waiter woken by its ended watch", func() bool { return len(count()) > 0 })
+	waitUntil(t, 30*time.Second, "the waiter queued again", queued)
+	if err := holderD.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := waiterD.Release(ctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	w := count()
+	if len(w) < 2 || w[0] != driver.WakeTimer || w[len(w)-1] != driver.WakeNotified {
+		t.Errorf("wake-ups %v, want the ended watch's timer first and the delete's notification last", w)
+	}
+}
