@@ -86,19 +86,30 @@ func (r *Recorder) All() string {
 // Wait waits until a record for which ok is true arrives, or d passes, and
 // returns it (ok false when none came).
 func (r *Recorder) Wait(d time.Duration, ok func(Record) bool) (Record, bool) {
+	got := r.WaitN(d, 1, ok)
+	if len(got) == 0 {
+		return Record{}, false
+	}
+	return got[0], true
+}
+
+// WaitN waits until n records for which ok is true have arrived, or d
+// passes, and returns those that did.
+func (r *Recorder) WaitN(d time.Duration, n int, ok func(Record) bool) []Record {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
 		changed := r.changed
 		r.mu.Unlock()
-		if got := r.Matching(ok); len(got) > 0 {
-			return got[0], true
+		got := r.Matching(ok)
+		if len(got) >= n {
+			return got
 		}
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return Record{}, false
+			return got
 		}
 	}
 }
