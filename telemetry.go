@@ -70,9 +70,12 @@ func WithKeyAttribute(on bool) Option {
 }
 
 // WithLogger makes the Locker log the events an operator needs on logger: a
-// lock lost (Warn, with its cause), the backend unreachable (Warn) and
-// recovered (Info). Successful operations are logged at Debug only. Without
-// it the Locker logs nothing.
+// lock lost (Warn, with its cause), the backend server restarted or replaced
+// (Warn, once per change), the backend unreachable (Warn) and recovered
+// (Info). Successful operations are logged at Debug only. A driver whose
+// backend client logs by itself (driver.LoggerUser) is given logger too, and
+// routes its client's lines there. Without it the Locker logs nothing, and
+// the drivers drop their clients' lines.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.setTel(func(t *telOptions) { t.logger = logger }) }
 }
