@@ -36,6 +36,7 @@ type Lock struct {
 	lapsed      bool // lost by the deadline and not yet released on the backend (in lk.lapsed)
 	index       int  // in lk.schedule, -1 when not scheduled
 	onLost      []func(error)
+	grantSeq    uint64 // the grant's number in the Locker (telemetry.serverChanged)
 }
 
 type lockState int

@@ -157,6 +157,9 @@ func New(d driver.Driver, opts ...Option) *Locker {
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
 	lk.cleanupCtx, lk.endCleanup = context.WithCancel(context.Background())
 	lk.tel = newTelemetry(lk.defaults, d)
+	if lu, ok := d.(driver.LoggerUser); ok && lk.tel.logger != nil {
+		lu.UseLogger(lk.tel.logger)
+	}
 	lk.acquirer, _ = d.(driver.Acquirer)
 	lk.batch, _ = d.(driver.BatchRefresher)
 	lk.wg.Add(1)

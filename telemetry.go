@@ -72,9 +72,12 @@ func WithKeyAttribute(on bool) Option {
 }
 
 // WithLogger makes the Locker log the events an operator needs on logger: a
-// lock lost (Warn, with its cause), the backend unreachable (Warn) and
-// recovered (Info). Successful operations are logged at Debug only. Without
-// it the Locker logs nothing.
+// lock lost (Warn, with its cause), the backend server restarted or replaced
+// (Warn, once per change), the backend unreachable (Warn) and recovered
+// (Info). Successful operations are logged at Debug only. A driver whose
+// backend client logs by itself (driver.LoggerUser) is given logger too, and
+// routes its client's lines there. Without it the Locker logs nothing, and
+// the drivers drop their clients' lines.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.setTel(func(t *telOptions) { t.logger = logger }) }
 }
@@ -94,6 +97,11 @@ type telemetry struct {
 	metrics *instruments // nil: no metrics
 
 	unreachable atomic.Bool // the last backend call failed transiently (for the recovered log)
+
+	// Under the Locker's mu, for the server-changed log (serverChanged):
+	// grants counts grants, each Lock keeps its number (grantSeq), and
+	// changeLogged is the count when the last change was logged.
+	grants, changeLogged uint64
 
 	// Held locks' hold start and span, guarded by the Locker's mu; kept here
 	// rather than in Lock so that a Lock costs no more when nothing is on.
@@ -481,6 +489,8 @@ func (t *telemetry) held(l *Lock, a *acquireSpan) {
 		}
 		t.locks[l] = lt
 	}
+	t.grants++
+	l.grantSeq = t.grants
 	if t.logger != nil && t.logger.Enabled(context.Background(), slog.LevelDebug) {
 		t.logger.LogAttrs(context.Background(), slog.LevelDebug, "distlock: lock acquired", slog.String("backend", t.backend), slog.String("key", l.req.Key))
 	}
@@ -546,12 +556,27 @@ func (t *telemetry) ended(l *Lock, s lockState, cause error) {
 	if t.logger != nil {
 		switch {
 		case s == stateLost:
+			t.serverChanged(ctx, l, cause)
 			t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: lock lost", slog.String("backend", t.backend), slog.String("key", l.req.Key),
 				slog.String("cause", lossCause(cause)), slog.String("error", cause.Error()))
 		case t.logger.Enabled(ctx, slog.LevelDebug):
 			t.logger.LogAttrs(ctx, slog.LevelDebug, "distlock: lock "+end, slog.String("backend", t.backend), slog.String("key", l.req.Key))
 		}
 	}
+}
+
+// serverChanged logs, at Warn, that the backend server was restarted or
+// replaced when l was lost for that reason (ErrServerChanged), once per
+// change rather than once per lock: every lock granted before the change
+// logged last is lost to that same change, so only the loss of a lock
+// granted after it tells of a new one. (Two servers of a cluster replaced
+// at once make one line.) Called under the Locker's mu.
+func (t *telemetry) serverChanged(ctx context.Context, l *Lock, cause error) {
+	if !errors.Is(cause, ErrServerChanged) || l.grantSeq <= t.changeLogged {
+		return
+	}
+	t.changeLogged = t.grants
+	t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: backend server identity changed", slog.String("backend", t.backend), slog.String("error", cause.Error()))
 }
 
 // releaseSpan traces one Release call; it returns ctx unchanged and a nil

@@ -345,6 +345,19 @@
 // a read that failed as unavailable, for up to about 2.5s, within the call's
 // context.)
 //
+// # Logging
+//
+// The driver prints nothing. The etcd client it opens from a URL logs through
+// a zap logger of the driver's (no module beyond the client's zap), which
+// drops every line until a Locker gives the driver a logger (lock.WithLogger;
+// the driver implements driver.LoggerUser) and then passes the lines there,
+// with their fields and the attribute client=etcd: the client's errors at
+// Warn, its warnings about the connection (a failing lease keepalive loop) at
+// Info, and its retries of a request, which come once per operation while a
+// server is away, at Debug (the Locker warns once that the backend is
+// unreachable). A client given to New keeps the program's logger. gRPC's own
+// process-wide logger is left as the program set it.
+//
 // # Limits
 //
 // Close waits for the revokes of its leases for at most half a second: against a
@@ -373,8 +386,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -423,8 +438,9 @@ type Driver struct {
 	cancel       context.CancelFunc
 	revokeCtx    context.Context // cancelled by Close once its own revokes are done: ends background revokes
 	revokeCancel context.CancelFunc
-	closeClient  func()        // releases what open made for the client it owns; nil for New
-	done         chan struct{} // closed by Close: ends waiting Acquire calls
+	closeClient  func()                       // releases what open made for the client it owns; nil for New
+	logs         *atomic.Pointer[slog.Logger] // the client's zap logger passes its lines here (logging.go); nil for New
+	done         chan struct{}                // closed by Close: ends waiting Acquire calls
 	wg           sync.WaitGroup
 
 	mu      sync.Mutex

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -52,7 +54,10 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		// The TLS files could not be loaded; the error names files, not secrets.
 		return nil, fmt.Errorf("%w: etcddriver: %v", driver.ErrInvalidURL, err)
 	}
-	ccfg.Logger = zap.NewNop() // a library does not write to the program's stderr
+	// A library does not write to the program's stderr: the client's lines go
+	// to the Locker's logger, or nowhere (see zapToSlog).
+	logs := new(atomic.Pointer[slog.Logger])
+	ccfg.Logger = zapToSlog(logs)
 	if spec.Secure != nil && spec.Secure.ServerName != "" {
 		// gRPC verifies the server's certificate for the dial target's authority
 		// and ignores tls.Config.ServerName, where the client library puts it.
@@ -120,6 +125,7 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 		return nil, fmt.Errorf("etcddriver: %s: %w", where, err)
 	}
 	d.closeClient = cancelBase
+	d.logs = logs
 	return d, nil
 }
 

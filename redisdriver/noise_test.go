@@ -75,7 +75,7 @@ func faultsForNoise(t *testing.T) {
 func TestProgramsOwnGoRedisLoggerIsKept(t *testing.T) {
 	var rec recorder
 	redis.SetLogger(&rec)
-	defer redisproto.SilenceGoRedis()
+	defer redisproto.RouteGoRedis()
 	srv := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

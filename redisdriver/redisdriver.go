@@ -368,10 +368,25 @@
 //
 // The driver prints nothing. go-redis v9 writes its own lines (a failed dial,
 // a broken pub/sub connection) to stderr through one process-wide logger;
-// this package's init replaces go-redis's default logger with one that drops
-// them (before any code of the program that imports it runs). A program
-// that wants go-redis's lines sets its own logger with redis.SetLogger in
-// main, or in the init of a package that imports this one, and keeps it.
+// this package's init replaces go-redis's default logger with one that
+// routes them (before any code of the program that imports it runs).
+//
+// Given a logger by a Locker (lock.WithLogger; the driver implements
+// driver.LoggerUser), the driver logs there, with the attribute
+// client=go-redis: a failed dial to a server at Warn, once per run of
+// failures to that address, with the address and the error, and the first
+// dial that succeeds after it at Info; and the lines go-redis prints with
+// the context of one of the driver's calls (a dropped pub/sub message or a
+// new primary at Warn, a failure it will retry at Info, the rest at Debug).
+// go-redis prints some lines with a context of its own, which cannot be told
+// apart by driver: those are dropped, as every line is without a logger.
+// With a client given to New, the failed dials are seen on a *redis.Client
+// and on the nodes a *redis.ClusterClient creates after New (see
+// countDials).
+//
+// A program that wants all of go-redis's lines sets its own logger with
+// redis.SetLogger in main, or in the init of a package that imports this
+// one, and keeps it; the driver then logs only the failed dials.
 //
 // # Close
 //
@@ -438,6 +453,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -533,7 +549,8 @@ type Driver struct {
 	calls  sync.WaitGroup     // Acquire calls in flight
 	wg     sync.WaitGroup     // the inbox reader and its checks
 
-	dialWatch      *redisproto.DialWatch // counts dials (see grantedBy); ends them at Close
+	dialWatch      *redisproto.DialWatch // counts dials (see grantedBy); ends them at Close; logs failed ones
+	logs           redisproto.LogSink    // the Locker's logger (UseLogger)
 	countedClients sync.Map              // *redis.Client whose dials are counted -> true
 
 	mu      sync.Mutex
@@ -550,6 +567,7 @@ var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
 	_ driver.BatchRefresher = (*Driver)(nil)
+	_ driver.LoggerUser     = (*Driver)(nil)
 )
 
 // New returns a Driver that locks with client, which the caller keeps and
@@ -583,14 +601,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		}
 	}
 	d.prefix, d.owned, d.fencing = o.prefix, o.owned, o.fencing
-	d.dialWatch = redisproto.NewDialWatch(d.owned)
+	d.dialWatch = redisproto.NewDialWatch(d.owned, &d.logs)
 	d.countDials(client)
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.resub = make(chan struct{})
-	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.ctx, d.cancel = context.WithCancel(redisproto.WithLogSink(context.Background(), &d.logs))
 	d.epoch = time.Now()
 	return d, nil
 }
+
+// UseLogger implements driver.LoggerUser: see Logging in the package
+// documentation.
+func (d *Driver) UseLogger(l *slog.Logger) { d.logs.Set(l) }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {

@@ -29,7 +29,7 @@ const (
 )
 
 func init() {
-	redisproto.SilenceGoRedis() // see Logging in the package documentation
+	redisproto.RouteGoRedis() // see Logging in the package documentation
 	for scheme := range forms {
 		driver.Register(scheme, open)
 	}

@@ -443,8 +443,14 @@
 // # Logging and Close
 //
 // The driver prints nothing: its init replaces go-redis's default logger,
-// which writes to stderr, with one that drops the lines (a program's own
-// logger, set with redis.SetLogger in main, is kept; see redisdriver). Close
+// which writes to stderr, with one that routes the lines (a program's own
+// logger, set with redis.SetLogger in main, is kept; see redisdriver). Given
+// a logger by a Locker (lock.WithLogger; driver.LoggerUser), it logs there
+// as redisdriver does: a failed dial to one of the servers at Warn, once per
+// run of failures to that address (one server of five down leaves the
+// Locker working, and this line is then the only sign of it), the first dial
+// that succeeds after it at Info, and go-redis's lines printed with the
+// context of the driver's calls; the other lines are dropped. Close
 // of a driver opened from a URL returns within about a second even when
 // servers stopped answering: requests still in flight are cut off by closing
 // the clients, and go-redis's own dials in flight are ended. One goroutine
@@ -466,6 +472,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -548,9 +555,10 @@ type Driver struct {
 	prefix  string // escaped
 	inbox   string // this driver's pub/sub channel, the same on every server
 	timeout time.Duration
-	grace   time.Duration // otherDriverGrace; tests set their own
-	owned   bool          // Close closes the clients
-	backs   atomic.Uint64 // subscriptions confirmed so far (a server may have come back)
+	grace   time.Duration      // otherDriverGrace; tests set their own
+	owned   bool               // Close closes the clients
+	backs   atomic.Uint64      // subscriptions confirmed so far (a server may have come back)
+	logs    redisproto.LogSink // the Locker's logger (UseLogger)
 
 	ctx     context.Context    // cancelled by Close: ends waiting and the inbox
 	cancel  context.CancelFunc //
@@ -574,6 +582,7 @@ var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
 	_ driver.BatchRefresher = (*Driver)(nil)
+	_ driver.LoggerUser     = (*Driver)(nil)
 )
 
 // New returns a Driver that locks on the servers behind clients, one client
@@ -625,14 +634,14 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		// Each server's dials are counted (see identities); for owned
 		// clients Close also ends go-redis's dials in flight (see
 		// redisproto.DialWatch).
-		s.dials = redisproto.NewDialWatch(d.owned)
+		s.dials = redisproto.NewDialWatch(d.owned, &d.logs)
 		s.client.AddHook(s.dials)
 		s.identify = identifiable(s.client)
 	}
 	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
 	d.sub.conns = make([]*redis.PubSub, len(servers))
 	d.sub.up = make([]bool, len(servers))
-	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.ctx, d.cancel = context.WithCancel(redisproto.WithLogSink(context.Background(), &d.logs))
 	d.workers.Add(len(servers))
 	for _, s := range servers {
 		go d.work(s)
@@ -749,3 +758,7 @@ func (d *Driver) deadline(ctx context.Context, start time.Time, ttl time.Duratio
 }
 
 var millis = redisproto.Millis
+
+// UseLogger implements driver.LoggerUser: see Logging and Close in the
+// package documentation.
+func (d *Driver) UseLogger(l *slog.Logger) { d.logs.Set(l) }

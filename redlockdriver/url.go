@@ -23,7 +23,7 @@ import (
 const Scheme = "redlock"
 
 func init() {
-	redisproto.SilenceGoRedis() // see Logging in the package documentation
+	redisproto.RouteGoRedis() // see Logging in the package documentation
 	driver.Register(Scheme, open)
 }
 

@@ -312,6 +312,20 @@
 // wait within their context for a disconnected client to reconnect before
 // their one request; Acquire waits for the lock, not for the connection.
 //
+// # Logging
+//
+// The driver prints nothing. go-zookeeper logs its connection's life (a
+// failed connection attempt, a dropped connection, a new session or a
+// reconnection, a refused authentication) to the standard logger by default;
+// on a connection opened from a URL the driver gives it a logger of its own,
+// which drops the lines until a Locker gives the driver one (lock.WithLogger;
+// the driver implements driver.LoggerUser) and then passes them there with
+// the attribute client=go-zookeeper: a refused authentication at Warn, the
+// connection's events at Info (go-zookeeper repeats its attempts while a
+// server is away; the Locker warns once that the backend is unreachable), the
+// rest at Debug. A connection given to New keeps the logger the program gave
+// it.
+//
 // # Sessions and lost locks
 //
 // Lost closes for every lock of a session when the session expires or is
@@ -474,6 +488,7 @@ type Driver struct {
 	acl       []zk.ACL
 	exclusive string        // the kind of an exclusive request's node: lockName, or writeName (WithWriteLockNodes)
 	declared  time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
+	zkLog     zkLogger      // go-zookeeper's logger on a connection opened from a URL (logging.go)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
@@ -648,13 +663,6 @@ func (d *Driver) start() {
 	go d.monitor()
 }
 
-// discard silences go-zookeeper, which otherwise logs every reconnection to the
-// standard logger. Nothing it logs is needed: failures reach the caller as
-// errors.
-type discard struct{}
-
-func (discard) Printf(string, ...any) {}
-
 // dial opens a session for a zk:// URL, makes the driver's root and checks
 // that the session may lock under it. Every step ends with ctx: go-zookeeper's
 // own waits (a name lookup, the connect handshake) take no context, so the
@@ -686,7 +694,7 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 	}
 	d.pre = first
 	conn, events, err := zk.Connect(servers, c.sessionTimeout,
-		zk.WithLogger(discard{}), zk.WithLogInfo(false), zk.WithHostProvider(&hostList{first: first.addr}),
+		zk.WithLogger(&d.zkLog), zk.WithLogInfo(true), zk.WithHostProvider(&hostList{first: first.addr}),
 		zk.WithDialer(d.dialTap), zk.WithEventCallback(d.onEvent))
 	if err != nil {
 		d.cancel()

@@ -71,7 +71,7 @@ func (r *runner) runHolding(l holding) int {
 		case s := <-r.sigs:
 			_ = cmd.Process.Signal(s)
 		case <-lost:
-			r.errorf("lost the %s %q on %s (%v); terminating %s", r.what(), r.cfg.key, r.locker, l.Err(), r.cfg.argv[0])
+			r.errorf("lost the %s %q (cause: %s) on %s: %v; terminating %s", r.what(), r.cfg.key, lossCause(l.Err()), r.locker, l.Err(), r.cfg.argv[0])
 			kill = r.terminate(cmd, &wasLost)
 			lost = nil
 		case <-kill:
@@ -86,7 +86,7 @@ func (r *runner) runHolding(l holding) int {
 	if err := r.release(l); err != nil {
 		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
-				r.errorf("the %s %q was lost before %s exited (%v)", r.what(), r.cfg.key, r.cfg.argv[0], err)
+				r.errorf("the %s %q was lost (cause: %s) before %s exited: %v", r.what(), r.cfg.key, lossCause(err), r.cfg.argv[0], err)
 			}
 			wasLost = true
 		} else {

@@ -1,8 +1,8 @@
 // Command distlock runs a command while holding a distributed lock, like flock(1)
 // or etcdctl lock, on any distlock backend.
 //
-//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--verbose] KEY [--] CMD [ARGS...]
-//	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--verbose] NAME [--] CMD [ARGS...]
+//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--verbose] [--log-level L] [--log-format F] KEY [--] CMD [ARGS...]
+//	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--verbose] [--log-level L] [--log-format F] NAME [--] CMD [ARGS...]
 //	distlock status [--url URL] [--json] KEY
 //	distlock list [--url URL] [--json] [PREFIX]
 //	distlock release --force [--url URL] KEY
@@ -54,6 +54,25 @@
 //     enough to be gone, SIGKILL included, before the server can give the
 //     lock to someone else. --grace must be shorter than half the TTL there,
 //     and defaults to a third of the TTL when that is less than 10s.
+//
+// The message distlock prints when a loss stops CMD names the loss's cause:
+// force_released (release --force), taken_over (another owner found on the
+// backend), server_changed (the server restarted or failed over),
+// session_expired (the connection or session the lock was bound to ended),
+// expired (no refresh confirmed in time: distlock or the backend stalled or
+// could not be reached), or unknown where the backend cannot tell.
+//
+// # Logs
+//
+// run and elect log the lock's life on standard error through lock.WithLogger,
+// from --log-level on (debug, info, warn, error, off; default warn), as
+// logfmt-style text or, with --log-format json, one JSON object per line. At
+// warn, the default, a run that goes well prints nothing (cron mails what a
+// job prints), while a lost lock with its cause, a backend that became
+// unreachable, a server that restarted or failed over, and a server (of a
+// Redlock, a Sentinel or a Cluster) that cannot be dialled are logged. info
+// adds the recoveries; debug every acquisition and release. The backends'
+// clients log there too (go-redis's failed dials), never with a password.
 //
 // Nothing can stop CMD while distlock itself is paused (SIGSTOP, a stalled
 // machine): on an expiring backend the lock may then pass to another holder
@@ -164,6 +183,10 @@ Flags of run and elect:
   --grace D     after a lost lock, time between SIGTERM and SIGKILL (default 10s;
                 where locks expire, under TTL/2 and by default at most TTL/3)
   --verbose     report waiting, acquisition and release on stderr
+  --log-level L log the lock's life on stderr from level L: debug, info,
+                warn, error or off (default warn: nothing when all goes well;
+                a lost lock with its cause, an unreachable backend)
+  --log-format F text or json (one object per line) (default text)
 Flags of run:
   --wait D      give up if the lock is not held after D
   --no-wait     make one attempt; do not wait

@@ -26,17 +26,19 @@ const releaseTimeout = 10 * time.Second
 
 // runConfig is a parsed "distlock run" command line.
 type runConfig struct {
-	url      string
-	ttl      time.Duration // 0: the URL's ttl parameter, else lock.DefaultTTL
-	wait     time.Duration // 0: wait as long as it takes
-	noWait   bool
-	grace    time.Duration // 0 with graceSet false: the default, see effectiveGrace
-	verbose  bool
-	graceSet bool
-	shared   bool // --shared: a read lock, held beside other --shared runs
-	permits  int  // --permits N: one of N permits of a semaphore; 0: not given
-	key      string
-	argv     []string
+	url       string
+	ttl       time.Duration // 0: the URL's ttl parameter, else lock.DefaultTTL
+	wait      time.Duration // 0: wait as long as it takes
+	noWait    bool
+	grace     time.Duration // 0 with graceSet false: the default, see effectiveGrace
+	verbose   bool
+	graceSet  bool
+	logLevel  string // --log-level: debug, info, warn, error, off
+	logFormat string // --log-format: text, json
+	shared    bool   // --shared: a read lock, held beside other --shared runs
+	permits   int    // --permits N: one of N permits of a semaphore; 0: not given
+	key       string
+	argv      []string
 
 	// elect only
 	elect bool   // "distlock elect": key is an election's name
@@ -60,6 +62,8 @@ func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, statu
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lock TTL")
 	fs.DurationVar(&cfg.grace, "grace", 0, "time between SIGTERM and SIGKILL after a lost lock")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
+	fs.StringVar(&cfg.logLevel, "log-level", defaultLogLevel, "log the lock's life on stderr from this level: debug, info, warn, error, off")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	if elect {
 		fs.StringVar(&cfg.value, "value", "", "value published with the leadership")
 		fs.BoolVar(&cfg.once, "once", false, "do not campaign again after losing the leadership")
@@ -85,6 +89,9 @@ func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, statu
 	bad := func(format string, a ...any) (runConfig, int, bool) {
 		fmt.Fprintf(stderr, "distlock: "+format+"\n\n%s", append(a, usage)...)
 		return cfg, exitUsage, false
+	}
+	if err := checkLogFlags(cfg.logLevel, cfg.logFormat); err != nil {
+		return bad("%v", err)
 	}
 	switch {
 	case waitSet && cfg.noWait:
@@ -215,7 +222,11 @@ func (r *runner) verbosef(format string, a ...any) {
 }
 
 func (r *runner) run() int {
-	locker, err := lock.Open(context.Background(), r.cfg.url)
+	var opts []lock.Option
+	if l := newLogger(r.stderr, r.cfg.logLevel, r.cfg.logFormat); l != nil {
+		opts = append(opts, lock.WithLogger(l))
+	}
+	locker, err := lock.Open(context.Background(), r.cfg.url, opts...)
 	if err != nil {
 		r.errorf("%v", err) // lock's errors never carry a password
 		if errors.Is(err, lock.ErrInvalidURL) || errors.Is(err, lock.ErrUnknownScheme) || errors.Is(err, lock.ErrInvalidArgument) {

@@ -10,7 +10,8 @@ import (
 )
 
 // A DialWatch is a go-redis hook, for the clients of one driver, that counts
-// the connections they dial and, for clients the driver owns, ends the dials
+// the connections they dial, logs failed dials and routes go-redis's lines
+// to the driver's LogSink, and, for clients the driver owns, ends the dials
 // still in flight when the driver closes.
 //
 // go-redis dials a new connection in a goroutine of its own, with a context of
@@ -28,15 +29,19 @@ type DialWatch struct {
 	closed bool
 	active sync.WaitGroup // dials in flight
 	owned  bool           // Close cancels the dials (else it only counts)
+
+	sink    *LogSink        // the driver's logger (nil: none)
+	failing map[string]bool // under mu: the last dial to this address failed
 }
 
 // NewDialWatch returns a DialWatch; with owned, Close ends the dials in
 // flight and refuses new ones (the clients are the driver's own, closed with
 // it). A hook on a client the program gave to the driver only counts: the
-// program keeps using the client after the driver closes.
-func NewDialWatch(owned bool) *DialWatch {
+// program keeps using the client after the driver closes. Failed dials, and
+// go-redis's lines about the commands of the client, go to sink's logger.
+func NewDialWatch(owned bool, sink *LogSink) *DialWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &DialWatch{ctx: ctx, cancel: cancel, owned: owned}
+	return &DialWatch{ctx: ctx, cancel: cancel, owned: owned, sink: sink}
 }
 
 // Dials is the number of connections dialled so far.
@@ -73,14 +78,29 @@ func (w *DialWatch) DialHook(next redis.DialHook) redis.DialHook {
 		if err == nil {
 			w.dials.Add(1)
 		}
+		w.dialResult(ctx, addr, err)
 		return conn, err
 	}
 }
 
-// ProcessHook implements redis.Hook.
-func (*DialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// ProcessHook implements redis.Hook: with a logger in the sink, the command's
+// context carries the sink, so that what go-redis prints about it reaches
+// the driver's logger (see RouteGoRedis). Without one it costs a load.
+func (w *DialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if w.sink.Logger() != nil {
+			ctx = WithLogSink(ctx, w.sink)
+		}
+		return next(ctx, cmd)
+	}
+}
 
-// ProcessPipelineHook implements redis.Hook.
-func (*DialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// ProcessPipelineHook implements redis.Hook, as ProcessHook does.
+func (w *DialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if w.sink.Logger() != nil {
+			ctx = WithLogSink(ctx, w.sink)
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	SilenceGoRedis() // as the drivers do in their init
+	RouteGoRedis() // as the drivers do in their init
 	leakcheck.VerifyTestMain(testserver.Main(m))
 }
 
