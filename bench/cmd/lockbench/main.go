@@ -4,16 +4,17 @@
 // benchmarks (README-section.md), a chart (chart.png) and the figures
 // (results.json, from which -render writes the others again):
 //
-//	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
+//	cd bench && go run ./cmd/lockbench            # full run, about 30 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
 //	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
 //	cd bench && go run ./cmd/lockbench -scenarios failover -out /tmp/x  # leader killed → new leader
+//	cd bench && go run ./cmd/lockbench -scenarios scale -scale-locks 10000 -scale-window 20s -out /tmp/x
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
 // servers run on CPU 0 and the benchmark on CPU 1. It exits with status 1 if
-// any library let two holders into a critical section, and 2 if a contestant
-// failed.
+// any library let two holders into a critical section or lost a lock it held
+// (the scale scenario), and 2 if a contestant failed.
 package main
 
 import (
