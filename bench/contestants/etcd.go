@@ -189,9 +189,12 @@ func (e *etcdMutex) Acquire(ctx context.Context, key string) (harness.Release, e
 
 // AcquireWatched implements harness.Watcher: a Mutex is lost when its
 // session's lease is, which closes the session's Done channel.
-func (e *etcdMutex) AcquireWatched(ctx context.Context, key string) (harness.Release, <-chan struct{}, error) {
-	return e.take(ctx, key, func(m *concurrency.Mutex) error { return m.Lock(ctx) })
+func (e *etcdMutex) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
+	rel, done, err := e.take(ctx, key, func(m *concurrency.Mutex) error { return m.Lock(ctx) })
+	return rel, harness.Loss{Done: done}, err
 }
+
+var _ harness.Watcher = (*etcdMutex)(nil)
 
 func (e *etcdMutex) TryAcquire(ctx context.Context, key string) (harness.Release, error) {
 	rel, _, err := e.take(ctx, key, func(m *concurrency.Mutex) error {

@@ -46,13 +46,18 @@ func (o ours) Acquire(ctx context.Context, key string) (harness.Release, error) 
 }
 
 // AcquireWatched implements harness.Watcher with the Lock's Lost channel.
-func (o ours) AcquireWatched(ctx context.Context, key string) (harness.Release, <-chan struct{}, error) {
+func (o ours) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
 	l, err := o.lk.Acquire(ctx, key)
 	if err != nil {
-		return nil, nil, err
+		return nil, harness.Loss{}, err
 	}
-	return l.Release, l.Lost(), nil
+	return l.Release, harness.Loss{Done: l.Lost(), Cause: l.Err}, nil
 }
+
+var (
+	_ harness.Watcher = ours{}
+	_ harness.Expirer = ours{}
+)
 
 // Expires implements harness.Expirer with Inspect: the backend's own record of
 // when the key's validity ends (zero for a free key).

@@ -105,12 +105,12 @@ func serverRate(ctx context.Context, srv *Server, d time.Duration) (float64, err
 }
 
 // holdMany acquires n keys from 8 goroutines and returns their releases (nil
-// entries for keys not taken) and, where the client is a Watcher, the channels
-// that close when each lock is lost (else nil).
-func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, []<-chan struct{}, error) {
+// entries for keys not taken) and, where the client is a Watcher, how each
+// lock tells its loss (else zero Losses).
+func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, []Loss, error) {
 	const workers = 8
 	releases := make([]Release, n)
-	lost := make([]<-chan struct{}, n)
+	lost := make([]Loss, n)
 	watcher, watched := cl.(Watcher)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup

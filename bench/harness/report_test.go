@@ -42,12 +42,12 @@ func (m memClient) TryAcquire(ctx context.Context, key string) (harness.Release,
 
 func (m memClient) Close() error { return m.lk.Close() }
 
-func (m memClient) AcquireWatched(ctx context.Context, key string) (harness.Release, <-chan struct{}, error) {
+func (m memClient) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
 	l, err := m.lk.Acquire(ctx, key)
 	if err != nil {
-		return nil, nil, err
+		return nil, harness.Loss{}, err
 	}
-	return l.Release, l.Lost(), nil
+	return l.Release, harness.Loss{Done: l.Lost(), Cause: l.Err}, nil
 }
 
 func (m memClient) Expires(ctx context.Context, key string) (time.Time, error) {
@@ -60,15 +60,15 @@ func (m memClient) Expires(ctx context.Context, key string) (time.Time, error) {
 // must count.
 type losingClient struct{ memClient }
 
-func (l losingClient) AcquireWatched(ctx context.Context, key string) (harness.Release, <-chan struct{}, error) {
+func (l losingClient) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
 	lk, err := l.lk.Acquire(ctx, key)
 	if err != nil {
-		return nil, nil, err
+		return nil, harness.Loss{}, err
 	}
 	if err := l.lk.ForceRelease(ctx, key); err != nil {
-		return nil, nil, err
+		return nil, harness.Loss{}, err
 	}
-	return lk.Release, lk.Lost(), nil
+	return lk.Release, harness.Loss{Done: lk.Lost(), Cause: lk.Err}, nil
 }
 
 // noLock lets everybody in: a broken lock the contended scenario must catch.

@@ -2,15 +2,23 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
 
 // Watcher is implemented by clients whose locks say when they are lost
-// (distlock's Lock.Lost): the scale scenario counts a lock whose channel
-// closed while it was held as lost.
+// (distlock's Lock.Lost): the scale scenario counts a lock whose Loss closed
+// while it was held as lost.
 type Watcher interface {
-	AcquireWatched(ctx context.Context, key string) (Release, <-chan struct{}, error)
+	AcquireWatched(ctx context.Context, key string) (Release, Loss, error)
+}
+
+// Loss tells that a held lock was lost: Done closes then, and Cause (nil when
+// the library does not say) gives why.
+type Loss struct {
+	Done  <-chan struct{}
+	Cause func() error
 }
 
 // Expirer is implemented by clients that can read from the server when a key
@@ -101,19 +109,44 @@ func runScale(ctx context.Context, r *Results, c *Contestant, rep int) error {
 		}
 	}
 
-	// A lock counts as lost once: its channel closed, or its release failed.
-	gone := make([]bool, len(releases))
-	for k, ch := range lost {
-		gone[k] = closed(ch)
+	lostN, cause, rerr := losses(lost, releaseEach(context.WithoutCancel(ctx), releases))
+	r.set(c, ScaleLosses, rep, float64(lostN))
+	if lostN > 0 {
+		werr = errors.Join(werr, fmt.Errorf("%d of %d locks lost while held; the first: %w", lostN, len(releases), cause))
 	}
-	for k, err := range releaseEach(context.WithoutCancel(ctx), releases) {
-		gone[k] = gone[k] || err != nil
+	return errors.Join(werr, rerr, ctx.Err())
+}
+
+// losses counts the locks lost while held, from their Loss (where the client
+// is a Watcher) and their release errors (relErrs, one per lock): a watched
+// lock is lost when its Done closed before its release; an unwatched one
+// when its release failed (an owner-checked release fails once the lock is
+// not ours). It returns the count, the first loss's cause, and the release
+// errors of watched locks not lost (a failure, not a loss).
+func losses(lost []Loss, relErrs []error) (int, error, error) {
+	n := 0
+	var cause, failed error
+	for k, err := range relErrs {
+		gone := err != nil
+		why := err
+		if k < len(lost) && lost[k].Done != nil {
+			gone = closed(lost[k].Done)
+			why = errors.New("lost (no cause given)")
+			if gone && lost[k].Cause != nil {
+				why = lost[k].Cause()
+			}
+			if !gone && err != nil && failed == nil {
+				failed = fmt.Errorf("release of a lock still held: %w", err)
+			}
+		}
+		if gone {
+			n++
+			if cause == nil {
+				cause = why
+			}
+		}
 	}
-	r.set(c, ScaleLosses, rep, float64(countTrue(gone)))
-	if werr != nil {
-		return werr
-	}
-	return ctx.Err()
+	return n, cause, failed
 }
 
 // sampleLateness reads the expiries of the probed keys from a second client
@@ -214,12 +247,3 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-func countTrue(bs []bool) int {
-	n := 0
-	for _, b := range bs {
-		if b {
-			n++
-		}
-	}
-	return n
-}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -80,7 +81,32 @@ func TestClosedSeesOnlyAClosedChannel(t *testing.T) {
 	if closed(nil) || closed(open) || !closed(shut) {
 		t.Errorf("closed(nil, open, shut) = %v, %v, %v; want false, false, true", closed(nil), closed(open), closed(shut))
 	}
-	if n := countTrue([]bool{true, false, true}); n != 2 {
-		t.Errorf("countTrue = %d, want 2", n)
+}
+
+func TestLossesCountEachLostLockOnceWithItsCause(t *testing.T) {
+	open, shut := make(chan struct{}), make(chan struct{})
+	close(shut)
+	expired, notHeld, down := errors.New("expired"), errors.New("not held"), errors.New("unreachable")
+	lost := []Loss{
+		{Done: shut, Cause: func() error { return expired }}, // lost, release fails too: once
+		{Done: open}, // held; its release failed: a failure, not a loss
+		{Done: open}, // held, released
+		{},           // unwatched, release failed: lost
+		{},           // unwatched, released
+		{Done: shut}, // lost, no cause given
+	}
+	relErrs := []error{notHeld, down, nil, notHeld, nil, nil}
+	n, cause, failed := losses(lost, relErrs)
+	if n != 3 {
+		t.Errorf("losses = %d, want 3", n)
+	}
+	if !errors.Is(cause, expired) {
+		t.Errorf("first cause = %v, want %v", cause, expired)
+	}
+	if !errors.Is(failed, down) {
+		t.Errorf("release failure = %v, want %v", failed, down)
+	}
+	if n, cause, failed := losses(make([]Loss, 3), make([]error, 3)); n != 0 || cause != nil || failed != nil {
+		t.Errorf("losses of locks all released = %d, %v, %v; want 0, nil, nil", n, cause, failed)
 	}
 }
