@@ -218,11 +218,21 @@ type expiryObs struct {
 // the server's clock or a drift allowance recomputed per reading). It counts
 // only when the readings around it are at most TTL/4 apart: refreshes are
 // about TTL/3 apart, so no second refresh can hide between them and the move
-// is one interval, not two. A reading of a free key breaks the chain.
+// is one interval, not two.
+//
+// A key found free at or after its last expiry was not refreshed in time
+// (nothing releases the keys during the readings): it counts as a refresh
+// late by at least the time from its due time (the expiry less two thirds of
+// the TTL) to that reading, so that lost locks weigh in the lateness too. A
+// reading of a free key breaks the chain.
 func refreshLateness(obs []expiryObs, ttl time.Duration) []time.Duration {
 	var late []time.Duration
 	for i := 1; i < len(obs); i++ {
 		prev, cur := obs[i-1], obs[i]
+		if !prev.expires.IsZero() && cur.expires.IsZero() && !cur.at.Before(prev.expires) {
+			late = append(late, cur.at.Sub(prev.expires.Add(-ttl+ttl/3)))
+			continue
+		}
 		if prev.expires.IsZero() || cur.expires.IsZero() {
 			continue
 		}
@@ -246,4 +256,3 @@ func closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-

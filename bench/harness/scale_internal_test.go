@@ -67,11 +67,19 @@ func TestRefreshLatenessSkipsAGapWhereTwoRefreshesCouldHide(t *testing.T) {
 	}
 }
 
-func TestRefreshLatenessBreaksTheChainAtAFreeKey(t *testing.T) {
+func TestRefreshLatenessCountsAnExpiredKeyAsLateAtLeastUntilSeenFree(t *testing.T) {
 	const ttl = 3 * time.Second
-	obs := readings([]int{0, 500, 1000, 1500}, []int{3000, -1, 4000, 4000})
+	// Refresh due at 1000 never came: the key expired at 3000 and was seen
+	// free at 3200, at least 2200 ms late. The chain then breaks: the next
+	// holder's expiry is no refresh of this one.
+	obs := readings([]int{0, 2800, 3200, 3400, 3600}, []int{3000, 3000, -1, 6400, 6400})
+	if got, want := refreshLateness(obs, ttl), ms(2200); !slices.Equal(got, want) {
+		t.Errorf("lateness = %v, want %v", got, want)
+	}
+	// Free before its expiry: released (or evicted), not late.
+	obs = readings([]int{0, 500, 1000}, []int{3000, -1, 4000})
 	if got := refreshLateness(obs, ttl); len(got) != 0 {
-		t.Errorf("lateness = %v across a free key, want none", got)
+		t.Errorf("lateness = %v for a key freed before its expiry, want none", got)
 	}
 }
 
