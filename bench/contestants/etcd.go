@@ -142,7 +142,7 @@ type mutexSession struct {
 func etcdMutexContestant(url string, srv *harness.Server) *harness.Contestant {
 	return &harness.Contestant{
 		Backend: Etcd, Name: "concurrency.Mutex", Setting: "default", Role: harness.Peer,
-		TryUncontended: true, Refreshes: true, Server: srv,
+		TryUncontended: true, Refreshes: true, Server: srv, NoLateness: noLatenessEtcd,
 		Open: func(ctx context.Context, ttl time.Duration) (harness.Client, error) {
 			c, err := newEtcdClient(url)
 			if err != nil {
@@ -183,33 +183,46 @@ func (e *etcdMutex) done(s *mutexSession, key string) {
 }
 
 func (e *etcdMutex) Acquire(ctx context.Context, key string) (harness.Release, error) {
-	return e.take(ctx, key, func(m *concurrency.Mutex) error { return m.Lock(ctx) })
+	rel, _, err := e.take(ctx, key, func(m *concurrency.Mutex) error { return m.Lock(ctx) })
+	return rel, err
 }
 
+// AcquireWatched implements harness.Watcher: a Mutex is lost when its
+// session's lease is, which closes the session's Done channel.
+func (e *etcdMutex) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
+	rel, done, err := e.take(ctx, key, func(m *concurrency.Mutex) error { return m.Lock(ctx) })
+	return rel, harness.Loss{Done: done}, err
+}
+
+var _ harness.Watcher = (*etcdMutex)(nil)
+
 func (e *etcdMutex) TryAcquire(ctx context.Context, key string) (harness.Release, error) {
-	return e.take(ctx, key, func(m *concurrency.Mutex) error {
+	rel, _, err := e.take(ctx, key, func(m *concurrency.Mutex) error {
 		err := m.TryLock(ctx)
 		if errors.Is(err, concurrency.ErrLocked) {
 			return harness.ErrBusy
 		}
 		return err
 	})
+	return rel, err
 }
 
-func (e *etcdMutex) take(ctx context.Context, key string, lock func(*concurrency.Mutex) error) (harness.Release, error) {
+// take locks key's Mutex on a session where key is not in use, and returns
+// its release and the session's Done channel.
+func (e *etcdMutex) take(ctx context.Context, key string, lock func(*concurrency.Mutex) error) (harness.Release, <-chan struct{}, error) {
 	s, err := e.session(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m := concurrency.NewMutex(s.s, "/bench-mutex/"+key)
 	if err := lock(m); err != nil {
 		e.done(s, key)
-		return nil, err
+		return nil, nil, err
 	}
 	return func(ctx context.Context) error {
 		defer e.done(s, key)
 		return m.Unlock(ctx)
-	}, nil
+	}, s.s.Done(), nil
 }
 
 func (e *etcdMutex) Close() error {

@@ -45,6 +45,30 @@ func (o ours) Acquire(ctx context.Context, key string) (harness.Release, error) 
 	return l.Release, nil
 }
 
+// AcquireWatched implements harness.Watcher with the Lock's Lost channel.
+func (o ours) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
+	l, err := o.lk.Acquire(ctx, key)
+	if err != nil {
+		return nil, harness.Loss{}, err
+	}
+	return l.Release, harness.Loss{Done: l.Lost(), Cause: l.Err}, nil
+}
+
+var (
+	_ harness.Watcher = ours{}
+	_ harness.Expirer = ours{}
+)
+
+// Expires implements harness.Expirer with Inspect: the backend's own record of
+// when the key's validity ends (zero for a free key).
+func (o ours) Expires(ctx context.Context, key string) (time.Time, error) {
+	in, err := o.lk.Inspect(ctx, key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return in.Expires, nil
+}
+
 func (o ours) TryAcquire(ctx context.Context, key string) (harness.Release, error) {
 	l, err := o.lk.TryAcquire(ctx, key)
 	if errors.Is(err, lock.ErrLocked) {
@@ -119,6 +143,22 @@ func oursContestant(backend, url string, srv *harness.Server, try bool) *harness
 	return &harness.Contestant{
 		Backend: backend, Name: oursLabel, Role: harness.Ours,
 		Open: openOurs(url), TryUncontended: try, Refreshes: true, Server: srv,
-		Elector: oursElector(backend, url),
+		Elector: oursElector(backend, url), NoLateness: noLateness[backend],
 	}
+}
+
+// Why the scale scenario cannot time refreshes from the server's side, per
+// backend ("" for Redis and Redlock, whose keys expire on their own and whose
+// Inspect reads the expiry to the millisecond).
+const (
+	noLatenessEtcd = "one lease keep-alive per client keeps every lock, and etcd reports a lease's remaining TTL in whole seconds, too coarse to time it"
+	noLatenessZK   = "the session's heartbeat keeps every lock: a lock has no expiry of its own to refresh"
+)
+
+var noLateness = map[string]string{
+	Postgres:  "session advisory locks: nothing to refresh (the connection holds them)",
+	Etcd:      noLatenessEtcd,
+	ZooKeeper: noLatenessZK,
+	Mem:       "no server",
+	File:      "flock: nothing to refresh (the open file holds it)",
 }

@@ -79,7 +79,7 @@ type zkLock struct {
 func zkLockContestant(url string, srv *harness.Server) *harness.Contestant {
 	return &harness.Contestant{
 		Backend: ZooKeeper, Name: "zk.Lock", Setting: "default", Role: harness.Peer,
-		Refreshes: true, Server: srv,
+		Refreshes: true, Server: srv, NoLateness: noLatenessZK,
 		Open: func(ctx context.Context, ttl time.Duration) (harness.Client, error) {
 			h, err := hostOf(url)
 			if err != nil {

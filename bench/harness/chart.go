@@ -19,33 +19,60 @@ var roleColors = map[Role]color.Color{
 	Peer:  color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 }
 
-// WriteChart draws two panels side by side, one bar per contestant grouped by
+// WriteChart draws one panel per figure, one bar per contestant grouped by
 // backend, ours first in each group: contended handoffs per second and
-// uncontended acquire+release p50, each on a log scale (the figures span
-// several orders of magnitude), medians over the repeats.
+// uncontended acquire+release p50 on the first row; distinct-keys operations
+// per second at the wide goroutine count and the server requests per second
+// that keep the scale scenario's locks on the second, when the run has them.
+// Each is on a log scale (the figures span several orders of magnitude),
+// medians over the repeats.
 func (r *Results) WriteChart(path string) error {
-	left, err := r.panel(Handoffs, "Contended handoffs/s (higher is better)")
-	if err != nil {
-		return err
+	type spec struct {
+		m     Metric
+		title string
 	}
-	right, err := r.panel(UncP50, "Uncontended acquire+release p50, µs (lower is better)")
-	if err != nil {
-		return err
+	specs := [][]spec{{
+		{Handoffs, "Contended handoffs/s (higher is better)"},
+		{UncP50, "Uncontended acquire+release p50, µs (lower is better)"},
+	}}
+	cfg := r.Config
+	var second []spec
+	if cfg.WideGoroutines > 0 && cfg.runs(Distinct) {
+		second = append(second, spec{DistinctWide, fmt.Sprintf("Distinct keys, %d goroutines, ops/s (higher is better)", cfg.WideGoroutines)})
 	}
-	rows := 0
-	for _, c := range r.Contestants {
-		if runsAny(c, []Metric{Handoffs, UncP50}) {
-			rows++
+	if cfg.ScaleLocks > 0 && cfg.runs(Scale) {
+		second = append(second, spec{ScaleReqs, fmt.Sprintf("Server requests/s to keep %s locks (lower is better)", short(float64(cfg.ScaleLocks)))})
+	}
+	if len(second) > 0 {
+		for len(second) < 2 {
+			second = append(second, spec{}) // an empty panel keeps the grid
+		}
+		specs = append(specs, second)
+	}
+	plots := make([][]*plot.Plot, len(specs))
+	rows := 4
+	for i, line := range specs {
+		most := 0
+		for _, sp := range line {
+			p, n, err := r.panel(sp.m, sp.title)
+			if err != nil {
+				return err
+			}
+			plots[i] = append(plots[i], p)
+			most = max(most, n)
+		}
+		rows = max(rows, most)
+	}
+	rowHeight := vg.Length(rows)*0.75*vg.Centimeter + 3*vg.Centimeter
+	img := vgimg.New(30*vg.Centimeter, vg.Length(len(specs))*rowHeight)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(specs), Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
 		}
 	}
-	rows = max(rows, 4)
-	img := vgimg.New(30*vg.Centimeter, vg.Length(rows)*0.75*vg.Centimeter+3*vg.Centimeter)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter}
-	plots := [][]*plot.Plot{{left, right}}
-	canvases := plot.Align(plots, tiles, dc)
-	left.Draw(canvases[0][0])
-	right.Draw(canvases[0][1])
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -57,8 +84,9 @@ func (r *Results) WriteChart(path string) error {
 	return f.Close()
 }
 
-// panel is a horizontal bar chart of m, one row per contestant with a figure.
-func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
+// panel is a horizontal bar chart of m, one row per contestant with a figure,
+// and its number of rows. A zero m (no Key) is an empty panel.
+func (r *Results) panel(m Metric, title string) (*plot.Plot, int, error) {
 	type row struct {
 		label string
 		role  Role
@@ -68,7 +96,7 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 	for _, group := range r.Groups() {
 		for _, c := range group {
 			s := Summarise(r.Get(c, m))
-			if _, na := c.NA[m.Scenario]; na || s.N == 0 || s.Median <= 0 {
+			if m.Key == "" || na(c, m) || s.N == 0 || s.Median <= 0 {
 				continue
 			}
 			rows = append(rows, row{c.Backend + " · " + c.Label(), c.Role, s.Median})
@@ -77,7 +105,8 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	if len(rows) == 0 {
-		return p, nil // a run of other scenarios only: an empty panel
+		p.HideAxes()
+		return p, 0, nil // a run of other scenarios only: an empty panel
 	}
 	var names []string
 	// The first row is drawn at the top: plotter rows count from the bottom.
@@ -107,7 +136,7 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 		}
 		bars, err := plotter.NewBarChart(vals, 0.6*vg.Centimeter)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		bars.Horizontal = true
 		bars.Color = roleColors[role]
@@ -124,7 +153,7 @@ func (r *Results) panel(m Metric, title string) (*plot.Plot, error) {
 	}
 	p.X.Max = math.Ceil(hi) + 1
 	p.Legend.Top = true
-	return p, nil
+	return p, len(rows), nil
 }
 
 // logTicks labels the axis of decades above base with the figures they stand

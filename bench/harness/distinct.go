@@ -9,24 +9,34 @@ import (
 	"time"
 )
 
-// distinct has Config.Goroutines goroutines over two clients each take and
-// give back a key of its own, and reports acquire+release operations per
-// second: the throughput when locks do not contend.
+// distinct has Config.Goroutines (or, for the wide run, WideGoroutines)
+// goroutines over two clients each take and give back a key of its own, and
+// reports acquire+release operations per second: the throughput when locks do
+// not contend.
 type distinct struct {
 	clients    []Client
 	base       string
 	goroutines int
+	metric     Metric // DistinctOps or DistinctWide
 	ops        int64
 	took       time.Duration
 	closeFn    func()
 }
 
 func openDistinct(ctx context.Context, cfg Config, c *Contestant) (trial, error) {
+	return newDistinct(ctx, c, cfg.Goroutines, DistinctOps)
+}
+
+func openDistinctWide(ctx context.Context, cfg Config, c *Contestant) (trial, error) {
+	return newDistinct(ctx, c, cfg.WideGoroutines, DistinctWide)
+}
+
+func newDistinct(ctx context.Context, c *Contestant, goroutines int, m Metric) (trial, error) {
 	clients, closeAll, err := openClients(ctx, c, 2, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &distinct{clients: clients, base: runKey(Distinct), goroutines: cfg.Goroutines, closeFn: closeAll}, nil
+	return &distinct{clients: clients, base: runKey(Distinct), goroutines: goroutines, metric: m, closeFn: closeAll}, nil
 }
 
 func (t *distinct) run(ctx context.Context, d time.Duration, record bool) error {
@@ -76,7 +86,7 @@ func (t *distinct) run(ctx context.Context, d time.Duration, record bool) error 
 }
 
 func (t *distinct) report(r *Results, c *Contestant, rep int) {
-	r.set(c, DistinctOps, rep, float64(t.ops)/t.took.Seconds())
+	r.set(c, t.metric, rep, float64(t.ops)/t.took.Seconds())
 }
 
 func (t *distinct) close() { t.closeFn() }

@@ -52,13 +52,14 @@ const (
 	Distinct    Scenario = "distinct"
 	Contended   Scenario = "contended"
 	Held        Scenario = "held"
+	Scale       Scenario = "scale"
 )
 
 // Scenarios in the order they run and are reported.
-var Scenarios = []Scenario{Uncontended, Distinct, Contended, ReadHeavy, Semaphore, Held, Failover}
+var Scenarios = []Scenario{Uncontended, Distinct, Contended, ReadHeavy, Semaphore, Held, Scale, Failover}
 
 // MutexScenarios are the scenarios of the exclusive lock.
-var MutexScenarios = []Scenario{Uncontended, Distinct, Contended, Held}
+var MutexScenarios = []Scenario{Uncontended, Distinct, Contended, Held, Scale}
 
 // Contestant is one library at one setting, against one backend.
 type Contestant struct {
@@ -77,6 +78,10 @@ type Contestant struct {
 	// Refreshes says that held locks stay held without the caller's help
 	// (automatic refresh or a session heartbeat).
 	Refreshes bool
+	// NoLateness says why the scale scenario has no refresh-lateness figure
+	// for this contestant (session locks, a lease whose expiry the server
+	// reports too coarsely); "" where its Client reads expiries (Expirer).
+	NoLateness string
 	// Server is the backend this contestant talks to, for the held-locks
 	// figures.
 	Server *Server

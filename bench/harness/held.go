@@ -22,61 +22,96 @@ func runHeld(ctx context.Context, r *Results, c *Contestant, rep int) error {
 	if !c.Refreshes {
 		ttl = 10 * (cfg.HeldTTL + cfg.HeldWindow)
 	}
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	goroutines := runtime.NumGoroutine()
-	conns0, err := countConns(c.Server.Ports)
+	before, err := measureBefore(c.Server.Ports)
 	if err != nil {
 		return err
 	}
-
 	clients, closeAll, err := openClients(ctx, c, 1, ttl)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	releases, err := holdMany(ctx, clients[0], runKey(Held), cfg.HeldLocks)
+	releases, _, err := holdMany(ctx, clients[0], runKey(Held), cfg.HeldLocks)
 	defer func() {
 		_ = releaseAll(context.WithoutCancel(ctx), releases)
 	}()
 	if err != nil {
 		return err
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	conns1, err := countConns(c.Server.Ports)
-	if err != nil {
+	if err := before.report(r, c, rep, cfg.HeldLocks, HeldBytes, HeldGorout, HeldConns); err != nil {
 		return err
 	}
-	n := float64(cfg.HeldLocks)
-	r.set(c, HeldBytes, rep, (float64(after.HeapAlloc)-float64(before.HeapAlloc))/n)
-	r.set(c, HeldGorout, rep, float64(runtime.NumGoroutine()-goroutines)/n)
-	r.set(c, HeldConns, rep, float64(conns1-conns0))
-
 	if c.Refreshes && c.Server.Requests != nil {
 		sleepCtx(ctx, cfg.HeldTTL/3)
-		req0, err := c.Server.Requests(ctx)
+		rate, err := serverRate(ctx, c.Server, cfg.HeldWindow)
 		if err != nil {
-			return fmt.Errorf("server requests: %w", err)
+			return err
 		}
-		begin := time.Now()
-		sleepCtx(ctx, cfg.HeldWindow)
-		req1, err := c.Server.Requests(ctx)
-		if err != nil {
-			return fmt.Errorf("server requests: %w", err)
-		}
-		// One request of the two counted reads is our own.
-		r.set(c, HeldReqs, rep, float64(req1-req0-1)/time.Since(begin).Seconds())
+		r.set(c, HeldReqs, rep, rate)
 	}
 	return nil
 }
 
+// footprint is this process's heap, goroutines and connections to a server
+// before a client takes its locks.
+type footprint struct {
+	heap       uint64
+	goroutines int
+	conns      int
+	ports      []int
+}
+
+func measureBefore(ports []int) (footprint, error) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f := footprint{heap: ms.HeapAlloc, goroutines: runtime.NumGoroutine(), ports: ports}
+	var err error
+	f.conns, err = countConns(ports)
+	return f, err
+}
+
+// report sets the heap growth and goroutines per lock of n locks held since
+// f, and the connections opened since f.
+func (f footprint) report(r *Results, c *Contestant, rep, n int, bytes, goroutines, conns Metric) error {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	now, err := countConns(f.ports)
+	if err != nil {
+		return err
+	}
+	per := float64(n)
+	r.set(c, bytes, rep, (float64(ms.HeapAlloc)-float64(f.heap))/per)
+	r.set(c, goroutines, rep, float64(runtime.NumGoroutine()-f.goroutines)/per)
+	r.set(c, conns, rep, float64(now-f.conns))
+	return nil
+}
+
+// serverRate returns the requests per second srv handles over d.
+func serverRate(ctx context.Context, srv *Server, d time.Duration) (float64, error) {
+	req0, err := srv.Requests(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("server requests: %w", err)
+	}
+	begin := time.Now()
+	sleepCtx(ctx, d)
+	req1, err := srv.Requests(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("server requests: %w", err)
+	}
+	// One request of the two counted reads is our own.
+	return float64(req1-req0-1) / time.Since(begin).Seconds(), nil
+}
+
 // holdMany acquires n keys from 8 goroutines and returns their releases (nil
-// entries for keys not taken).
-func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, error) {
+// entries for keys not taken) and, where the client is a Watcher, how each
+// lock tells its loss (else zero Losses).
+func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, []Loss, error) {
 	const workers = 8
 	releases := make([]Release, n)
+	lost := make([]Loss, n)
+	watcher, watched := cl.(Watcher)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -84,7 +119,15 @@ func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, er
 		go func() {
 			defer wg.Done()
 			for k := w; k < n; k += workers {
-				rel, err := cl.Acquire(ctx, fmt.Sprintf("%s/%d", base, k))
+				var (
+					rel Release
+					err error
+				)
+				if watched {
+					rel, lost[k], err = watcher.AcquireWatched(ctx, heldKey(base, k))
+				} else {
+					rel, err = cl.Acquire(ctx, heldKey(base, k))
+				}
 				if err != nil {
 					errs <- fmt.Errorf("hold lock %d: %w", k, err)
 					return
@@ -95,12 +138,21 @@ func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, er
 	}
 	wg.Wait()
 	close(errs)
-	return releases, <-errs // the first error, if any: the others repeat it
+	return releases, lost, <-errs // the first error, if any: the others repeat it
 }
 
+// heldKey is the key of the k-th lock holdMany takes under base.
+func heldKey(base string, k int) string { return fmt.Sprintf("%s/%d", base, k) }
+
 func releaseAll(ctx context.Context, releases []Release) error {
+	return errors.Join(releaseEach(ctx, releases)...)
+}
+
+// releaseEach releases every lock from 8 goroutines and returns each one's
+// error (nil entries for locks released and for keys not taken).
+func releaseEach(ctx context.Context, releases []Release) []error {
 	const workers = 8
-	errs := make(chan error, workers)
+	errs := make([]error, len(releases))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -108,15 +160,11 @@ func releaseAll(ctx context.Context, releases []Release) error {
 			defer wg.Done()
 			for k := w; k < len(releases); k += workers {
 				if releases[k] != nil {
-					if err := releases[k](ctx); err != nil {
-						errs <- err
-						return
-					}
+					errs[k] = releases[k](ctx)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	return errors.Join(collect(errs)...)
+	return errs
 }

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -21,12 +22,61 @@ type Machine struct {
 }
 
 // timedColumns are the figures of the main table of each backend.
-var timedColumns = []Metric{UncP50, UncP99, DistinctOps, Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations}
+var timedColumns = []Metric{UncP50, UncP99, DistinctOps, DistinctWide, Handoffs, HandoffP50, HandoffP99, WaitP99, CutOff, MinShare, GaveUp, Violations}
 
 // ratioColumns are compared ours ÷ peer.
-var ratioColumns = []Metric{UncMean, UncP50, UncP99, DistinctOps, Handoffs}
+var ratioColumns = []Metric{UncMean, UncP50, UncP99, DistinctOps, DistinctWide, Handoffs}
 
 var heldColumns = []Metric{HeldBytes, HeldGorout, HeldConns, HeldReqs}
+
+var scaleColumns = []Metric{ScaleBytes, ScaleGorout, ScaleConns, ScaleReqs, ScaleLateness, ScaleRefreshes, ScaleLosses}
+
+// columns drops from cols the figures this run did not measure: the wide
+// distinct-keys run when WideGoroutines is 0 (a run saved before it existed).
+func (cfg Config) columns(cols []Metric) []Metric {
+	var out []Metric
+	for _, m := range cols {
+		if m == DistinctWide && cfg.WideGoroutines <= 0 {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// title is m's column heading in this run: the distinct-keys columns carry
+// their goroutine count.
+func (cfg Config) title(m Metric) string {
+	switch m {
+	case DistinctOps:
+		m.Title = fmt.Sprintf("distinct keys, %d goroutines", cfg.Goroutines)
+	case DistinctWide:
+		m.Title = fmt.Sprintf("distinct keys, %d goroutines", cfg.WideGoroutines)
+	}
+	return heading(m)
+}
+
+// scaleRan says that some contestant ran the scale scenario.
+func (r *Results) scaleRan() bool {
+	if r.Config.ScaleLocks <= 0 || !r.Config.runs(Scale) {
+		return false
+	}
+	for _, c := range r.Contestants {
+		if scaleNA(c) == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// na says that c has no figure of m by design (a cell "n/a", not "–").
+func na(c *Contestant, m Metric) bool {
+	if m.Scenario == Scale {
+		return scaleNA(c) != "" || (m == ScaleLateness && c.NoLateness != "")
+	}
+	_, na := c.NA[m.Scenario]
+	return na
+}
 
 // WriteMarkdown writes the report: per backend, every contestant's figures
 // (median over the repeats, with the range), ours ÷ each other contestant
@@ -39,9 +89,16 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 	cfg := r.Config
 	p.f("Each timed figure is the median over %d repeats, with the range (min–max) in brackets; in every repeat each contestant warmed up for %v, then ran %v in %d turns taken in a random order with the other contestants of its backend, so that they met the same load. ", cfg.Repeats, cfg.Warmup, cfg.Window, max(cfg.Slices, 1))
 	p.f("Ratios are ours ÷ the other contestant, taken within each repeat and then summarised the same way. ")
-	p.f("Uncontended: one goroutine takes and gives back a free key (the try form where the library has one). Distinct keys: %d goroutines over 2 clients, a key each. ", cfg.Goroutines)
+	p.f("Uncontended: one goroutine takes and gives back a free key (the try form where the library has one). Distinct keys: %d goroutines over 2 clients, a key each", cfg.Goroutines)
+	if cfg.WideGoroutines > 0 {
+		p.f(", and again with %d goroutines", cfg.WideGoroutines)
+	}
+	p.f(". ")
 	p.f("Contended: %d goroutines over 2 clients on one key, a tiny critical section; a handoff is an acquisition by another goroutine than the previous holder; handoff latency runs from the holder starting its release to the next holder holding; an Acquire still waiting when a turn ends counts in acquire-wait with the time it had waited, so where \"waits cut off\" exceeds 1%% the p99 is a lower bound; min share is the fewest acquisitions of one goroutine as a fraction of the fair share (below 0.5 is starvation); gave up counts Acquire calls the library ended on its own. ", cfg.Contenders)
 	p.f("Held: one client holds %d locks with TTL %v (refreshed every TTL/3 where the library refreshes); memory is this process's heap growth per lock, connections are TCP connections to the server, server requests are counted by the server over %v of holding (Redis: commands, including those a script runs; PostgreSQL: transactions, as pg_stat_database has them, flushed about once a second; etcd: gRPC messages received, keep-alives included; ZooKeeper: packets received, pings included).\n\n", cfg.HeldLocks, cfg.HeldTTL, cfg.HeldWindow)
+	if cfg.ScaleLocks > 0 && cfg.runs(Scale) {
+		p.f("Many keys (scale): one client holds %d locks with TTL %v for %v, once per library that keeps its locks alive by itself. Memory, goroutines and connections are measured as for held locks once all are taken; server requests over the first half of the window; over the second half a second client reads from the server the expiry of %d of the keys (spread over the acquisition order) every TTL/6: a refresh moves a key's expiry by the time since the previous refresh, TTL/3 when on time, so refresh lateness is that move minus TTL/3, as a percentage of the TTL (p99 over every refresh seen, a probed key found free after its expiry counting as late by at least the time from its due time to that reading; it includes the jitter of the network between two refreshes; Redlock's expiry is the majority's, less the drift allowance). Locks lost counts locks whose Lost channel closed while held (distlock; etcd's Mutex: its session's Done) and locks whose release failed at the end (an owner-checked release fails once the lock is not ours): any loss fails the run, as a violation does.\n\n", cfg.ScaleLocks, cfg.ScaleTTL, cfg.ScaleWindow, min(cmp.Or(cfg.ScaleProbes, defaultScaleProbes), cfg.ScaleLocks))
+	}
 	p.f("The machine is shared with other engineers' tests and benchmarks")
 	if m.Load != "" {
 		p.f(" (load average %s)", m.Load)
@@ -52,6 +109,13 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		p.f("Mutual-exclusion violations: **0** over every contended, read-heavy and semaphore run.\n\n")
 	} else {
 		p.f("Mutual-exclusion violations: **%d** — some library let two holders in at once, a writer beside another holder, or more holders than permits (see the violations columns).\n\n", v)
+	}
+	if r.scaleRan() {
+		if n := r.Losses(); n == 0 {
+			p.f("Locks lost while held in the scale scenario: **0**.\n\n")
+		} else {
+			p.f("Locks lost while held in the scale scenario: **%d** — a library let a held lock go (see the locks lost column).\n\n", n)
+		}
 	}
 
 	mutexRun := false
@@ -84,7 +148,7 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 			continue // in the shape sections only
 		}
 		p.f("## %s\n\n", group[0].Backend)
-		p.table(r, group, timedColumns, "")
+		p.table(r, group, cfg.columns(timedColumns), "")
 		for _, ours := range group {
 			if ours.Role != Ours || shapeOnly(ours) {
 				continue
@@ -93,6 +157,9 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 			p.ratios(r, ours, group)
 		}
 		p.table(r, group, heldColumns, "Held locks")
+		if cfg.ScaleLocks > 0 && cfg.runs(Scale) {
+			p.table(r, group, scaleColumns, fmt.Sprintf("Many keys held (%d locks, TTL %v, %v)", cfg.ScaleLocks, cfg.ScaleTTL, cfg.ScaleWindow))
+		}
 		for _, c := range group {
 			if shapeOnly(c) {
 				continue
@@ -100,11 +167,7 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 			if why, ok := c.NA[Contended]; ok {
 				p.f("- %s, contended: n/a, %s\n", c.Label(), why)
 			}
-			if why, ok := c.NA[Held]; ok {
-				p.f("- %s, held: n/a, %s\n", c.Label(), why)
-			} else if !c.Refreshes {
-				p.f("- %s, held: no automatic refresh (each lock must be extended by its own call), so no refresh traffic to measure.\n", c.Label())
-			}
+			p.heldNotes(c, cfg.ScaleLocks > 0 && cfg.runs(Scale))
 		}
 		p.f("\n")
 	}
@@ -117,6 +180,29 @@ func (r *Results) WriteMarkdown(w io.Writer, m Machine, targets []Target) error 
 		p.f("\n")
 	}
 	return p.err
+}
+
+// heldNotes says why c has no held-locks or scale figures, in one line where
+// both have the same reason.
+func (p *printer) heldNotes(c *Contestant, scale bool) {
+	scenarios := "held"
+	if scale && c.NA[Scale] == "" && scaleNA(c) != "" {
+		scenarios = "held and scale" // scale is n/a for held's reason
+		scale = false
+	}
+	if why, ok := c.NA[Held]; ok {
+		p.f("- %s, %s: n/a, %s\n", c.Label(), scenarios, why)
+	} else if !c.Refreshes {
+		p.f("- %s, %s: no automatic refresh (each lock must be extended by its own call), so no refresh traffic to measure.\n", c.Label(), scenarios)
+	}
+	if !scale {
+		return
+	}
+	if why := scaleNA(c); why != "" {
+		p.f("- %s, scale: n/a, %s\n", c.Label(), why)
+	} else if c.NoLateness != "" {
+		p.f("- %s, scale: no refresh lateness, %s\n", c.Label(), c.NoLateness)
+	}
 }
 
 type printer struct {
@@ -136,7 +222,7 @@ func (p *printer) table(r *Results, group []*Contestant, cols []Metric, title st
 	}
 	p.f("| contestant |")
 	for _, m := range cols {
-		p.f(" %s |", heading(m))
+		p.f(" %s |", r.Config.title(m))
 	}
 	p.f("\n|---|")
 	for range cols {
@@ -150,7 +236,7 @@ func (p *printer) table(r *Results, group []*Contestant, cols []Metric, title st
 		p.f("| %s |", bold(c))
 		for _, m := range cols {
 			cell := "n/a"
-			if _, na := c.NA[m.Scenario]; !na {
+			if !na(c, m) {
 				cell = spread(Summarise(r.Get(c, m)))
 			}
 			p.f(" %s |", cell)
@@ -161,21 +247,22 @@ func (p *printer) table(r *Results, group []*Contestant, cols []Metric, title st
 }
 
 func (p *printer) ratios(r *Results, ours *Contestant, group []*Contestant) {
+	cols := r.Config.columns(ratioColumns)
 	p.f("| ours ÷ |")
-	for _, m := range ratioColumns {
-		p.f(" %s |", m.Title)
+	for _, m := range cols {
+		p.f(" %s |", strings.TrimSuffix(r.Config.title(m), " ("+m.Unit+")"))
 	}
 	p.f("\n|---|")
-	for range ratioColumns {
+	for range cols {
 		p.f("---:|")
 	}
 	p.f("\n")
 	for _, c := range group {
-		if c == ours || !runsAny(c, ratioColumns) {
+		if c == ours || !runsAny(c, cols) {
 			continue
 		}
 		p.f("| %s |", c.Label())
-		for _, m := range ratioColumns {
+		for _, m := range cols {
 			p.f(" %s |", ratioCell(Summarise(Ratios(r.Get(ours, m), r.Get(c, m)))))
 		}
 		p.f("\n")

@@ -42,6 +42,35 @@ func (m memClient) TryAcquire(ctx context.Context, key string) (harness.Release,
 
 func (m memClient) Close() error { return m.lk.Close() }
 
+func (m memClient) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
+	l, err := m.lk.Acquire(ctx, key)
+	if err != nil {
+		return nil, harness.Loss{}, err
+	}
+	return l.Release, harness.Loss{Done: l.Lost(), Cause: l.Err}, nil
+}
+
+func (m memClient) Expires(ctx context.Context, key string) (time.Time, error) {
+	in, err := m.lk.Inspect(ctx, key)
+	return in.Expires, err
+}
+
+// losingClient takes a real lock and has it evicted at once (ForceRelease,
+// the operator's tool): every lock is lost while held, as the scale scenario
+// must count.
+type losingClient struct{ memClient }
+
+func (l losingClient) AcquireWatched(ctx context.Context, key string) (harness.Release, harness.Loss, error) {
+	lk, err := l.lk.Acquire(ctx, key)
+	if err != nil {
+		return nil, harness.Loss{}, err
+	}
+	if err := l.lk.ForceRelease(ctx, key); err != nil {
+		return nil, harness.Loss{}, err
+	}
+	return lk.Release, harness.Loss{Done: lk.Lost(), Cause: lk.Err}, nil
+}
+
 // noLock lets everybody in: a broken lock the contended scenario must catch.
 // noLock lets everybody in, two at a time: an Acquire returns together with
 // another one (they meet on pair), so that both are inside at once however
@@ -79,8 +108,11 @@ func memContestant(name string, role harness.Role) *harness.Contestant {
 
 var quick = harness.Config{
 	Window: 50 * time.Millisecond, Slices: 2, Warmup: 10 * time.Millisecond, Repeats: 2,
-	Goroutines: 4, Contenders: 8, HeldLocks: 100, HeldTTL: 300 * time.Millisecond,
+	Goroutines: 4, WideGoroutines: 8, Contenders: 8, HeldLocks: 100, HeldTTL: 300 * time.Millisecond,
 	HeldWindow: 50 * time.Millisecond, HeldRuns: 1,
+	// Readings every 100 ms over 600 ms, refreshes every 200 ms: each probed
+	// key shows two or three refreshes.
+	ScaleLocks: 200, ScaleTTL: 600 * time.Millisecond, ScaleWindow: 1200 * time.Millisecond, ScaleProbes: 20,
 }
 
 var (
@@ -104,7 +136,7 @@ func TestRunMeasuresEveryScenarioOfARealLock(t *testing.T) {
 		t.Fatalf("failures: %v", r.Failures)
 	}
 	ours := r.Contestants[0]
-	for _, m := range []harness.Metric{harness.UncP50, harness.UncP99, harness.DistinctOps, harness.Handoffs, harness.MinShare, harness.HeldBytes, harness.HeldConns} {
+	for _, m := range []harness.Metric{harness.UncP50, harness.UncP99, harness.DistinctOps, harness.DistinctWide, harness.Handoffs, harness.MinShare, harness.HeldBytes, harness.HeldConns} {
 		s := harness.Summarise(r.Get(ours, m))
 		if s.N != len(r.Get(ours, m)) || s.N == 0 {
 			t.Errorf("%s: %d figures, want one per repeat: %v", m.Key, s.N, r.Get(ours, m))
@@ -118,6 +150,56 @@ func TestRunMeasuresEveryScenarioOfARealLock(t *testing.T) {
 	}
 	if got := r.Get(r.Contestants[1], harness.HeldBytes); len(got) != 0 {
 		t.Errorf("a scenario marked n/a has figures: %v", got)
+	}
+}
+
+func TestScaleMeasuresRefreshLatenessAndNoLossOfARealLock(t *testing.T) {
+	r := memRun(t)
+	ours := r.Contestants[0]
+	for _, m := range []harness.Metric{harness.ScaleBytes, harness.ScaleGorout, harness.ScaleConns, harness.ScaleLateness, harness.ScaleRefreshes, harness.ScaleLosses} {
+		if s := harness.Summarise(r.Get(ours, m)); s.N != 1 {
+			t.Errorf("%s: %v, want one figure", m.Key, r.Get(ours, m))
+		}
+	}
+	if n := harness.Summarise(r.Get(ours, harness.ScaleRefreshes)).Median; n < 1 {
+		t.Errorf("%v refreshes observed, want some", n)
+	}
+	// A refresh is due a third of the TTL after the previous one: on the
+	// in-process driver it is late by scheduling alone, far below a TTL.
+	if late := harness.Summarise(r.Get(ours, harness.ScaleLateness)).Median; late >= 100 {
+		t.Errorf("refresh lateness p99 = %v%% of the TTL, want below 100%%", late)
+	}
+	if n := r.Losses(); n != 0 {
+		t.Errorf("a real lock lost %d locks while held", n)
+	}
+	if got := r.Get(r.Contestants[1], harness.ScaleBytes); len(got) != 0 {
+		t.Errorf("a contestant whose held scenario is n/a ran scale: %v", got)
+	}
+}
+
+func TestScaleCountsEveryLostLockAsAFailure(t *testing.T) {
+	losing := memContestant("losing", harness.Peer)
+	open := losing.Open
+	losing.Open = func(ctx context.Context, ttl time.Duration) (harness.Client, error) {
+		cl, err := open(ctx, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return losingClient{cl.(memClient)}, nil
+	}
+	cfg := quick
+	cfg.Only = []harness.Scenario{harness.Scale}
+	cfg.ScaleLocks, cfg.ScaleWindow = 50, 10*time.Millisecond
+	r := harness.Run(context.Background(), cfg, []*harness.Contestant{losing})
+	if n := r.Losses(); n != cfg.ScaleLocks {
+		t.Fatalf("losses = %d, want every one of the %d locks", n, cfg.ScaleLocks)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteMarkdown(&buf, harness.Machine{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Locks lost while held in the scale scenario: **50**"; !strings.Contains(buf.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, buf.String())
 	}
 }
 
@@ -163,8 +245,11 @@ func TestReportGivesRatiosTargetsAndReasons(t *testing.T) {
 		"#1 mem: handoffs ours ÷ peer ≥ 0.01×: measured", ": met — easy",
 		"#2 mem: memory ≤ 1.00 B/lock: measured ", "B/lock: MISSED by ",
 		"#3 mem: handoffs ours ÷ absent ≥ 1.00×: not measured: no contestant mem/absent",
-		"peer, held: n/a, not measured here",
+		"peer, held and scale: n/a, not measured here",
 		"Mutual-exclusion violations: **0**",
+		"Locks lost while held in the scale scenario: **0**",
+		"Many keys held (200 locks, TTL 600ms, 1.2s)", "refresh lateness p99 (% of TTL)",
+		"distinct keys, 4 goroutines (ops/s)", "distinct keys, 8 goroutines (ops/s)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

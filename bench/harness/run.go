@@ -17,12 +17,24 @@ type Config struct {
 	Warmup     time.Duration // unmeasured time before each window
 	Repeats    int           // repeats of the timed scenarios
 	Goroutines int           // distinct-keys scenario
-	Contenders int           // contended scenario, over two clients
-	HoldFor    time.Duration // contended scenario: time each holder spends inside (0: none)
-	HeldLocks  int           // held-locks scenario
-	HeldTTL    time.Duration // TTL of the held locks (refreshed every TTL/3)
-	HeldWindow time.Duration // held-locks measurement window
-	HeldRuns   int           // repeats of the held-locks scenario
+	// WideGoroutines runs the distinct-keys scenario a second time at this
+	// many goroutines (still over two clients); 0 skips it.
+	WideGoroutines int
+	Contenders     int           // contended scenario, over two clients
+	HoldFor        time.Duration // contended scenario: time each holder spends inside (0: none)
+	HeldLocks      int           // held-locks scenario
+	HeldTTL        time.Duration // TTL of the held locks (refreshed every TTL/3)
+	HeldWindow     time.Duration // held-locks measurement window
+	HeldRuns       int           // repeats of the held-locks scenario
+
+	// The scale scenario (many keys held by one client): how many locks, their
+	// TTL, how long they are held, and how many of them are sampled for
+	// refresh lateness (0: 100). It runs once per contestant when ScaleLocks
+	// is above 0.
+	ScaleLocks  int
+	ScaleTTL    time.Duration
+	ScaleWindow time.Duration
+	ScaleProbes int
 
 	// The shape scenarios (read-heavy, semaphore); zero fields take the
 	// defaults: 16 goroutines over 4 clients, 90 % readers, 4 permits.
@@ -72,10 +84,13 @@ type Results struct {
 
 // Violations returns the total of exclusion violations seen: two holders of a
 // mutex, a writer beside another holder, more holders than permits.
-func (r *Results) Violations() int {
+func (r *Results) Violations() int { return r.total(violationMetrics) }
+
+// total sums the figures of ms over every contestant and repeat.
+func (r *Results) total(ms []Metric) int {
 	n := 0.0
 	for _, m := range r.Values {
-		for _, vm := range violationMetrics {
+		for _, vm := range ms {
 			for _, v := range m[vm.Key] {
 				if !math.IsNaN(v) {
 					n += v
@@ -85,6 +100,10 @@ func (r *Results) Violations() int {
 	}
 	return int(n)
 }
+
+// Losses returns the total of locks lost while held in the scale scenario:
+// each one a failure of the run, as an exclusion violation is.
+func (r *Results) Losses() int { return r.total(lossMetrics) }
 
 // Get returns a contestant's values of m, one per repeat.
 func (r *Results) Get(c *Contestant, m Metric) []float64 { return r.Values[c.ID()][m.Key] }
@@ -124,11 +143,12 @@ func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 	timed := []struct {
 		s    Scenario
 		open newTrial
-	}{{Uncontended, openUncontended}, {Distinct, openDistinct}, {Contended, openContended},
-		{ReadHeavy, openReadHeavy}, {Semaphore, openSemaphore}}
+		wide bool // the distinct-keys scenario at WideGoroutines
+	}{{Uncontended, openUncontended, false}, {Distinct, openDistinct, false}, {Distinct, openDistinctWide, true},
+		{Contended, openContended, false}, {ReadHeavy, openReadHeavy, false}, {Semaphore, openSemaphore, false}}
 	for rep := 0; rep < cfg.Repeats; rep++ {
 		for _, t := range timed {
-			if !cfg.runs(t.s) {
+			if !cfg.runs(t.s) || (t.wide && cfg.WideGoroutines <= 0) {
 				continue
 			}
 			for _, group := range groups(contestants) {
@@ -139,6 +159,13 @@ func Run(ctx context.Context, cfg Config, contestants []*Contestant) *Results {
 	for rep := 0; rep < cfg.HeldRuns && cfg.runs(Held); rep++ {
 		for _, c := range contestants {
 			r.one(ctx, Held, c, rep, runHeld)
+		}
+	}
+	if cfg.ScaleLocks > 0 && cfg.runs(Scale) {
+		for _, c := range contestants {
+			if scaleNA(c) == "" {
+				r.one(ctx, Scale, c, 0, runScale)
+			}
 		}
 	}
 	for rep := 0; rep < cfg.FailoverRepeats && cfg.runs(Failover); rep++ {

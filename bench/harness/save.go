@@ -27,6 +27,8 @@ type savedConfig struct {
 	ShapeHold                                                    time.Duration `json:",omitempty"`
 	Only                                                         []Scenario    `json:",omitempty"`
 	FailoverRepeats                                              int           `json:",omitempty"`
+	WideGoroutines, ScaleLocks, ScaleProbes                      int           `json:",omitempty"`
+	ScaleTTL, ScaleWindow                                        time.Duration `json:",omitempty"`
 }
 
 type savedContestant struct {
@@ -35,6 +37,7 @@ type savedContestant struct {
 	NA                     map[Scenario]string
 	TryUncontended         bool
 	Refreshes              bool
+	NoLateness             string `json:",omitempty"`
 }
 
 // Save writes the run and the machine it ran on as JSON.
@@ -43,11 +46,12 @@ func (r *Results) Save(w io.Writer, m Machine) error {
 	s := saved{
 		Machine: m, Started: r.Started, Took: r.Took, Failures: r.Failures,
 		Config: savedConfig{c.Window, c.Warmup, c.HeldTTL, c.HeldWindow, c.Slices, c.Repeats, c.Goroutines, c.Contenders, c.HeldLocks, c.HeldRuns,
-			c.ShapeGoroutines, c.ShapeClients, c.Permits, c.ReadShare, c.ShapeHold, c.Only, c.FailoverRepeats},
+			c.ShapeGoroutines, c.ShapeClients, c.Permits, c.ReadShare, c.ShapeHold, c.Only, c.FailoverRepeats,
+			c.WideGoroutines, c.ScaleLocks, c.ScaleProbes, c.ScaleTTL, c.ScaleWindow},
 		Values: map[string]map[string][]*float64{},
 	}
 	for _, c := range r.Contestants {
-		s.Contestants = append(s.Contestants, savedContestant{c.Backend, c.Name, c.Setting, c.Role, c.NA, c.TryUncontended, c.Refreshes})
+		s.Contestants = append(s.Contestants, savedContestant{c.Backend, c.Name, c.Setting, c.Role, c.NA, c.TryUncontended, c.Refreshes, c.NoLateness})
 	}
 	for id, metrics := range r.Values {
 		s.Values[id] = map[string][]*float64{}
@@ -78,13 +82,14 @@ func Load(rd io.Reader) (*Results, Machine, error) {
 		Config: Config{Window: c.Window, Warmup: c.Warmup, HeldTTL: c.HeldTTL, HeldWindow: c.HeldWindow,
 			Slices: c.Slices, Repeats: c.Repeats, Goroutines: c.Goroutines, Contenders: c.Contenders,
 			HeldLocks: c.HeldLocks, HeldRuns: c.HeldRuns,
-			ShapeGoroutines: c.ShapeGoroutines, ShapeClients: c.ShapeClients, Permits: c.Permits, ReadShare: c.ReadShare, ShapeHold: c.ShapeHold, Only: c.Only, FailoverRepeats: c.FailoverRepeats},
+			ShapeGoroutines: c.ShapeGoroutines, ShapeClients: c.ShapeClients, Permits: c.Permits, ReadShare: c.ReadShare, ShapeHold: c.ShapeHold, Only: c.Only, FailoverRepeats: c.FailoverRepeats,
+			WideGoroutines: c.WideGoroutines, ScaleLocks: c.ScaleLocks, ScaleProbes: c.ScaleProbes, ScaleTTL: c.ScaleTTL, ScaleWindow: c.ScaleWindow},
 		Started: s.Started, Took: s.Took, Failures: s.Failures,
 		Values: map[string]map[string][]float64{}, NA: map[string]map[Scenario]string{},
 	}
 	for _, sc := range s.Contestants {
 		con := &Contestant{Backend: sc.Backend, Name: sc.Name, Setting: sc.Setting, Role: sc.Role,
-			NA: sc.NA, TryUncontended: sc.TryUncontended, Refreshes: sc.Refreshes}
+			NA: sc.NA, TryUncontended: sc.TryUncontended, Refreshes: sc.Refreshes, NoLateness: sc.NoLateness}
 		r.Contestants = append(r.Contestants, con)
 		r.NA[con.ID()] = con.NA
 	}

@@ -4,16 +4,17 @@
 // benchmarks (README-section.md), a chart (chart.png) and the figures
 // (results.json, from which -render writes the others again):
 //
-//	cd bench && go run ./cmd/lockbench            # full run, about 15 minutes
+//	cd bench && go run ./cmd/lockbench            # full run, about 30 minutes
 //	cd bench && go run ./cmd/lockbench -quick     # every contestant briefly
 //	cd bench && go run ./cmd/lockbench -scenarios read-heavy,semaphore -backends redis,etcd -out /tmp/x
 //	cd bench && go run ./cmd/lockbench -scenarios failover -out /tmp/x  # leader killed → new leader
+//	cd bench && go run ./cmd/lockbench -scenarios scale -scale-locks 10000 -scale-window 20s -out /tmp/x
 //
 // It needs redis-server, PostgreSQL, etcd and ZooKeeper installed (the
 // project's scripts/install-backends). On a machine with two or more CPUs the
 // servers run on CPU 0 and the benchmark on CPU 1. It exits with status 1 if
-// any library let two holders into a critical section, and 2 if a contestant
-// failed.
+// any library let two holders into a critical section or lost a lock it held
+// (the scale scenario), and 2 if a contestant failed.
 package main
 
 import (
@@ -46,6 +47,9 @@ func run() int {
 	render := flag.String("render", "", "write the report and chart of a saved run (a results.json) into -out, without measuring")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+scenarioNames())
 	backends := flag.String("backends", "", "comma-separated backends to run (default all): "+backendNames())
+	scaleLocks := flag.Int("scale-locks", 0, "locks one client holds in the scale scenario (default 100000, quick 500)")
+	scaleWindow := flag.Duration("scale-window", 0, "how long the scale scenario holds them (default 60s, quick 2s)")
+	wide := flag.Int("wide-goroutines", -1, "goroutines of the second distinct-keys run (default 64; 0 skips it)")
 	flag.Parse()
 	if *render != "" {
 		return rerender(*render, *out)
@@ -53,8 +57,9 @@ func run() int {
 
 	cfg := harness.Config{
 		Window: 1500 * time.Millisecond, Slices: 6, Warmup: 300 * time.Millisecond, Repeats: 6,
-		Goroutines: 16, Contenders: 8,
+		Goroutines: 16, WideGoroutines: 64, Contenders: 8,
 		HeldLocks: 10000, HeldTTL: 3 * time.Second, HeldWindow: 3 * time.Second, HeldRuns: 1,
+		ScaleLocks: 100000, ScaleTTL: 3 * time.Second, ScaleWindow: 60 * time.Second, ScaleProbes: 100,
 		ShapeGoroutines: 16, ShapeClients: 4, ReadShare: 0.9, Permits: 4, ShapeHold: 500 * time.Microsecond,
 		FailoverRepeats: 5,
 		Log:             os.Stderr,
@@ -69,7 +74,19 @@ func run() int {
 		mode = "quick"
 		cfg.Window, cfg.Slices, cfg.Warmup, cfg.Repeats = 300*time.Millisecond, 2, 100*time.Millisecond, 1
 		cfg.HeldLocks, cfg.HeldWindow = 1000, 1*time.Second
+		// TTL 2 s (etcd's minimum lease): the lateness half of the window
+		// still sees a refresh or two of each probed key.
+		cfg.ScaleLocks, cfg.ScaleTTL, cfg.ScaleWindow, cfg.ScaleProbes = 500, 2*time.Second, 2*time.Second, 20
 		cfg.FailoverRepeats = 1
+	}
+	if *scaleLocks > 0 {
+		cfg.ScaleLocks = *scaleLocks
+	}
+	if *scaleWindow > 0 {
+		cfg.ScaleWindow = *scaleWindow
+	}
+	if *wide >= 0 {
+		cfg.WideGoroutines = *wide
 	}
 	if *repeats > 0 {
 		cfg.Repeats, cfg.FailoverRepeats = *repeats, *repeats
@@ -88,7 +105,7 @@ func run() int {
 			pinned = false
 		}
 	}
-	servers, closeServers, err := startServers()
+	servers, closeServers, err := startServers(cfg.ScaleLocks)
 	defer closeServers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
@@ -132,6 +149,15 @@ func run() int {
 	if *backends != "" {
 		machine.Command += " -backends " + *backends
 	}
+	if *scaleLocks > 0 {
+		machine.Command += fmt.Sprintf(" -scale-locks %d", *scaleLocks)
+	}
+	if *scaleWindow > 0 {
+		machine.Command += " -scale-window " + scaleWindow.String()
+	}
+	if *wide >= 0 {
+		machine.Command += fmt.Sprintf(" -wide-goroutines %d", *wide)
+	}
 	if err := write(*out, res, machine); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
 		return 2
@@ -161,13 +187,19 @@ func rerender(path, out string) int {
 }
 
 // verdict prints the targets and returns the exit status: 1 for exclusion
-// violations, 2 for failures.
+// violations or locks lost while held, 2 for failures.
 func verdict(res *harness.Results) int {
 	for _, t := range contestants.Targets() {
 		fmt.Fprintln(os.Stderr, " ", res.Check(t))
 	}
-	if v := res.Violations(); v > 0 {
+	v, lost := res.Violations(), res.Losses()
+	if v > 0 {
 		fmt.Fprintf(os.Stderr, "lockbench: %d mutual-exclusion violations\n", v)
+	}
+	if lost > 0 {
+		fmt.Fprintf(os.Stderr, "lockbench: %d locks lost while held\n", lost)
+	}
+	if v > 0 || lost > 0 {
 		return 1
 	}
 	if len(res.Failures) > 0 {
@@ -280,8 +312,9 @@ func selectBackends(cs []*harness.Contestant, list string) ([]*harness.Contestan
 }
 
 // startServers launches one Redis, three more for Redlock, PostgreSQL, etcd
-// and ZooKeeper, and makes the file driver's directory.
-func startServers() (contestants.Servers, func(), error) {
+// and ZooKeeper, and makes the file driver's directory. PostgreSQL's shared
+// lock table gets room for scaleLocks advisory locks held at once.
+func startServers(scaleLocks int) (contestants.Servers, func(), error) {
 	var launched []*testserver.Server
 	closeAll := func() {
 		for _, s := range launched {
@@ -290,8 +323,8 @@ func startServers() (contestants.Servers, func(), error) {
 		launched = nil
 		testserver.Shutdown()
 	}
-	launch := func(kind string) (string, error) {
-		s, err := testserver.Launch(kind)
+	launch := func(kind string, args ...string) (string, error) {
+		s, err := testserver.Launch(kind, args...)
 		if err != nil {
 			return "", fmt.Errorf("start %s: %w (scripts/install-backends installs the servers)", kind, err)
 		}
@@ -320,7 +353,7 @@ func startServers() (contestants.Servers, func(), error) {
 		}
 		s.Redlock = append(s.Redlock, u)
 	}
-	if s.Postgres, err = launch("postgres"); err != nil {
+	if s.Postgres, err = launch("postgres", "-c", pgLockSlots(scaleLocks)); err != nil {
 		return s, closeAll, err
 	}
 	if s.Etcd, err = launch("etcd"); err != nil {
@@ -330,4 +363,13 @@ func startServers() (contestants.Servers, func(), error) {
 		return s, closeAll, err
 	}
 	return s, closeAll, nil
+}
+
+// pgLockSlots sizes PostgreSQL's shared lock table (max_locks_per_transaction
+// times max_connections, 200 on testserver's servers) for n advisory locks held
+// at once by one session, with room to spare for the other scenarios; the
+// default (64) holds about 12,800.
+func pgLockSlots(n int) string {
+	const connections = 200
+	return fmt.Sprintf("max_locks_per_transaction=%d", max(64, (2*n+connections-1)/connections))
 }
