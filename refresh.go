@@ -30,7 +30,7 @@ func (l *Lock) when() time.Time {
 
 func (lk *Locker) scheduleLocked(l *Lock) {
 	if l.index >= 0 {
-		heap.Fix(&lk.schedule, l.index)
+		heap.Fix(&lk.schedule, int(l.index))
 	} else {
 		heap.Push(&lk.schedule, l)
 	}
@@ -43,7 +43,7 @@ func (lk *Locker) scheduleLocked(l *Lock) {
 
 func (lk *Locker) unschedule(l *Lock) {
 	if l.index >= 0 {
-		heap.Remove(&lk.schedule, l.index)
+		heap.Remove(&lk.schedule, int(l.index))
 	}
 }
 
@@ -61,10 +61,10 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 	if l.state != stateHeld {
 		return
 	}
-	if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+	if d := start.Add(l.req.TTL - l.drift); d.After(l.deadline) {
 		l.deadline = d
 	}
-	l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
+	l.nextRefresh = start.Add(driver.RefreshInterval(l.req.TTL))
 	lk.scheduleLocked(l)
 }
 
@@ -102,7 +102,7 @@ func (lk *Locker) runSchedule() {
 // not have looked at Lost yet) nobody else should get it. The holder's Release,
 // Do, or Close frees it.
 func (lk *Locker) collect(now time.Time) (due []*Lock, wait time.Duration) {
-	var hooks [][]func(error)
+	var hooks []func(error)
 	lk.mu.Lock()
 	for len(lk.schedule) > 0 {
 		l := lk.schedule[0]
@@ -152,12 +152,12 @@ func (lk *Locker) refresh(due []*Lock) {
 	if lk.batch != nil && len(due) > 1 {
 		reqs := make([]*driver.Request, len(due))
 		for i, l := range due {
-			reqs[i] = l.req
+			reqs[i] = &l.req
 		}
 		copy(errs, lk.batch.RefreshBatch(ctx, reqs))
 	} else {
 		for i, l := range due {
-			errs[i] = lk.d.Refresh(ctx, l.req)
+			errs[i] = lk.d.Refresh(ctx, &l.req)
 		}
 	}
 	for i, l := range due {
@@ -174,13 +174,13 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 		lk.mu.Unlock()
 		return
 	}
-	var hooks []func(error)
+	var hooks func(error)
 	switch {
 	case err == nil:
-		if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+		if d := start.Add(l.req.TTL - l.drift); d.After(l.deadline) {
 			l.deadline = d
 		}
-		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
+		l.nextRefresh = start.Add(driver.RefreshInterval(l.req.TTL))
 		lk.scheduleLocked(l)
 	case isNotHeld(err) && l.releasing:
 		// The refresh raced our own Release and saw its delete; Release decides.
@@ -190,7 +190,7 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 	default:
 		// Unknown outcome: try again soon; the deadline ends the lock if no
 		// attempt gets through.
-		l.nextRefresh = time.Now().Add(driver.RetryInterval(l.ttl))
+		l.nextRefresh = time.Now().Add(driver.RetryInterval(l.req.TTL))
 		lk.scheduleLocked(l)
 	}
 	lk.mu.Unlock()
@@ -204,12 +204,12 @@ func (h lockHeap) Len() int           { return len(h) }
 func (h lockHeap) Less(i, j int) bool { return h[i].when().Before(h[j].when()) }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].index = int32(i)
+	h[j].index = int32(j)
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.index = len(*h)
+	l.index = int32(len(*h))
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
