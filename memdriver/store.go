@@ -28,8 +28,10 @@ type keyState struct {
 	permits int
 	holders map[string]*holder // by owner
 	queue   []*waiter          // in arrival order
-	// wake is closed, and replaced, whenever a holder or waiter leaves or is
-	// granted: every waiter then looks again at its turn.
+	// wake is closed whenever a holder or waiter leaves or is granted: every
+	// waiter then looks again at its turn. It is made by the first waiter
+	// that needs it (nil until then, and after each close), so that a key
+	// nobody waits for costs no channel per change.
 	wake chan struct{}
 }
 
@@ -54,7 +56,7 @@ type waiter struct {
 func (s *store) state(k string, req *driver.Request, now time.Time) (*keyState, error) {
 	ks := s.keys[k]
 	if ks == nil {
-		ks = &keyState{permits: req.Permits, holders: map[string]*holder{}, wake: make(chan struct{})}
+		ks = &keyState{permits: req.Permits, holders: map[string]*holder{}}
 		s.keys[k] = ks
 		return ks, nil
 	}
@@ -91,8 +93,10 @@ func (s *store) expire(k string, ks *keyState, now time.Time) {
 // changed wakes k's waiters and watchers, and forgets k once no one holds or
 // waits.
 func (s *store) changed(k string, ks *keyState) {
-	close(ks.wake)
-	ks.wake = make(chan struct{})
+	if ks.wake != nil {
+		close(ks.wake)
+		ks.wake = nil
+	}
 	if len(ks.holders) == 0 && len(ks.queue) == 0 {
 		delete(s.keys, k)
 	}
