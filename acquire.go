@@ -260,9 +260,9 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time) error {
 	l.token = g.Token
 	l.state = stateHeld
 	lk.tel.held(l)
-	l.deadline = start.Add(l.req.TTL - l.drift)
+	l.deadline = lk.at(start) + instant(l.req.TTL-l.drift)
 	if l.auto {
-		l.nextRefresh = start.Add(driver.RefreshInterval(l.req.TTL))
+		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 	}
 	lk.scheduleLocked(l) // the schedule is also the set of held locks Close releases
 	early := l.cause

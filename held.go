@@ -22,8 +22,8 @@ type Lock struct {
 	opMu  sync.Mutex                    // serialises Refresh and Release of this lock
 
 	// Guarded by lk.mu.
-	deadline    time.Time
-	nextRefresh time.Time
+	deadline    instant
+	nextRefresh instant
 	// cause is why the lock ended, for stateLost; before the grant is
 	// recorded (stateAcquiring), a driver's loss report that came early.
 	cause      error

@@ -123,7 +123,8 @@ type Locker struct {
 	closed   bool
 	lapsed   map[*Lock]struct{} // lost by their deadline, not yet released on the backend
 	schedule lockHeap           // the held locks, by their next refresh or deadline
-	armed    time.Time          // when the scheduler will next wake by itself
+	epoch    time.Time          // the origin of the Locker's instants (refresh.go)
+	armed    instant            // when the scheduler will next wake by itself
 	calls    context.Context    // done when Close begins: the context of calls whose own cannot end
 	endCalls context.CancelFunc // cancels calls
 	gate     *callGate          // counts calls in flight, and their cleanups (calls.go)
@@ -151,7 +152,8 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		lapsed:   map[*Lock]struct{}{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
-		armed:    time.Now().Add(time.Hour),
+		epoch:    time.Now(),
+		armed:    instant(time.Hour),
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
