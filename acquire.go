@@ -64,22 +64,24 @@ func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, 
 	if err := parent.Err(); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}
-	o := lk.defaults.apply(opts)
-	if err := lk.validate(o); err != nil {
+	o := lk.defaults
+	if len(opts) > 0 {
+		// Only here do the options (unknown functions) make o escape.
+		o = o.apply(opts)
+	}
+	if err := lk.validate(&o); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}
-	ctx, untrack, err := lk.track(parent)
+	seq := lk.owners.next()
+	ctx, c, err := lk.track(parent, seq)
 	if err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}
-	defer untrack()
+	defer lk.untrack(c)
 
-	req := &driver.Request{Key: key, Owner: newOwner(), TTL: o.ttl, Shared: o.shared, Label: encodeLabel(o.owner(), time.Now(), o.value)}
+	l := lk.newLock(key, seq, &o)
+	req := &l.req
 	ctx = lk.tel.wakeContext(ctx, key)
-	if o.permits > 1 {
-		req.Permits = o.permits // one permit is the exclusive lock
-	}
-	l := newLock(lk, req, o)
 	bo := backoffState{b: o.backoff}
 	var lastErr error // the last transient failure, reported if ctx ends
 	for attempt := 1; ; attempt++ {
@@ -181,7 +183,7 @@ func (lk *Locker) fresh(l *Lock, g driver.Grant, start time.Time) bool {
 	if !g.Start.IsZero() {
 		start = g.Start
 	}
-	return time.Until(start.Add(l.ttl-l.drift)) >= minValidity(l.ttl)
+	return time.Until(start.Add(l.req.TTL-l.drift)) >= minValidity(l.req.TTL)
 }
 
 // cleanup releases whatever an interrupted or failed acquire may have left on the
@@ -190,9 +192,9 @@ func (lk *Locker) fresh(l *Lock, g driver.Grant, start time.Time) bool {
 // close timeout), and the caller waits for it at most cleanupWait.
 func (lk *Locker) cleanup(req *driver.Request) {
 	done := make(chan struct{})
-	lk.callsWG.Add(1) // the failing call still counts as one, so Close has not stopped waiting
+	lk.gate.add() // the failing call still counts as one, so Close has not stopped waiting
 	go func() {
-		defer lk.callsWG.Done()
+		defer lk.gate.done()
 		defer close(done)
 		ctx, cancel := context.WithTimeout(lk.cleanupCtx, cleanupTimeout)
 		defer cancel()
@@ -206,7 +208,7 @@ func (lk *Locker) cleanup(req *driver.Request) {
 	}
 }
 
-func (lk *Locker) validate(o options) error {
+func (lk *Locker) validate(o *options) error {
 	if o.err != nil {
 		return o.err
 	}
@@ -231,6 +233,19 @@ func (lk *Locker) validate(o options) error {
 	return nil
 }
 
+// newLock makes the lock of an acquire call: its request, with the owner id of
+// sequence number seq and the label, in one allocation beside the Lock's own.
+func (lk *Locker) newLock(key string, seq uint64, o *options) *Lock {
+	l := &Lock{lk: lk, drift: driver.Drift(o.ttl) + o.grace, auto: o.autoRefresh, index: -1}
+	l.req = driver.Request{Key: key, TTL: o.ttl, Shared: o.shared}
+	if o.permits > 1 {
+		l.req.Permits = o.permits // one permit is the exclusive lock
+	}
+	l.req.Owner, l.req.Label = lk.ownerAndLabel(seq, o.owner(), time.Now(), o.value)
+	l.req.Lost = l.driverLost
+	return l
+}
+
 // hold records a granted lock and schedules its refresh and validity deadline,
 // measured from start, the moment before the request was sent; a is the
 // acquisition's span, the hold span's link.
@@ -248,14 +263,13 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time, a *acquireSpan)
 	l.token = g.Token
 	l.state = stateHeld
 	lk.tel.held(l, a)
-	l.deadline = start.Add(l.ttl - l.drift)
+	l.deadline = lk.at(start) + instant(l.req.TTL-l.drift)
 	if l.auto {
-		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
+		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 	}
-	lk.held[l] = struct{}{}
-	lk.scheduleLocked(l)
-	early := l.earlyLoss
-	var hooks []func(error)
+	lk.scheduleLocked(l) // the schedule is also the set of held locks Close releases
+	early := l.cause
+	var hooks func(error)
 	if early != nil {
 		hooks = l.endLocked(stateLost, early)
 	}

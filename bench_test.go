@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,5 +115,43 @@ func BenchmarkAcquireReleaseNoopTelemetry(b *testing.B) {
 		if err := l.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAcquireReleaseParallel is acquire and release on distinct keys from
+// many goroutines of one Locker (8 per CPU): what calls on unrelated keys share
+// in the portable layer. The caller's context can end (a cancelable one) or not
+// (Background), which the layer registers differently for Close.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"background", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+		{"cancelable", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lk := lock.New(memdriver.New("bench-parallel-" + tc.name))
+			defer lk.Close()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				key := fmt.Sprintf("distinct/%d", next.Add(1))
+				for pb.Next() {
+					l, err := lk.Acquire(ctx, key)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

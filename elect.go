@@ -74,7 +74,7 @@ func (lk *Locker) Campaign(ctx context.Context, name, value string, opts ...Acqu
 	// fails for a passing reason, the label keeps the campaign's start.
 	if rl, ok := lk.d.(driver.Labeler); ok {
 		now := time.Now()
-		err := classify(rl.Relabel(ctx, l.req, encodeLabel(ld.owner, now, value)))
+		err := classify(rl.Relabel(ctx, &l.req, encodeLabel(ld.owner, now, value)))
 		switch {
 		case err == nil:
 			ld.since = now
@@ -123,7 +123,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.l.usable(); err != nil {
 		return wrapErr("proclaim", ld.name, err)
 	}
-	err := classify(rl.Relabel(ctx, ld.l.req, encodeLabel(ld.owner, ld.since, value)))
+	err := classify(rl.Relabel(ctx, &ld.l.req, encodeLabel(ld.owner, ld.since, value)))
 	switch {
 	case err == nil:
 		ld.mu.Lock()

@@ -2,11 +2,10 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -17,29 +16,29 @@ import (
 // alive; Lost tells when it may no longer be held.
 type Lock struct {
 	lk    *Locker
-	req   *driver.Request
-	ttl   time.Duration
-	drift time.Duration // taken off every validity window: driver.Drift(ttl) plus the grace
-	auto  bool
-	lost  chan struct{}
-	opMu  sync.Mutex // serialises Refresh and Release of this lock
+	req   driver.Request                // the same for every call about the lock: drivers may key on &req
+	drift time.Duration                 // taken off every validity window: driver.Drift(ttl) plus the grace
+	lost  atomic.Pointer[chan struct{}] // made by the first Lost call, or closedChan once ended
+	opMu  sync.Mutex                    // serialises Refresh and Release of this lock
 
 	// Guarded by lk.mu.
-	token       uint64
-	state       lockState
-	cause       error // why the lock ended, for stateLost
-	earlyLoss   error // a driver's loss report that arrived before the grant was recorded
-	deadline    time.Time
-	nextRefresh time.Time
-	refreshing  bool
-	releasing   bool // a Release is under way: a refresh that finds the lock gone saw our own release
-	lapsed      bool // lost by the deadline and not yet released on the backend (in lk.lapsed)
-	index       int  // in lk.schedule, -1 when not scheduled
-	onLost      []func(error)
-	grantSeq    uint64 // the grant's number in the Locker (telemetry.serverChanged)
+	deadline    instant
+	nextRefresh instant
+	// cause is why the lock ended, for stateLost; before the grant is
+	// recorded (stateAcquiring), a driver's loss report that came early.
+	cause      error
+	onLost     func(error) // run once when the lock is lost or closed
+	index      int32       // in lk.schedule, -1 when not scheduled
+	state      lockState
+	auto       bool
+	refreshing bool
+	releasing  bool // a Release is under way: a refresh that finds the lock gone saw our own release
+	lapsed     bool // lost by the deadline and not yet released on the backend (in lk.lapsed)
+	token      uint64
+	grantSeq   uint64 // the grant's number in the Locker (telemetry.serverChanged)
 }
 
-type lockState int
+type lockState uint8
 
 const (
 	stateAcquiring lockState = iota
@@ -49,21 +48,12 @@ const (
 	stateClosed
 )
 
-func newLock(lk *Locker, req *driver.Request, o options) *Lock {
-	// The grace is taken off every validity window as the drift allowance is.
-	l := &Lock{lk: lk, req: req, ttl: o.ttl, drift: driver.Drift(o.ttl) + o.grace, auto: o.autoRefresh, lost: make(chan struct{}), index: -1}
-	req.Lost = l.driverLost
-	return l
-}
-
-// newOwner returns a random owner identity, unique per Acquire call.
-func newOwner() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("lock: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
+// closedChan is the Lost channel of a lock that ended before anyone asked for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Key returns the lock's key.
 func (l *Lock) Key() string { return l.req.Key }
@@ -85,7 +75,21 @@ func (l *Lock) Token() uint64 {
 // Lost returns a channel that is closed when the lock may no longer be held: the
 // backend said it is gone, no refresh was confirmed before the validity deadline,
 // or the Locker was closed. It is not closed by a successful Release.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+func (l *Lock) Lost() <-chan struct{} {
+	// Made on first use: most holders never ask (Do watches through whenLost),
+	// and a channel is most of what a held lock would otherwise cost.
+	if c := l.lost.Load(); c != nil {
+		return *c
+	}
+	l.lk.mu.Lock()
+	defer l.lk.mu.Unlock()
+	if c := l.lost.Load(); c != nil {
+		return *c
+	}
+	c := make(chan struct{})
+	l.lost.Store(&c)
+	return c
+}
 
 // Refresh confirms the lock with the backend and, on expiring backends, extends it
 // to its TTL from now. With automatic refresh on (the default) there is no need to
@@ -101,7 +105,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		return wrapErr("refresh", l.req.Key, err)
 	}
 	start := time.Now()
-	err := classify(l.lk.d.Refresh(ctx, l.req))
+	err := classify(l.lk.d.Refresh(ctx, &l.req))
 	l.lk.tel.refreshed(l, err)
 	switch {
 	case err == nil:
@@ -144,14 +148,14 @@ func (l *Lock) release(ctx context.Context) error {
 			return nil
 		}
 		if l.lk.takeLapsed(l) {
-			if rerr := l.lk.d.Release(ctx, l.req); rerr != nil && !isNotHeld(rerr) {
+			if rerr := l.lk.d.Release(ctx, &l.req); rerr != nil && !isNotHeld(rerr) {
 				l.lk.keepLapsed(l)
 				return wrapErr("release", l.req.Key, errors.Join(err, classify(rerr)))
 			}
 		}
 		return wrapErr("release", l.req.Key, err)
 	}
-	err := classify(l.lk.d.Release(ctx, l.req))
+	err := classify(l.lk.d.Release(ctx, &l.req))
 	l.lk.tel.backendResult(ctx, "release", l.req.Key, err)
 	l.lk.mu.Lock()
 	l.releasing = false
@@ -235,8 +239,8 @@ func (l *Lock) driverLost(err error) {
 	}
 	l.lk.mu.Lock()
 	if l.state == stateAcquiring {
-		if l.earlyLoss == nil {
-			l.earlyLoss = err
+		if l.cause == nil {
+			l.cause = err
 		}
 		l.lk.mu.Unlock()
 		return
@@ -262,7 +266,7 @@ func (l *Lock) end(s lockState, cause error) bool {
 
 // endLocked does end's work with lk.mu held and returns the hooks to run after
 // unlocking.
-func (l *Lock) endLocked(s lockState, cause error) []func(error) {
+func (l *Lock) endLocked(s lockState, cause error) func(error) {
 	if l.state != stateHeld {
 		return nil
 	}
@@ -270,19 +274,22 @@ func (l *Lock) endLocked(s lockState, cause error) []func(error) {
 	l.cause = cause
 	l.lk.tel.ended(l, s, cause)
 	l.lk.unschedule(l)
-	delete(l.lk.held, l)
 	if s == stateReleased {
 		return nil
 	}
-	close(l.lost)
-	hooks := l.onLost
+	if c := l.lost.Load(); c != nil {
+		close(*c)
+	} else {
+		l.lost.Store(&closedChan)
+	}
+	hook := l.onLost
 	l.onLost = nil
-	return hooks
+	return hook
 }
 
-func runHooks(hooks []func(error), cause error) {
-	for _, h := range hooks {
-		h(cause)
+func runHooks(hook func(error), cause error) {
+	if hook != nil {
+		hook(cause)
 	}
 }
 
@@ -291,7 +298,11 @@ func runHooks(hooks []func(error), cause error) {
 func (l *Lock) whenLost(f func(error)) {
 	l.lk.mu.Lock()
 	if l.state == stateHeld || l.state == stateAcquiring {
-		l.onLost = append(l.onLost, f)
+		if prev := l.onLost; prev != nil {
+			l.onLost = func(err error) { prev(err); f(err) }
+		} else {
+			l.onLost = f
+		}
 		l.lk.mu.Unlock()
 		return
 	}

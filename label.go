@@ -33,10 +33,16 @@ const maxOwnerName = 256
 // maxValue is the longest value Campaign and Proclaim accept, in bytes.
 const maxValue = 1024
 
-// encodeLabel writes the label without encoding/json's reflection: it runs
-// on every acquire.
+// encodeLabel writes the label without encoding/json's reflection.
 func encodeLabel(owner string, since time.Time, value string) string {
-	b := make([]byte, 0, 32+len(owner)+len(value))
+	return string(appendLabel(make([]byte, 0, labelLen(owner, value)), owner, since, value))
+}
+
+// labelLen is at least the length of a label whose owner name and value
+// need no escaping.
+func labelLen(owner, value string) int { return 48 + len(owner) + len(value) }
+
+func appendLabel(b []byte, owner string, since time.Time, value string) []byte {
 	b = append(b, `{"owner":`...)
 	b = appendJSONString(b, owner)
 	b = append(b, `,"since":`...)
@@ -45,7 +51,23 @@ func encodeLabel(owner string, since time.Time, value string) string {
 		b = append(b, `,"value":`...)
 		b = appendJSONString(b, value)
 	}
-	return string(append(b, '}'))
+	return append(b, '}')
+}
+
+// ownerAndLabel returns an acquire call's owner id (of sequence number seq,
+// see owner.go) and label, written into one string, of which they are the two
+// parts: the request keeps both as long as it lives, so they cost one
+// allocation between them. It runs on every acquire.
+func (lk *Locker) ownerAndLabel(seq uint64, owner string, since time.Time, value string) (string, string) {
+	var buf [160]byte // enough for the default owner name: no allocation but the string
+	b := buf[:0]
+	if n := ownerPrefixLen + 16 + labelLen(owner, value); n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	b = lk.owners.appendOwner(b, seq)
+	n := len(b)
+	s := string(appendLabel(b, owner, since, value))
+	return s[:n], s[n:]
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string.

@@ -121,13 +121,15 @@ type Locker struct {
 
 	mu       sync.Mutex
 	closed   bool
-	held     map[*Lock]struct{}
 	lapsed   map[*Lock]struct{} // lost by their deadline, not yet released on the backend
-	schedule lockHeap           // held locks by their next refresh or deadline
-	armed    time.Time          // when the scheduler will next wake by itself
-	calls    context.Context    // done when Close begins: interrupts Acquire calls in flight
+	schedule lockHeap           // the held locks, by their next refresh or deadline
+	epoch    time.Time          // the origin of the Locker's instants (refresh.go)
+	armed    instant            // when the scheduler will next wake by itself
+	calls    context.Context    // done when Close begins: the context of calls whose own cannot end
 	endCalls context.CancelFunc // cancels calls
-	callsWG  sync.WaitGroup     // Acquire calls in flight, and their cleanups
+	gate     *callGate          // counts calls in flight, and their cleanups (calls.go)
+	shards   *[callShards]callShard
+	owners   ownerSource // the owner ids of this Locker's requests (owner.go)
 
 	cleanupCtx context.Context    // done when Close's time is up: ends cleanups in flight
 	endCleanup context.CancelFunc // cancels cleanupCtx
@@ -147,14 +149,17 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		caps:     d.Capabilities(),
 		defaults: defaultOptions().apply(opts),
 		name:     driverName(d),
-		held:     map[*Lock]struct{}{},
 		lapsed:   map[*Lock]struct{}{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
-		armed:    time.Now().Add(time.Hour),
+		epoch:    time.Now(),
+		armed:    instant(time.Hour),
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
+	lk.gate = newCallGate()
+	lk.shards = new([callShards]callShard)
+	lk.owners.init()
 	lk.cleanupCtx, lk.endCleanup = context.WithCancel(context.Background())
 	lk.tel = newTelemetry(lk.defaults, d)
 	if lu, ok := d.(driver.LoggerUser); ok && lk.tel.logger != nil {
@@ -192,22 +197,20 @@ func (lk *Locker) Close() error {
 	}
 	lk.closed = true
 	close(lk.done)
-	lk.endCalls()
 	lk.mu.Unlock()
+	drained := lk.gate.close()
+	lk.interruptCalls()
 	// One bound for all of Close's waiting on the backend.
 	ctx, cancel := context.WithTimeout(context.Background(), lk.defaults.closeTimeout)
 	defer cancel()
 	stopCleanups := context.AfterFunc(ctx, lk.endCleanup)
 	defer stopCleanups()
 	defer lk.endCleanup()
-	lk.callsWG.Wait() // interrupted acquires clean up before the driver closes
-	lk.cancel()       // in-flight refreshes give up
+	<-drained   // interrupted acquires clean up before the driver closes
+	lk.cancel() // in-flight refreshes give up
 
 	lk.mu.Lock()
-	held := make([]*Lock, 0, len(lk.held))
-	for l := range lk.held {
-		held = append(held, l)
-	}
+	held := append([]*Lock(nil), lk.schedule...) // every held lock is scheduled
 	var lapsed []*Lock
 	for l := range lk.lapsed {
 		l.lapsed = false
@@ -219,7 +222,7 @@ func (lk *Locker) Close() error {
 	var firstErr error
 	release := func(l *Lock) {
 		// A driver closed under the Locker has nothing left to release.
-		if err := lk.d.Release(ctx, l.req); err != nil && !isNotHeld(err) && !errors.Is(err, ErrClosed) && firstErr == nil {
+		if err := lk.d.Release(ctx, &l.req); err != nil && !isNotHeld(err) && !errors.Is(err, ErrClosed) && firstErr == nil {
 			firstErr = wrapErr("close", l.req.Key, classify(err))
 		}
 	}
@@ -236,51 +239,4 @@ func (lk *Locker) Close() error {
 		firstErr = wrapErr("close", "", err)
 	}
 	return firstErr
-}
-
-// track registers a call so Close can interrupt it; the returned context is
-// done when ctx is or when Close begins, and untrack must be called when the
-// call returns.
-func (lk *Locker) track(ctx context.Context) (context.Context, func(), error) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.closed {
-		return nil, nil, ErrClosed
-	}
-	lk.callsWG.Add(1)
-	if ctx.Done() == nil {
-		// The caller's context can never end (Background, or values only): the
-		// Locker's own calls context serves, and the call costs no context of
-		// its own, nor the drivers that watch it a registration of their own.
-		return closingCtx{Context: lk.calls, values: ctx}, lk.callsWG.Done, nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(lk.calls, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-		lk.callsWG.Done()
-	}, nil
-}
-
-// closingCtx is the context of a call whose caller's context cannot end: it is
-// done when the Locker closes, and carries the caller's values.
-type closingCtx struct {
-	context.Context                 // the Locker's calls context
-	values          context.Context // the caller's
-}
-
-func (c closingCtx) Value(key any) any {
-	if v := c.values.Value(key); v != nil {
-		return v
-	}
-	// The calls context's own keys, among them the one by which package context
-	// finds the cancelable parent it registers children with.
-	return c.Context.Value(key)
-}
-
-func (lk *Locker) isClosed() bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.closed
 }

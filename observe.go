@@ -33,13 +33,13 @@ func (lk *Locker) Observe(ctx context.Context, name string) <-chan Leader {
 		close(ch)
 		return ch
 	}
-	ctx, untrack, err := lk.track(ctx)
+	ctx, c, err := lk.track(ctx, lk.owners.next())
 	if err != nil {
 		close(ch)
 		return ch
 	}
 	go func() {
-		defer untrack()
+		defer lk.untrack(c)
 		defer close(ch)
 		lk.observe(ctx, ins, name, ch)
 	}()

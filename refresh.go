@@ -20,9 +20,20 @@ const refreshSlack = 10 * time.Millisecond
 // errDeadline is the cause of a loss by the validity deadline.
 var errDeadline = fmt.Errorf("%w: %w: no refresh confirmed before the validity deadline", ErrLost, ErrExpired)
 
+// instant is a moment on the Locker's monotonic clock: the time since its
+// epoch. A held lock keeps two (its deadline and next refresh), and an
+// instant is a third of the size of a time.Time. Converting follows
+// time.Time.Sub: by the monotonic clock where both times carry its reading
+// (time.Now's do), as the comparisons of times it replaces did.
+type instant int64
+
+func (lk *Locker) at(t time.Time) instant     { return instant(t.Sub(lk.epoch)) }
+func (lk *Locker) timeOf(i instant) time.Time { return lk.epoch.Add(time.Duration(i)) }
+func (lk *Locker) now() instant               { return lk.at(time.Now()) }
+
 // when is the time of the lock's next event.
-func (l *Lock) when() time.Time {
-	if l.auto && !l.refreshing && l.nextRefresh.Before(l.deadline) {
+func (l *Lock) when() instant {
+	if l.auto && !l.refreshing && l.nextRefresh < l.deadline {
 		return l.nextRefresh
 	}
 	return l.deadline
@@ -30,20 +41,20 @@ func (l *Lock) when() time.Time {
 
 func (lk *Locker) scheduleLocked(l *Lock) {
 	if l.index >= 0 {
-		heap.Fix(&lk.schedule, l.index)
+		heap.Fix(&lk.schedule, int(l.index))
 	} else {
 		heap.Push(&lk.schedule, l)
 	}
 	// Wake the scheduler only if it would otherwise sleep past this lock's event:
 	// taking a lock then costs no scheduler wake-up in the common case.
-	if lk.schedule[0] == l && l.when().Before(lk.armed) {
+	if lk.schedule[0] == l && l.when() < lk.armed {
 		lk.nudge()
 	}
 }
 
 func (lk *Locker) unschedule(l *Lock) {
 	if l.index >= 0 {
-		heap.Remove(&lk.schedule, l.index)
+		heap.Remove(&lk.schedule, int(l.index))
 	}
 }
 
@@ -61,10 +72,10 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 	if l.state != stateHeld {
 		return
 	}
-	if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+	if d := lk.at(start) + instant(l.req.TTL-l.drift); d > l.deadline {
 		l.deadline = d
 	}
-	l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
+	l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 	lk.scheduleLocked(l)
 }
 
@@ -73,7 +84,7 @@ func (lk *Locker) runSchedule() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due, wait := lk.collect(time.Now())
+		due, wait := lk.collect(lk.now())
 		if len(due) > 0 {
 			lk.wg.Add(1)
 			go lk.refresh(due)
@@ -101,18 +112,18 @@ func (lk *Locker) runSchedule() {
 // the session may still hold it, and while the holder has not stopped (it may
 // not have looked at Lost yet) nobody else should get it. The holder's Release,
 // Do, or Close frees it.
-func (lk *Locker) collect(now time.Time) (due []*Lock, wait time.Duration) {
-	var hooks [][]func(error)
+func (lk *Locker) collect(now instant) (due []*Lock, wait time.Duration) {
+	var hooks []func(error)
 	lk.mu.Lock()
 	for len(lk.schedule) > 0 {
 		l := lk.schedule[0]
-		if !now.Before(l.deadline) {
+		if now >= l.deadline {
 			hooks = append(hooks, l.endLocked(stateLost, errDeadline))
 			l.lapsed = true
 			lk.lapsed[l] = struct{}{}
 			continue
 		}
-		if l.refreshing || l.when().After(now.Add(refreshSlack)) {
+		if l.refreshing || l.when() > now+instant(refreshSlack) {
 			// The next event is a refresh in the future, or the deadline of a
 			// lock whose refresh is under way.
 			break
@@ -123,9 +134,9 @@ func (lk *Locker) collect(now time.Time) (due []*Lock, wait time.Duration) {
 	}
 	wait = time.Hour
 	if len(lk.schedule) > 0 {
-		wait = time.Until(lk.schedule[0].when())
+		wait = time.Duration(lk.schedule[0].when() - lk.now())
 	}
-	lk.armed = now.Add(wait)
+	lk.armed = now + instant(wait)
 	lk.mu.Unlock()
 	for _, h := range hooks {
 		runHooks(h, errDeadline)
@@ -140,24 +151,24 @@ func (lk *Locker) refresh(due []*Lock) {
 	lk.mu.Lock()
 	deadline := due[0].deadline
 	for _, l := range due[1:] {
-		if l.deadline.Before(deadline) {
+		if l.deadline < deadline {
 			deadline = l.deadline
 		}
 	}
 	lk.mu.Unlock()
-	ctx, cancel := context.WithDeadline(lk.ctx, deadline)
+	ctx, cancel := context.WithDeadline(lk.ctx, lk.timeOf(deadline))
 	defer cancel()
 	start := time.Now()
 	errs := make([]error, len(due))
 	if lk.batch != nil && len(due) > 1 {
 		reqs := make([]*driver.Request, len(due))
 		for i, l := range due {
-			reqs[i] = l.req
+			reqs[i] = &l.req
 		}
 		copy(errs, lk.batch.RefreshBatch(ctx, reqs))
 	} else {
 		for i, l := range due {
-			errs[i] = lk.d.Refresh(ctx, l.req)
+			errs[i] = lk.d.Refresh(ctx, &l.req)
 		}
 	}
 	for i, l := range due {
@@ -174,13 +185,13 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 		lk.mu.Unlock()
 		return
 	}
-	var hooks []func(error)
+	var hooks func(error)
 	switch {
 	case err == nil:
-		if d := start.Add(l.ttl - l.drift); d.After(l.deadline) {
+		if d := lk.at(start) + instant(l.req.TTL-l.drift); d > l.deadline {
 			l.deadline = d
 		}
-		l.nextRefresh = start.Add(driver.RefreshInterval(l.ttl))
+		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 		lk.scheduleLocked(l)
 	case isNotHeld(err) && l.releasing:
 		// The refresh raced our own Release and saw its delete; Release decides.
@@ -190,7 +201,7 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 	default:
 		// Unknown outcome: try again soon; the deadline ends the lock if no
 		// attempt gets through.
-		l.nextRefresh = time.Now().Add(driver.RetryInterval(l.ttl))
+		l.nextRefresh = lk.now() + instant(driver.RetryInterval(l.req.TTL))
 		lk.scheduleLocked(l)
 	}
 	lk.mu.Unlock()
@@ -201,15 +212,15 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].when().Before(h[j].when()) }
+func (h lockHeap) Less(i, j int) bool { return h[i].when() < h[j].when() }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].index = int32(i)
+	h[j].index = int32(j)
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.index = len(*h)
+	l.index = int32(len(*h))
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {

@@ -78,7 +78,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		return fail(fmt.Errorf("%s: %w", u, classify(err)))
 	}
 	lk := New(d, all...)
-	if err := lk.validate(lk.defaults); err != nil {
+	if err := lk.validate(&lk.defaults); err != nil {
 		_ = lk.Close()
 		return fail(fmt.Errorf("%s: %w", u, err))
 	}

@@ -57,9 +57,12 @@ var (
 
 // Driver is a connection to one backend, as one process would hold it.
 //
-// Locks are identified by (Key, Owner): Owner is a random string the portable layer
-// makes for each Acquire call and keeps across retries of that call. Every method is
-// safe for concurrent use.
+// Locks are identified by (Key, Owner): Owner is a string the portable layer makes
+// for each Acquire call, unique across calls, Lockers, processes and restarts, and
+// keeps across retries of that call. It is 25 to 40 characters of [0-9a-f] (a
+// random prefix drawn once per Locker, then the Locker's count of calls), so a
+// driver may use it in names, scripts and separated values. Every method is safe
+// for concurrent use.
 type Driver interface {
 	// Capabilities reports what the driver guarantees. It must return the same value
 	// for the life of the driver.
@@ -120,7 +123,8 @@ type Request struct {
 	// distinct locks except for a documented collision probability).
 	Key string
 
-	// Owner identifies this holder; unique per Acquire call, stable across retries.
+	// Owner identifies this holder; unique per Acquire call, stable across
+	// retries; 25 to 40 characters of [0-9a-f] (see Driver).
 	Owner string
 
 	// TTL is how long the lock lives without a refresh on drivers whose locks

@@ -79,6 +79,9 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	}
 	ks.queue = append(ks.queue, &waiter{owner: req.Owner, shared: req.Shared})
 	for {
+		if ks.wake == nil {
+			ks.wake = make(chan struct{})
+		}
 		wake, next := ks.wake, ks.nextExpiry()
 		d.s.mu.Unlock()
 		src, err := d.wait(ctx, wake, next)

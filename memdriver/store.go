@@ -14,7 +14,14 @@ type store struct {
 	keys     map[string]*keyState                  // only keys with a holder or a waiter
 	counters map[string]uint64                     // fencing counters, kept for the life of the store
 	watchers map[string]map[chan struct{}]struct{} // Watch channels by key
+	// free holds states of keys that were forgotten, for reuse by keys
+	// taken later with their maps' memory: a key taken and released over and
+	// over costs no new state. Only the store ever sees them.
+	free []*keyState
 }
+
+// maxFree bounds the states kept for reuse.
+const maxFree = 64
 
 func newStore() *store {
 	return &store{keys: map[string]*keyState{}, counters: map[string]uint64{}, watchers: map[string]map[chan struct{}]struct{}{}}
@@ -28,8 +35,10 @@ type keyState struct {
 	permits int
 	holders map[string]*holder // by owner
 	queue   []*waiter          // in arrival order
-	// wake is closed, and replaced, whenever a holder or waiter leaves or is
-	// granted: every waiter then looks again at its turn.
+	// wake is closed whenever a holder or waiter leaves or is granted: every
+	// waiter then looks again at its turn. It is made by the first waiter
+	// that needs it (nil until then, and after each close), so that a key
+	// nobody waits for costs no channel per change.
 	wake chan struct{}
 }
 
@@ -54,7 +63,12 @@ type waiter struct {
 func (s *store) state(k string, req *driver.Request, now time.Time) (*keyState, error) {
 	ks := s.keys[k]
 	if ks == nil {
-		ks = &keyState{permits: req.Permits, holders: map[string]*holder{}, wake: make(chan struct{})}
+		if n := len(s.free); n > 0 {
+			ks, s.free = s.free[n-1], s.free[:n-1]
+			ks.permits = req.Permits
+		} else {
+			ks = &keyState{permits: req.Permits, holders: map[string]*holder{}}
+		}
 		s.keys[k] = ks
 		return ks, nil
 	}
@@ -91,10 +105,18 @@ func (s *store) expire(k string, ks *keyState, now time.Time) {
 // changed wakes k's waiters and watchers, and forgets k once no one holds or
 // waits.
 func (s *store) changed(k string, ks *keyState) {
-	close(ks.wake)
-	ks.wake = make(chan struct{})
+	if ks.wake != nil {
+		close(ks.wake)
+		ks.wake = nil
+	}
 	if len(ks.holders) == 0 && len(ks.queue) == 0 {
+		// Nobody holds or waits, so nobody keeps ks (a waiter keeps it only
+		// while in the queue): it can serve another key.
 		delete(s.keys, k)
+		if len(s.free) < maxFree {
+			ks.queue = ks.queue[:0]
+			s.free = append(s.free, ks)
+		}
 	}
 	s.notify(k)
 }
