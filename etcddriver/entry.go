@@ -33,6 +33,7 @@ type entry struct {
 	rev       int64     // create revision of key, the fencing token; 0 while unknown
 	since     time.Time // when the request that granted the lock was sent
 	paidUntil time.Time // a held lock not refreshed by then is deleted
+	uncertain bool      // a plain delete of key failed: it may yet be applied, so the name is never reused on s
 }
 
 type entryState int
@@ -88,6 +89,12 @@ func (d *Driver) removeLocked(e *entry) {
 	delete(e.s.members, e)
 	if len(e.s.members) == 0 {
 		e.s.idleSince = time.Now()
+	}
+	if e.uncertain && e.s.dead == nil {
+		// A plain delete of this name may still be in flight: keep the name
+		// out of use until the lease ends (endLocked frees it then).
+		e.s.reserved = append(e.s.reserved, e.name)
+		return
 	}
 	if used := d.names[e.name]; used != nil {
 		delete(used, e.index)
