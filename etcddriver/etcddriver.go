@@ -462,7 +462,7 @@ type Driver struct {
 	closed  bool
 	leases  map[int64]*session // the live session per lease TTL in seconds
 	entries map[ownerKey]*entry
-	names   map[nameKey]map[int]bool // key names in use, by lease and user key
+	names   map[nameKey]nameSet // key names in use, by lease and user key
 }
 
 var (
@@ -531,7 +531,7 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 		done:    make(chan struct{}),
 		leases:  map[int64]*session{},
 		entries: map[ownerKey]*entry{},
-		names:   map[nameKey]map[int]bool{},
+		names:   map[nameKey]nameSet{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.revokeCtx, d.revokeCancel = context.WithCancel(context.Background())
