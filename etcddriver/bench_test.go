@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/etcddriver"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -342,4 +346,196 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	b.ReportMetric(float64(put.Microseconds())/n, "floor-put-µs/op")
 	b.ReportMetric(float64(putDelete.Microseconds())/n, "floor-put+delete-µs/op")
 	b.ReportMetric(float64(ours)/float64(theirs), "ratio")
+}
+
+// The distinct-keys comparison: goroutines over 2 clients, each taking and
+// giving back a key of its own, with the contestants alternating every
+// second: Lockers (the portable layer over the driver), the same driver
+// called directly (what the portable layer costs is the difference), and
+// concurrency.Mutex with one session per client (as bench/contestants does:
+// keys are distinct, so one session serves them all). One op is one round of
+// the three phases; each reports its acquire+release rate, and the ratios.
+func BenchmarkDistinctKeysInterleaved(b *testing.B) {
+	for _, goroutines := range []int{16, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+			benchDistinct(b, goroutines)
+		})
+	}
+}
+
+func benchDistinct(b *testing.B, goroutines int) {
+	url := testserver.Etcd(b)
+	const clients, d, ttl = 2, time.Second, 10 * time.Second
+	var (
+		lockers []*lock.Locker
+		drivers []*etcddriver.Driver
+		mutexes []*concurrency.Session
+	)
+	for c := 0; c < clients; c++ {
+		lk, _ := newLocker(b, url, lock.WithTTL(ttl))
+		lockers = append(lockers, lk)
+		drivers = append(drivers, newDriver(b, url, etcddriver.WithPrefix(testPrefix(b)+"-direct")))
+		s, err := concurrency.NewSession(benchClient(b, url), concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		mutexes = append(mutexes, s)
+	}
+	base := benchKey()
+	keys := make([]string, goroutines)
+	for g := range keys {
+		keys[g] = fmt.Sprintf("%s-%d", base, g)
+	}
+	var owners atomic.Int64
+	contestants := [3]func(ctx context.Context, w int) (func() error, error){
+		func(ctx context.Context, w int) (func() error, error) {
+			l, err := lockers[w%clients].Acquire(ctx, keys[w])
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		},
+		func(ctx context.Context, w int) (func() error, error) {
+			dr := drivers[w%clients]
+			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: func(error) {}}
+			if _, err := dr.Acquire(ctx, req); err != nil {
+				return nil, err
+			}
+			return func() error { return dr.Release(ctx, req) }, nil
+		},
+		func(ctx context.Context, w int) (func() error, error) {
+			m := concurrency.NewMutex(mutexes[w%clients], testPrefix(b)+"-mutex/"+keys[w])
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { return m.Unlock(ctx) }, nil
+		},
+	}
+	var (
+		ops   [3]int
+		spent [3]time.Duration
+	)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, k := range rand.Perm(len(contestants)) {
+			n, t := phaseDistinct(b, d, goroutines, contestants[k])
+			ops[k], spent[k] = ops[k]+n, spent[k]+t
+		}
+	}
+	b.StopTimer()
+	var rate [3]float64
+	for k := range rate {
+		rate[k] = float64(ops[k]) / spent[k].Seconds()
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(rate[0], "locker-ops/s")
+	b.ReportMetric(rate[1], "driver-ops/s")
+	b.ReportMetric(rate[2], "mutex-ops/s")
+	b.ReportMetric(rate[0]/rate[2], "locker/mutex")
+	b.ReportMetric(rate[1]/rate[2], "driver/mutex")
+}
+
+// phaseDistinct runs acquire-release rounds on workers goroutines, each on its
+// own key, for d, and returns how many completed.
+func phaseDistinct(b *testing.B, d time.Duration, workers int, acquire func(ctx context.Context, w int) (release func() error, err error)) (int, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	start := time.Now()
+	end := start.Add(d)
+	var (
+		count atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				release, err := acquire(ctx, w)
+				if err == nil {
+					err = release()
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(count.Load()), time.Since(start)
+}
+
+// The memory a held lock costs: 2000 locks held at once, by the driver alone
+// and through a Locker (with its automatic refresh), measured as the live heap
+// after a collection, per lock. One op is one round of both.
+func BenchmarkHeldLockMemory(b *testing.B) {
+	url := testserver.Etcd(b)
+	const n, ttl = 2000, 10 * time.Second
+	ctx := context.Background()
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	// holdAll takes n locks on 16 goroutines and returns a function giving them back.
+	holdAll := func(take func(i int) (func(), error)) func() {
+		releases := make([]func(), n)
+		var wg sync.WaitGroup
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					r, err := take(i)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					releases[i] = r
+				}
+			}()
+		}
+		wg.Wait()
+		return func() {
+			for _, r := range releases {
+				if r != nil {
+					r()
+				}
+			}
+		}
+	}
+	var driverBytes, lockerBytes float64
+	for i := 0; i < b.N; i++ {
+		d := newDriver(b, url, etcddriver.WithPrefix(testPrefix(b)+"-direct"))
+		base := benchKey()
+		before := heap()
+		release := holdAll(func(i int) (func(), error) {
+			req := &driver.Request{Key: fmt.Sprintf("%s-%d", base, i), Owner: strconv.Itoa(i), TTL: ttl, Lost: func(error) {}}
+			if _, err := d.TryAcquire(ctx, req); err != nil {
+				return nil, err
+			}
+			return func() { _ = d.Release(ctx, req) }, nil
+		})
+		driverBytes += float64(heap()-before) / n
+		release()
+
+		lk, _ := newLocker(b, url, lock.WithTTL(ttl))
+		before = heap()
+		release = holdAll(func(i int) (func(), error) {
+			l, err := lk.TryAcquire(ctx, fmt.Sprintf("%s-%d", base, i))
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = l.Release(ctx) }, nil
+		})
+		lockerBytes += float64(heap()-before) / n
+		release()
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(driverBytes/float64(b.N), "driver-B/lock")
+	b.ReportMetric(lockerBytes/float64(b.N), "locker-B/lock")
 }

@@ -1,7 +1,6 @@
 package etcddriver
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -33,6 +32,7 @@ type entry struct {
 	rev       int64     // create revision of key, the fencing token; 0 while unknown
 	since     time.Time // when the request that granted the lock was sent
 	paidUntil time.Time // a held lock not refreshed by then is deleted
+	uncertain bool      // a plain delete of key failed: it may yet be applied, so the name is never reused on s
 }
 
 type entryState int
@@ -51,26 +51,56 @@ type nameKey struct {
 	key string
 }
 
+// nameSet is the set of key-name indexes in use for one lease and user key:
+// the first 64 in a bitmask kept in the map's own slot (almost always only
+// index 0 is in use, and a lock then costs no allocation here), any further
+// ones in a map made only when 64 requests of one lease wait on one key.
+type nameSet struct {
+	low  uint64
+	more map[int]bool
+}
+
+func (n *nameSet) has(i int) bool {
+	if i < 64 {
+		return n.low&(1<<i) != 0
+	}
+	return n.more[i]
+}
+
+func (n *nameSet) add(i int) {
+	if i < 64 {
+		n.low |= 1 << i
+		return
+	}
+	if n.more == nil {
+		n.more = map[int]bool{}
+	}
+	n.more[i] = true
+}
+
+func (n *nameSet) remove(i int) {
+	if i < 64 {
+		n.low &^= 1 << i
+		return
+	}
+	delete(n.more, i)
+}
+
+func (n *nameSet) empty() bool { return n.low == 0 && len(n.more) == 0 }
+
 // enterLocked registers a new entry for req on s, under the first key name of
 // the lease that no other request of this driver uses.
 func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
 	nk := nameKey{s, req.Key}
 	used := d.names[nk]
-	if used == nil {
-		used = map[int]bool{}
-		d.names[nk] = used
-	}
 	index := 0
-	for used[index] {
+	for used.has(index) {
 		index++
 	}
-	used[index] = true
-	rng := rangePrefix(d.prefix, req.Key)
-	key := rng + namePrefix(req) + s.hex
-	if index > 0 {
-		key += "_" + strconv.Itoa(index)
-	}
-	e := &entry{req: req, owner: req.Owner, value: keyValue(req.Label, req.Owner), s: s, key: key, rng: rng, name: nk, index: index}
+	used.add(index)
+	d.names[nk] = used
+	key, rngLen := keyName(d.prefix, req, s.hex, index)
+	e := &entry{req: req, owner: req.Owner, value: keyValue(req.Label, req.Owner), s: s, key: key, rng: key[:rngLen], name: nk, index: index}
 	d.entries[ownerKey{req.Key, req.Owner}] = e
 	s.members[e] = struct{}{}
 	return e
@@ -89,10 +119,18 @@ func (d *Driver) removeLocked(e *entry) {
 	if len(e.s.members) == 0 {
 		e.s.idleSince = time.Now()
 	}
-	if used := d.names[e.name]; used != nil {
-		delete(used, e.index)
-		if len(used) == 0 {
+	if e.uncertain && e.s.dead == nil {
+		// A plain delete of this name may still be in flight: keep the name
+		// out of use until the lease ends (endLocked frees it then).
+		e.s.reserved = append(e.s.reserved, e.name)
+		return
+	}
+	if used, ok := d.names[e.name]; ok {
+		used.remove(e.index)
+		if used.empty() {
 			delete(d.names, e.name)
+		} else {
+			d.names[e.name] = used
 		}
 	}
 }

@@ -216,8 +216,8 @@
 // whose read of it failed, reports an ordinary loss. The holders' leases are
 // not revoked (they carry their other locks); waiters keep their places, so the
 // next grant is to a key created after the evicted ones, with a larger token;
-// the evicted holder's Release compares its create revision and frees
-// nothing. More than 64 holders are evicted in several transactions (etcd's
+// the evicted holder's Release deletes a name that nobody else writes (see
+// Why release needs no compare) and frees nothing. More than 64 holders are evicted in several transactions (etcd's
 // --max-txn-ops), the first of which checks the holders read; a foreign
 // holder (concurrency.Mutex) is evicted the same way, and its owner is not
 // told.
@@ -324,9 +324,40 @@
 //   - lock.ErrTakenOver: a refresh found another lock's key in its place;
 //   - lock.ErrForceReleased: ForceRelease deleted it.
 //
-// Release deletes the key in a transaction on its create revision, so a delayed
-// or retried release can never remove a newer lock, even one of the same name
-// (etcd issue #22082).
+// # Why release needs no compare
+//
+// Release is a plain Delete of the request's key, as concurrency.Mutex's
+// Unlock is (on etcd 3.4 a transaction with a compare copies the backend's
+// read buffer, and costs more than the Delete). It can only ever delete this
+// request's own key, because nobody else can write or recreate that exact
+// name while the driver knows the request:
+//
+//   - other processes and other Lockers: the name ends in the hex of a lease
+//     this Driver was granted, and etcd never grants one lease ID twice; a
+//     Driver never shares its leases with another (Leases exposes them for
+//     revoking only; a concurrency session built on one would already break
+//     exclusion, as two sessions of one lease do);
+//   - other requests of the same lease on the same key: the driver gives each
+//     live request its own name (<lease hex>_<n>), and frees a name only once
+//     its request is forgotten;
+//   - ForceRelease (here or elsewhere) and a manual delete only delete; they
+//     never write a key in a lock's range;
+//   - the same request's retries (of Acquire after a lost reply) write the
+//     same key for the same request, which is still ours;
+//   - a delete whose reply was lost or that timed out may still be applied
+//     later (a retry, or a duplicate delayed in a partitioned member): that
+//     is the one case in which a name could be recreated under it, by a newer
+//     request of the same lease given the freed name, and deleted by the late
+//     duplicate (etcd issue #22082, which concurrency.Mutex has:
+//     TestConcurrencyMutexRetriedUnlockDeletesNewerLock). So after such a
+//     failure the name stays reserved until the lease ends
+//     (TestRetriedReleaseKeepsNewerLockOfSameLease).
+//
+// The deletes that the driver makes in the background (an acquisition
+// abandoned by its caller, a lock whose TTL passed without a refresh, retries
+// of those) keep the compare on the key's create revision, or its value while
+// that is unknown: they run after the request is forgotten and its name may
+// already be given to another.
 //
 // # Errors
 //
@@ -447,7 +478,7 @@ type Driver struct {
 	closed  bool
 	leases  map[int64]*session // the live session per lease TTL in seconds
 	entries map[ownerKey]*entry
-	names   map[nameKey]map[int]bool // key names in use, by lease and user key
+	names   map[nameKey]nameSet // key names in use, by lease and user key
 }
 
 var (
@@ -516,7 +547,7 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 		done:    make(chan struct{}),
 		leases:  map[int64]*session{},
 		entries: map[ownerKey]*entry{},
-		names:   map[nameKey]map[int]bool{},
+		names:   map[nameKey]nameSet{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.revokeCtx, d.revokeCancel = context.WithCancel(context.Background())

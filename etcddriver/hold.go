@@ -42,6 +42,20 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 
 // RefreshBatch implements driver.BatchRefresher: one read transaction for up to
 // 128 locks, all read at one revision.
+//
+// Why a read, when concurrency.Mutex relies on the lease keepalive alone: a
+// keepalive proves the lease alive, not that our key is still on it
+// (ForceRelease, or an operator's delete, removes the key and leaves the
+// lease). A watch of deletes could prove it only up to a revision known to be
+// after the refresh was sent: a linearizable read gives that revision, but a
+// watch proves it has delivered every event up to it only by a progress
+// notification, which etcd may send ahead of the events it covers (etcd
+// issue #15220, present in the 3.4.23 the tests run; its fix had gaps of its
+// own, #17507 and #20229), or by an event of its own at or after that
+// revision, which costs a write (a sentinel key in the watched range) every
+// round, plus every delete under the prefix delivered to every driver. The
+// read of 128 keys per transaction needs neither and stays correct on every
+// etcd this driver supports.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
 	lctx := requireLeader(ctx)
@@ -176,9 +190,14 @@ func (d *Driver) whyLost(ctx context.Context, e *entry, err error) error {
 	return fmt.Errorf("%w: %w", err, driver.ErrExpired)
 }
 
-// Release implements driver.Driver. The delete is a transaction on our key's create
-// revision, so a delayed or retried release can never remove a newer lock, even
-// one of the same name (etcd issue #22082).
+// Release implements driver.Driver with a plain Delete of our key, as
+// concurrency.Mutex's Unlock: the key's name is unique to this request while
+// the request is known to the driver, so whatever is at that name is ours (see
+// "Why release needs no compare" in the package doc). A delete whose outcome
+// is unknown (an error: it may still be applied later, as a delayed or
+// retried duplicate) leaves the name reserved for the rest of the lease's
+// life, so that no newer request of the same lease can ever be given it and
+// then be deleted by that duplicate (etcd issue #22082).
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	d.mu.Lock()
 	if d.closed {
@@ -190,15 +209,18 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		d.mu.Unlock()
 		return driver.ErrNotHeld
 	}
-	state, rev := e.state, e.rev
+	state := e.state
 	d.mu.Unlock()
 
-	deleted, err := d.deleteIf(requireLeader(ctx), e, rev)
+	resp, err := d.c.Delete(requireLeader(ctx), e.key)
 	if err != nil {
+		d.mu.Lock()
+		e.uncertain = true
+		d.mu.Unlock()
 		return d.report(ctx, err)
 	}
 	d.forget(e)
-	if !deleted || state != stateHeld {
+	if resp.Deleted == 0 || state != stateHeld {
 		return driver.ErrNotHeld
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock/driver"
 )
 
 // The key layout is the one of etcd's concurrency.Mutex and etcdctl lock, so that
@@ -27,9 +29,14 @@ import (
 // "a/b", "a_b", "a%2Fb" and "../a" are four different locks, and none reaches
 // outside the prefix or into another key's range.
 func escapeKey(key string) string {
-	const hex = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(len(key))
+	writeEscaped(&b, key)
+	return b.String()
+}
+
+func writeEscaped(b *strings.Builder, key string) {
+	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(key); i++ {
 		c := key[i]
 		if keepByte(c) {
@@ -40,7 +47,28 @@ func escapeKey(key string) string {
 		b.WriteByte(hex[c>>4])
 		b.WriteByte(hex[c&15])
 	}
-	return b.String()
+}
+
+// keyName is the name of the index-th request of lease leaseHex on req's key,
+// <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<index>], built in
+// one allocation, and the length of its range prefix (rangePrefix), which the
+// entry keeps as a substring of it.
+func keyName(prefix string, req *driver.Request, leaseHex string, index int) (key string, rngLen int) {
+	var b strings.Builder
+	shape := namePrefix(req)
+	b.Grow(len(prefix) + len(req.Key) + len(shape) + len(leaseHex) + 8)
+	b.WriteString(prefix)
+	b.WriteByte('/')
+	writeEscaped(&b, req.Key)
+	b.WriteByte('/')
+	rngLen = b.Len()
+	b.WriteString(shape)
+	b.WriteString(leaseHex)
+	if index > 0 {
+		b.WriteByte('_')
+		b.WriteString(strconv.Itoa(index))
+	}
+	return b.String(), rngLen
 }
 
 func keepByte(c byte) bool {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/distlock/lock/driver"
 )
 
 func TestEscapedKeysStayOneComponent(t *testing.T) {
@@ -56,4 +58,47 @@ func FuzzEscapeKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestKeyNameIsRangePrefixShapeAndLease(t *testing.T) {
+	for _, c := range []struct {
+		req   driver.Request
+		index int
+		want  string
+	}{
+		{driver.Request{Key: "a/b"}, 0, "/p/a%2Fb/694d"},
+		{driver.Request{Key: "a/b"}, 3, "/p/a%2Fb/694d_3"},
+		{driver.Request{Key: "k", Shared: true}, 0, "/p/k/read/694d"},
+		{driver.Request{Key: "k", Permits: 5}, 70, "/p/k/sem/5/694d_70"},
+	} {
+		key, rngLen := keyName("/p", &c.req, "694d", c.index)
+		if key != c.want || key[:rngLen] != rangePrefix("/p", c.req.Key) {
+			t.Errorf("keyName(%+v, %d) = %q, %d; want %q with range %q", c.req, c.index, key, rngLen, c.want, rangePrefix("/p", c.req.Key))
+		}
+	}
+}
+
+// The set of names in use keeps any number of indexes: past the 64 of its
+// bitmask too, as when 64 requests of one lease wait on one key.
+func TestNameSetHoldsIndexesPastItsBitmask(t *testing.T) {
+	var n nameSet
+	for i := range 130 {
+		n.add(i)
+	}
+	for i := range 130 {
+		if !n.has(i) {
+			t.Fatalf("index %d missing", i)
+		}
+	}
+	n.remove(3)
+	n.remove(100)
+	if n.has(3) || n.has(100) || !n.has(4) || !n.has(101) || n.empty() {
+		t.Fatal("remove took the wrong indexes")
+	}
+	for i := range 130 {
+		n.remove(i)
+	}
+	if !n.empty() {
+		t.Fatal("not empty after removing every index")
+	}
 }

@@ -52,7 +52,8 @@ type session struct {
 	dead      error     // why the session ended; nil while live
 	confirmed time.Time // when the last confirmed grant or keepalive was sent
 	members   map[*entry]struct{}
-	orphans   []*entry // keys to delete whose delete failed
+	orphans   []*entry  // keys to delete whose delete failed
+	reserved  []nameKey // names kept out of use after a release whose outcome is unknown
 	idleSince time.Time
 }
 
@@ -371,6 +372,10 @@ func (s *session) endLocked(cause error) lostSet {
 		d.removeLocked(e)
 	}
 	s.orphans = nil // the lease takes its keys with it
+	for _, nk := range s.reserved {
+		delete(d.names, nk) // every name of a dead lease is free: no key can have it any more
+	}
+	s.reserved = nil
 	return lostSet{held: held, err: fmt.Errorf("%w: lease %s: %w", driver.ErrNotHeld, s.hex, cause)}
 }
 
