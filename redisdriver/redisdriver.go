@@ -665,9 +665,14 @@ func (d *Driver) Close() error {
 // more per restart or failover seen), and when its refresh must next extend
 // the fence record (see fenceDue in refresh.go).
 type heldLock struct {
-	fenceUntil int32 // the fence record's expiry at the earliest, in whole seconds by since; 0: unknown
+	fenceUntil int32 // the fence record's expiry at the earliest, in whole seconds by since; 0: unknown; noRecord: none to keep
 	node       uint32
 }
+
+// noRecord is heldLock.fenceUntil for a lock whose value carries its label
+// (taken without fencing, see tryPlain): the fence key holds no record of
+// it, so its refresh never extends the fence key.
+const noRecord = -1
 
 // fenceExpiry is h's fenceUntil as a time by since.
 func (h heldLock) fenceExpiry() time.Duration { return time.Duration(h.fenceUntil) * time.Second }
@@ -699,11 +704,17 @@ func (d *Driver) heldNode(req *driver.Request) (node, bool) {
 
 // record remembers a granted lock and the server that holds it. Its fence
 // record is extended at its first refresh (its expiry is not known: a grant
-// keeps the expiry of a record it finds).
+// keeps the expiry of a record it finds), unless the lock's value carries
+// its label (plain) and the fence key no record of it.
 // The first lock held starts the inbox (see watch).
-func (d *Driver) record(req *driver.Request, n node) {
+func (d *Driver) record(req *driver.Request, n node, plain bool) {
+	h := heldLock{}
+	if plain {
+		h.fenceUntil = noRecord
+	}
 	d.mu.Lock()
-	d.held[req] = heldLock{node: d.nodeID(n)}
+	h.node = d.nodeID(n)
+	d.held[req] = h
 	start := !d.sub.watched && !d.closed
 	if start {
 		d.sub.watched = true
