@@ -88,7 +88,7 @@ func plainOwner(owner string) bool { return owner != "" && strings.IndexByte(own
 func (d *Driver) tryPlain(ctx context.Context, k keys, req *driver.Request) (r acquireResult, ok bool, err error) {
 	var set *redis.Cmd
 	var watched *redis.StringCmd
-	_, err = d.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = d.client.Pipelined(ctx, func(p redis.Pipeliner) error { // errors are read per command
 		set = p.Do(ctx, "set", k.lock, req.Owner+"\x00"+req.Label, "px", millis(req.TTL), "nx")
 		watched = p.HGet(ctx, k.labels, "\x00watch")
 		return nil

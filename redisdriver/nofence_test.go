@@ -297,8 +297,8 @@ func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
 		<-tried
 		select {
 		case r := <-won:
-			t.Fatalf("round %d: a newcomer's TryAcquire took the lock before the waiter released it", round)
 			_ = newcomerD.Release(ctx, r)
+			t.Fatalf("round %d: a newcomer's TryAcquire took the lock before the waiter released it", round)
 		default:
 		}
 		if v := admin.Get(ctx, k.lock).Val(); v != waiter.Owner {
