@@ -3,7 +3,10 @@ package redisdriver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/redisproto"
@@ -15,6 +18,7 @@ type acquireResult struct {
 	token  uint64
 	pttl   time.Duration // acqHeld: the lock's remaining TTL
 	wait   time.Duration // acqBusy: when to look again; negative: no hint
+	plain  bool          // acqTaken: the lock's value carries its label (no record in the fence key)
 }
 
 // How acquire.lua is run.
@@ -41,7 +45,13 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 		args = []any{req.Owner, millis(req.TTL), req.Label, d.inbox, millis(lease)}
 	}
 	script := acquireScript
-	if !d.fencing {
+	plain := !d.fencing && plainOwner(req.Owner)
+	if plain {
+		if mode == tryMode {
+			if r, ok, err := d.tryPlain(ctx, k, req); ok || err != nil {
+				return r, err
+			}
+		}
 		script = plainScript
 	}
 	all := k.all()
@@ -51,7 +61,52 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	}
 	r, err := decodeAcquire(v, k, all)
 	r.token = d.token(r.token)
+	// plain.lua's fast path answers with a bare 0: the lock's value carries
+	// the label.
+	_, r.plain = v.(int64)
+	r.plain = r.plain && plain
 	return r, err
+}
+
+// plainOwner reports whether owner can head a lock's value in the layout
+// without fencing (owner, NUL, label): it is not empty and holds no NUL, so
+// it is the value's part before the first NUL. Package lock's owners always
+// can; another owner takes acquire.lua's layout (the owner alone and the
+// record in the fence key), which every script reads too.
+func plainOwner(owner string) bool { return owner != "" && strings.IndexByte(owner, 0) < 0 }
+
+// tryPlain is TryAcquire's path without fencing: one SET NX PX of the lock's
+// value (owner, NUL, label), the standard pattern's single command, with
+// the watchers' deadline read in the same round trip (HGET), so that the
+// watchers of a watched key are told of the grant (one more round trip, only
+// then; a watch that began after the HGET began after the grant, which it
+// need not report). ok is false when the key was taken: plain.lua then tells
+// a lock already ours (a retry after a lost reply) from another's, from a
+// semaphore and from a value that is not a string. Like acquire.lua's
+// TryAcquire, it takes any free lock (see Waiting in the package
+// documentation).
+func (d *Driver) tryPlain(ctx context.Context, k keys, req *driver.Request) (r acquireResult, ok bool, err error) {
+	var set *redis.Cmd
+	var watched *redis.StringCmd
+	_, _ = d.client.Pipelined(ctx, func(p redis.Pipeliner) error { // errors are read per command
+		set = p.Do(ctx, "set", k.lock, req.Owner+"\x00"+req.Label, "px", millis(req.TTL), "nx")
+		watched = p.HGet(ctx, k.labels, "\x00watch")
+		return nil
+	})
+	switch err = set.Err(); {
+	case err == redis.Nil:
+		return acquireResult{}, false, nil
+	case err != nil:
+		return acquireResult{}, false, err
+	}
+	if watched.Err() == nil {
+		// A signal without a change is allowed: the deadline is not read.
+		// A failed PUBLISH loses no change a watcher can miss unknowingly:
+		// the watcher's own connection to this server failed too, and its
+		// new subscription signals.
+		_ = d.client.Publish(ctx, k.watch, "").Err()
+	}
+	return acquireResult{status: acqTaken, plain: true}, true, nil
 }
 
 // token is what the driver reports of a token the scripts minted: nothing
@@ -145,7 +200,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if r.status == acqBusy {
 		return driver.Grant{}, driver.ErrLocked
 	}
-	if err := d.recordGrant(ctx, k, req); err != nil {
+	if err := d.recordGrant(ctx, k, req, r.plain); err != nil {
 		return driver.Grant{}, err
 	}
 	return grant(r, req, start), nil
@@ -155,11 +210,13 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 // When that server cannot be told (it went away right after the grant), the
 // grant is reported as a transient failure: package lock's retry with the
 // same owner finds the lock ours, or its cleanup releases it.
-func (d *Driver) recordGrant(ctx context.Context, k keys, req *driver.Request) error {
+// plain says that the lock's value carries its label (see tryPlain), so
+// refresh has no record to keep alive in the fence key.
+func (d *Driver) recordGrant(ctx context.Context, k keys, req *driver.Request, plain bool) error {
 	n, err := d.grantedBy(ctx, k.lock)
 	if err != nil {
 		return classify(fmt.Errorf("redisdriver: identifying the server that granted the lock: %w", err))
 	}
-	d.record(req, n)
+	d.record(req, n, plain)
 	return nil
 }

@@ -66,7 +66,9 @@ local n = redis.pcall('LLEN', queue)
 if type(n) == 'table' then return {-3, 3} end
 local lt = redis.call('TYPE', labels)
 if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
-if holder == owner then
+if holds(holder, owner) then
+  -- Taken without fencing (plain.lua): no token to report.
+  if holder ~= owner then return {2, 0, redis.call('PTTL', lock)} end
   -- The fence record holds our token, since no one else can have been granted
   -- the lock while it held us; mint again only if it was deleted meanwhile.
   local tok = tokenOf(last)

@@ -27,6 +27,24 @@ local function markerOf(n)
   return '\0permits ' .. n
 end
 
+-- An exclusive lock's value is its owner alone, or (taken by a driver
+-- without fencing, see plain.lua) its owner, a NUL byte and its label: no
+-- owner is empty or holds a NUL, so the owner is the part before the first
+-- NUL and a marker (which starts with one) is no owner's.
+--
+-- holds tells whether the lock value v is owner's, in either layout.
+local function holds(v, owner)
+  return v == owner or (type(v) == 'string' and string.sub(v, 1, #owner + 1) == owner .. '\0')
+end
+
+-- split returns the owner of the lock value v and, in the layout without
+-- fencing, its label (nil in the other).
+local function split(v)
+  local i = string.find(v, '\0', 2, true)
+  if not i then return v, nil end
+  return string.sub(v, 1, i - 1), string.sub(v, i + 1)
+end
+
 local now
 local function clock()
   if not now then

@@ -36,7 +36,7 @@ if string.byte(holder, 1) == 0 then
   dropRecords(redis.call('ZRANGE', holders, 0, -1))
   redis.call('DEL', lock, holders)
 else
-  table.insert(evicted, holder)
+  table.insert(evicted, (split(holder)))
   redis.call('DEL', lock)
 end
 

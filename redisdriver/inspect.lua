@@ -6,7 +6,8 @@
 --          expiry ms (-1: none), record}; n is -2 when the key is free, -1
 --          for an exclusive holder, 0 for shared holders, N for permits of
 --          N. The record of an exclusive holder is "token since-µs label"
---          from the fence record when it is that holder's, of a shaped holder
+--          from the fence record when it is that holder's, "0 0 label" when
+--          the lock's value carries the label (without fencing), of a shaped holder
 --          its entry in labels; "" when there is none (a standard SET NX
 --          client's lock, data deleted by hand).
 
@@ -46,10 +47,18 @@ if string.byte(holder, 1) == 0 then
   end
 else
   out[5] = -1
-  local tok, us, rest = string.match(last, '^(%d+) (%d+) (.*)$')
   local rec = ''
-  if tok and string.sub(rest, 1, #holder + 1) == holder .. ' ' then
-    rec = tok .. ' ' .. us .. ' ' .. string.sub(rest, #holder + 2)
+  local label
+  holder, label = split(holder)
+  if label then
+    -- Taken without fencing: the label is in the lock's value; no token, no
+    -- grant time.
+    rec = '0 0 ' .. label
+  else
+    local tok, us, rest = string.match(last, '^(%d+) (%d+) (.*)$')
+    if tok and string.sub(rest, 1, #holder + 1) == holder .. ' ' then
+      rec = tok .. ' ' .. us .. ' ' .. string.sub(rest, #holder + 2)
+    end
   end
   local pt = redis.call('PTTL', lock)
   local exp = -1

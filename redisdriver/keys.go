@@ -10,7 +10,8 @@ import (
 // The Redis keys of one lock. For the prefix P and the user's key K, with
 // esc() escaping '%', '{' and '}' as %25, %7B and %7D:
 //
-//	esc(P):{esc(K)}          the lock: a string holding the owner, with a TTL (PX)
+//	esc(P):{esc(K)}          the lock: a string holding the owner (without fencing, the
+//	                         owner, a NUL and the label), with a TTL (PX)
 //	esc(P):{esc(K)}:fence    the last fencing token granted for K
 //	esc(P):{esc(K)}:queue    list of waiting owners, oldest first
 //	esc(P):{esc(K)}:waiters  hash: waiting owner -> "lease-deadline-ms ttl-ms inbox-channel",

@@ -35,13 +35,13 @@ func TestFencingParameterIsReadOnEveryScheme(t *testing.T) {
 	}
 }
 
-// Without fencing the lock is the standard pattern's key and no token is
-// reported; the holder's record (for Inspect) is written beside it without a
-// token, so labels and Inspect work as with fencing; an uncontended acquire
-// costs the server 4 commands (the script call included), against 5 with
-// fencing (6 when the fence record is new), and a waiter handed the lock gets
-// no token either.
-func TestWithoutFencingTheLockIsPlainAndInspectKeepsTheLabel(t *testing.T) {
+// Without fencing an uncontended TryAcquire is the standard pattern's single
+// SET NX PX (with the watchers' HGET in the same round trip: 2 server
+// commands, no script), the lock's value carries the owner, a NUL and the
+// label, and nothing is written beside it; no token is reported, Inspect,
+// Relabel, refresh and release read the value, and a waiter handed the lock
+// gets no token either.
+func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -59,10 +59,10 @@ func TestWithoutFencingTheLockIsPlainAndInspectKeepsTheLabel(t *testing.T) {
 	}
 	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Label: `{"owner":"me"}`, Lost: func(error) {}}
 	k := d.keys(req.Key)
-	if _, err := d.TryAcquire(ctx, req); err != nil { // loads the script, reads the run_id
+	if _, err := d.TryAcquire(ctx, req); err != nil { // reads the run_id
 		t.Fatal(err)
 	}
-	if err := d.Release(ctx, req); err != nil {
+	if err := d.Release(ctx, req); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
@@ -72,28 +72,64 @@ func TestWithoutFencingTheLockIsPlainAndInspectKeepsTheLabel(t *testing.T) {
 	if err != nil || g.Token != 0 {
 		t.Fatalf("TryAcquire = %+v, %v; want token 0", g, err)
 	}
-	acquired, _, err := serverCalls(ctx, admin)
+	acquired, scripts, err := serverCalls(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if acquired-1 > 4 { // CONFIG RESETSTAT counts itself
-		t.Errorf("an uncontended acquire ran %d commands on the server, want 4 (EVALSHA, SET NX PX, SET of the record, HGET of the watchers)", acquired-1)
+	if acquired-1 != 2 || scripts != 0 { // CONFIG RESETSTAT counts itself
+		t.Errorf("an uncontended acquire ran %d commands on the server (%d scripts), want 2 (SET NX PX, HGET of the watchers) and no script", acquired-1, scripts)
 	}
-	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner {
-		t.Errorf("lock key %q, want the plain owner %q", v, req.Owner)
+	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner+"\x00"+req.Label {
+		t.Errorf("lock key %q, want the owner, a NUL and the label", v)
 	}
-	if rec := admin.Get(ctx, k.fence).Val(); rec != "0 0 "+req.Owner+" "+req.Label {
-		t.Errorf("record %q, want no token, no time, the owner and the label", rec)
+	if n := admin.Exists(ctx, k.fence, k.queue, k.waiters, k.holders, k.labels).Val(); n != 0 {
+		t.Errorf("%d keys written beside the lock, want none", n)
 	}
 	in, err := d.Inspect(ctx, req.Key)
 	if err != nil || len(in.Holders) != 1 || in.Holders[0].Label != req.Label || in.Holders[0].Owner != req.Owner || in.Token != 0 {
 		t.Errorf("Inspect = %+v, %v; want the holder with its label and no token", in, err)
 	}
+	// A retry after a lost reply finds the lock ours.
+	if g, err := d.TryAcquire(ctx, req); err != nil || g.Token != 0 {
+		t.Errorf("TryAcquire again by the owner = %+v, %v; want the same grant", g, err)
+	}
+	other := &driver.Request{Key: req.Key, Owner: randomHex(8), TTL: time.Second, Lost: func(error) {}}
+	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, driver.ErrLocked) {
+		t.Errorf("TryAcquire by another owner = %v, want ErrLocked", err)
+	}
+	if err := d.Relabel(ctx, req, "relabelled"); err != nil {
+		t.Fatal(err)
+	}
+	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner+"\x00relabelled" {
+		t.Errorf("lock key after Relabel %q, want the owner, a NUL and the new label", v)
+	}
+	if pt := admin.PTTL(ctx, k.lock).Val(); pt <= 0 {
+		t.Errorf("Relabel lost the TTL: %v", pt)
+	}
+	if err := d.Refresh(ctx, req); err != nil { // loads the script, extends nothing else
+		t.Fatal(err)
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Refresh(ctx, req); err != nil {
 		t.Fatal(err)
 	}
+	refreshed, _, err := serverCalls(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refreshed-1 != 4 { // EVALSHA, GET, PEXPIRE, INFO
+		t.Errorf("a refresh ran %d commands on the server, want 4 (EVALSHA, GET, PEXPIRE, INFO): no fence record to extend", refreshed-1)
+	}
+	if err := d.Release(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release by another owner = %v, want ErrNotHeld", err)
+	}
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
+	}
+	if n := admin.Exists(ctx, k.lock).Val(); n != 0 {
+		t.Error("the lock key outlived its release")
 	}
 	// A waiter handed the lock gets no token either.
 	if _, err := d.TryAcquire(ctx, req); err != nil {
@@ -115,5 +151,200 @@ func TestWithoutFencingTheLockIsPlainAndInspectKeepsTheLabel(t *testing.T) {
 	if g := <-got; g.Token != 0 {
 		t.Errorf("handoff without fencing: token %d, want 0", g.Token)
 	}
-	_ = d.Release(ctx, w)
+	if in, err := d.Inspect(ctx, req.Key); err != nil || len(in.Holders) != 1 || in.Holders[0].Owner != w.Owner || in.Holders[0].Label != "w" {
+		t.Errorf("Inspect after the handoff = %+v, %v; want the waiter with its label", in, err)
+	}
+	if err := d.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A standard SET NX client (bsm/redislock's pattern: a value of its own,
+// compare-and-delete to release) and the driver without fencing exclude each
+// other on the same key, and neither's release or refresh frees the other's
+// lock.
+func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T) {
+	url := testserver.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, url)
+	d, err := New(adminClient(t, url), WithPrefix("plain-"+randomHex(4)), WithFencing(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := &driver.Request{Key: "shared-with-redislock", Owner: randomHex(8), TTL: 10 * time.Second, Label: "ours", Lost: func(error) {}}
+	k := d.keys(req.Key)
+	theirs := "tok3nFromAnotherLibrary" + "meta"
+
+	// Theirs first: ours is refused, and our release, refresh and
+	// ForceRelease-free calls leave it.
+	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); !ok {
+		t.Fatal("the standard client's SET NX failed on a free key")
+	}
+	if _, err := d.TryAcquire(ctx, req); !errors.Is(err, driver.ErrLocked) {
+		t.Errorf("TryAcquire while the standard client holds the key = %v, want ErrLocked", err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	if _, err := d.Acquire(actx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire while the standard client holds the key = %v, want it to wait until its deadline", err)
+	}
+	acancel()
+	if err := d.Release(ctx, req); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release = %v, want ErrNotHeld", err)
+	}
+	if err := d.Refresh(ctx, req); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh = %v, want ErrNotHeld", err)
+	}
+	if v := admin.Get(ctx, k.lock).Val(); v != theirs {
+		t.Fatalf("the standard client's lock became %q", v)
+	}
+	if in, err := d.Inspect(ctx, req.Key); err != nil || len(in.Holders) != 1 || in.Holders[0].Owner != theirs {
+		t.Errorf("Inspect = %+v, %v; want the standard client's value as the holder", in, err)
+	}
+	if n, err := rawRelease.Run(ctx, admin, []string{k.lock}, theirs).Int(); err != nil || n != 1 {
+		t.Fatalf("the standard client's release = %v, %v", n, err)
+	}
+
+	// Ours first: theirs is refused, and their compare-and-delete with their
+	// value leaves ours.
+	if _, err := d.TryAcquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); ok {
+		t.Error("the standard client's SET NX took the key the driver holds")
+	}
+	if n, err := rawRelease.Run(ctx, admin, []string{k.lock}, theirs).Int(); err != nil || n != 0 {
+		t.Errorf("the standard client's release of our lock = %v, %v; want 0", n, err)
+	}
+	if err := d.Refresh(ctx, req); err != nil {
+		t.Errorf("Refresh after the standard client's attempts: %v", err)
+	}
+	if err := d.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); !ok {
+		t.Error("the standard client's SET NX failed after our release")
+	}
+	_ = admin.Del(ctx, k.lock)
+}
+
+// A TryAcquire's single SET NX never passes a waiter the lock is handed to:
+// the release hands the key to the head of the queue in the same script, so
+// it is never free while a live waiter queues. A newcomer trying all the
+// while wins only after the waiter released.
+func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
+	url := testserver.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, url)
+	prefix := "plain-" + randomHex(4)
+	open := func() *Driver {
+		d, err := New(adminClient(t, url), WithPrefix(prefix), WithFencing(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	holderD, waiterD, newcomerD := open(), open(), open()
+	for round := 0; round < 20; round++ {
+		holder := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+		waiter := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+		k := holderD.keys("fifo")
+		if _, err := holderD.TryAcquire(ctx, holder); err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan error, 1)
+		go func() {
+			_, err := waiterD.Acquire(ctx, waiter)
+			granted <- err
+		}()
+		waitFor(t, ctx, "the waiter to queue", func() bool { return admin.LLen(ctx, k.queue).Val() == 1 })
+		stop := make(chan struct{})
+		won := make(chan *driver.Request, 1)
+		tried := make(chan int, 1)
+		refused := make(chan struct{}) // closed at the newcomer's first refusal
+		go func() {
+			n := 0
+			defer func() { tried <- n }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+				n++
+				_, err := newcomerD.TryAcquire(ctx, r)
+				if err == nil {
+					won <- r
+					return
+				}
+				if n == 1 {
+					close(refused)
+				}
+			}
+		}()
+		<-refused
+		if err := holderD.Release(ctx, holder); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-granted; err != nil {
+			t.Fatalf("the waiter's Acquire: %v", err)
+		}
+		close(stop)
+		<-tried
+		select {
+		case r := <-won:
+			_ = newcomerD.Release(ctx, r)
+			t.Fatalf("round %d: a newcomer's TryAcquire took the lock before the waiter released it", round)
+		default:
+		}
+		if v := admin.Get(ctx, k.lock).Val(); v != waiter.Owner {
+			t.Fatalf("round %d: the lock holds %q, want the waiter", round, v)
+		}
+		if err := waiterD.Release(ctx, waiter); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A watched key's watchers are told of a grant by TryAcquire's single SET
+// NX too.
+func TestWithoutFencingWatchersAreToldOfATryAcquireGrant(t *testing.T) {
+	url := testserver.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := New(adminClient(t, url), WithPrefix("plain-"+randomHex(4)), WithFencing(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	c, err := d.Watch(wctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: func(error) {}}
+	if _, err := d.TryAcquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c:
+	case <-ctx.Done():
+		t.Fatal("no signal of the grant")
+	}
+	if err := d.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c:
+	case <-ctx.Done():
+		t.Fatal("no signal of the release")
+	}
+	wcancel()
+	for range c {
+	}
 }

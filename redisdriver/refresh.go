@@ -73,6 +73,9 @@ const refreshBatchSize = 256
 // without a command per refresh: once a lock is held, its record is extended
 // once every twelve hours or so.
 func fenceDue(h heldLock, until time.Duration) bool {
+	if h.fenceUntil == noRecord {
+		return false
+	}
 	return h.fenceUntil == 0 || until > h.fenceExpiry()-fenceKeep/2
 }
 

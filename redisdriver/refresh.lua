@@ -2,7 +2,8 @@
 -- only checks that each does: automatic refresh's batch in one call. The
 -- keys of one call share a Cluster slot (the driver groups them).
 --
--- Per lock, two commands: GET to compare the owner, PEXPIRE to extend.
+-- Per lock, two commands: GET to compare the owner (in either layout of the
+-- lock's value), PEXPIRE to extend.
 -- Redis has no owner-checked extend in one command before SET ... IFEQ
 -- (Redis 8.4, Valkey 8.1). The fence record (which holds the holder's record)
 -- is extended only when the driver asks, rarely: see fenceDue in refresh.go.
@@ -17,7 +18,9 @@ local out = {}
 for i = 1, #KEYS, 3 do
   local lock, owner, ttl = KEYS[i], ARGV[i], ARGV[i + 1]
   local v = redis.pcall('GET', lock)
-  if v == owner then
+  -- The owner alone, or without fencing the owner, a NUL and the label (see
+  -- holds in common.lua).
+  if v == owner or (type(v) == 'string' and string.sub(v, 1, #owner + 1) == owner .. '\0') then
     if ttl ~= '0' then
       redis.call('PEXPIRE', lock, ttl)
       if ARGV[i + 2] ~= '0' then redis.call('PEXPIRE', KEYS[i + 1], ARGV[i + 2]) end

@@ -11,7 +11,13 @@
 local owner, label, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local holder = redis.pcall('GET', lock)
 if n < 0 then
-  if holder ~= owner then return notHeld(owner) end
+  if not holds(holder, owner) then return notHeld(owner) end
+  if holder ~= owner then
+    -- Taken without fencing: the label is in the lock's value.
+    redis.call('SET', lock, owner .. '\0' .. label, 'KEEPTTL')
+    changed()
+    return 1
+  end
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then return 0 end
   local tok, us = string.format('%.0f', tokenOf(last)), '0'

@@ -5,18 +5,21 @@
 -- ARGV: 1 owner
 -- Returns 1 if owner held the lock, 0 if not.
 
--- The uncontended path, inline: our lock, nobody waiting, no watcher (and
--- no shaped holder's record or waiter's label) in labels. The fence record
--- keeps the holder's record, which Inspect ignores once the lock is gone.
+-- The uncontended path, inline: our lock (the owner alone, or without
+-- fencing the owner, a NUL and the label: see holds in common.lua), nobody
+-- waiting, no watcher (and no shaped holder's record or waiter's label) in
+-- labels. The fence record keeps the holder's record, which Inspect ignores
+-- once the lock is gone.
 local holder = redis.pcall('GET', KEYS[1])
-if holder == ARGV[1] then
+local mine = holder == ARGV[1] or (type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')
+if mine then
   redis.call('DEL', KEYS[1])
   if redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then return 1 end
 end
 
 --@common
 
-if holder == ARGV[1] then
+if mine then
   handoff()
   changed()
   return 1

@@ -41,7 +41,8 @@ var (
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	// Without fencing (WithFencing(false)): plain.lua's fast path, then
-	// acquire.lua's slow path.
+	// acquire.lua's slow path; TryAcquire first sends a plain SET NX PX
+	// (see tryPlain).
 	plainScript   = redis.NewScript(withCommon(plainLua + "\n--@common\n" + afterCommon(acquireLua)))
 	releaseScript = redis.NewScript(withCommon(releaseLua))
 	refreshScript = redis.NewScript(refreshLua)

@@ -53,7 +53,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, ended(err)
 	}
 	if r.status != acqBusy {
-		if err := d.recordGrant(ctx, k, req); err != nil {
+		if err := d.recordGrant(ctx, k, req, r.plain); err != nil {
 			return driver.Grant{}, ended(err)
 		}
 		return grant(r, req, start), nil
@@ -91,7 +91,7 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 			return driver.Grant{}, classify(err)
 		}
 		if r.status != acqBusy {
-			if err := d.recordGrant(wctx, k, req); err != nil {
+			if err := d.recordGrant(wctx, k, req, r.plain); err != nil {
 				if wctx.Err() != nil {
 					return driver.Grant{}, stopped()
 				}
@@ -112,7 +112,9 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		case token := <-w.granted:
 			t.Stop()
 			driver.Woke(ctx, driver.WakeNotified)
-			if err := d.recordGrant(wctx, k, req); err != nil {
+			// A handoff writes the owner alone, with its record in the
+			// fence key (see grantLock in common.lua).
+			if err := d.recordGrant(wctx, k, req, false); err != nil {
 				if wctx.Err() != nil {
 					return driver.Grant{}, stopped()
 				}
