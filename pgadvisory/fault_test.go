@@ -248,13 +248,21 @@ func TestCancelledWaitLeavesNoLockWhenTheGrantRaces(t *testing.T) {
 			t.Fatalf("round %d: Acquire = %v, want the lock or context.Canceled", i, err)
 		}
 		cancelled++
-		var n int
-		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		// Acquire waits settleWait for the server to answer the cancel; a
+		// server slower than that (a loaded machine) has the driver end the
+		// wait in the background, as the package doc says. Either way the
+		// lock must not stay held.
+		held := func() int {
+			var n int
+			if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
 			AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, id).Scan(&n); err != nil {
-			t.Fatal(err)
+				t.Fatal(err)
+			}
+			return n
 		}
-		if n != 0 {
-			t.Fatalf("round %d: the cancelled Acquire returned, yet the lock is held (%d entries in pg_locks)", i, n)
+		if n := held(); n != 0 {
+			t.Logf("round %d: the cancelled Acquire returned before the server answered its cancel (%d entries in pg_locks); waiting for the background end", i, n)
+			eventually(t, 5*time.Second, fmt.Sprintf("round %d: the lock granted to the cancelled Acquire given back", i), func() bool { return held() == 0 })
 		}
 		c, err := checker.TryAcquire(ctx, key)
 		if err != nil {
