@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,5 +90,65 @@ func TestManyLocksStayHeldPastTheirTTL(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Thousands of locks held through one Locker with a short TTL stay held: their
+// refresh batches, thousands of keys each, are confirmed within the validity
+// left to them (issue 23: one transaction after another, each behind a lease
+// keepalive, took longer, and locks were lost for being many).
+func TestThousandsOfLocksStayHeldPastTheirTTL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds thousands of locks for several TTLs")
+	}
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lk, d := newLocker(t, url)
+	ttl := d.Capabilities().MinTTL
+	const n, workers = 4000, 32
+	held := make([]*lock.Lock, n)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				l, err := lk.TryAcquire(ctx, fmt.Sprint("k", i), lock.WithTTL(ttl))
+				if err != nil {
+					errc <- err
+					return
+				}
+				held[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl * 3) // time must pass: the property is outliving the TTL
+	lost := 0
+	for _, l := range held {
+		if isClosed(l.Lost()) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost while refreshed, TTL %v", lost, n, ttl)
+	}
+	other, _ := newLocker(t, url)
+	for _, l := range held[:100] {
+		if isClosed(l.Lost()) {
+			continue
+		}
+		if _, err := other.TryAcquire(ctx, l.Key(), lock.WithTTL(ttl)); !errors.Is(err, lock.ErrLocked) {
+			t.Fatalf("TryAcquire(%s) by another client = %v, want ErrLocked", l.Key(), err)
+		}
+	}
+	for _, l := range held {
+		_ = l.Release(ctx) // a lost lock's release fails; the count above is the property
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -40,8 +41,10 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	return d.whyLost(ctx, e, d.confirm(e, resp.Kvs, start))
 }
 
-// RefreshBatch implements driver.BatchRefresher: one read transaction for up to
-// 128 locks, all read at one revision.
+// RefreshBatch implements driver.BatchRefresher: read transactions of up to
+// 128 keys each, each transaction's keys read at one revision, up to
+// maxTxnsInFlight transactions at once, and at most one lease keepalive per
+// session (shared with concurrent refreshes, see renewFor).
 //
 // Why a read, when concurrency.Mutex relies on the lease keepalive alone: a
 // keepalive proves the lease alive, not that our key is still on it
@@ -56,72 +59,151 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // round, plus every delete under the prefix delivered to every driver. The
 // read of 128 keys per transaction needs neither and stays correct on every
 // etcd this driver supports.
+//
+// Why concurrently: a batch holds every lock due at once, thousands when many
+// are held, and transactions sent one after another (each waiting for a
+// keepalive first, as they did) took longer than the validity left to the
+// batch on a loaded machine, so locks were lost for being many (issue 23).
+//
+// The validity rule is kept: every lock of the batch is confirmed from start,
+// taken before any of the batch's requests (the keepalive and every read) is
+// sent, so no lock is counted valid for longer than from the send time of the
+// requests that confirmed it; a read sent later than start only makes the
+// count conservative, by at most the batch's duration.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
 	lctx := requireLeader(ctx)
-	var (
-		batch []*entry
-		index []int
-	)
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		ops := make([]clientv3.Op, len(batch))
-		for i, e := range batch {
-			ops[i] = clientv3.OpGet(e.key)
-		}
-		start := time.Now()
-		renewed := map[*session]error{}
-		for _, e := range batch {
-			if _, done := renewed[e.s]; !done {
-				renewed[e.s] = d.renewFor(ctx, e.s, e.req.TTL, start)
-			}
-		}
-		resp, err := d.c.Txn(lctx).Then(ops...).Commit()
-		for i, e := range batch {
-			if rerr := renewed[e.s]; rerr != nil {
-				errs[index[i]] = rerr
-				continue
-			}
-			if err != nil {
-				errs[index[i]] = d.report(ctx, err)
-				continue
-			}
-			errs[index[i]] = d.whyLost(ctx, e, d.confirm(e, resp.Responses[i].GetResponseRange().Kvs, start))
-		}
-		batch, index = batch[:0], index[:0]
-	}
+	entries := make([]*entry, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
 	for i, req := range reqs {
 		e, err := d.heldEntry(req)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		batch = append(batch, e)
+		entries = append(entries, e)
 		index = append(index, i)
-		if len(batch) == maxTxnOps {
-			flush()
+	}
+	if len(entries) == 0 {
+		return errs
+	}
+	start := time.Now()
+
+	// The keepalives of the batch's sessions (usually one) and its reads run
+	// together: both are sent after start, and each lock needs both.
+	ttls := map[*session]time.Duration{} // the longest TTL of each session's locks
+	for _, e := range entries {
+		ttls[e.s] = max(ttls[e.s], e.req.TTL)
+	}
+	renewed := make(map[*session]error, len(ttls))
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex // guards renewed while the goroutines run
+		sem = make(chan struct{}, maxTxnsInFlight)
+	)
+	for s, ttl := range ttls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := d.renewFor(ctx, s, ttl, start)
+			mu.Lock()
+			renewed[s] = err
+			mu.Unlock()
+		}()
+	}
+	chunks := (len(entries) + maxTxnOps - 1) / maxTxnOps
+	resps := make([]*clientv3.TxnResponse, chunks)
+	txnErrs := make([]error, chunks)
+	for c := range chunks {
+		batch := entries[c*maxTxnOps : min((c+1)*maxTxnOps, len(entries))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ops := make([]clientv3.Op, len(batch))
+			for i, e := range batch {
+				ops[i] = clientv3.OpGet(e.key)
+			}
+			resps[c], txnErrs[c] = d.c.Txn(lctx).Then(ops...).Commit()
+		}()
+	}
+	wg.Wait()
+
+	for j, e := range entries {
+		c, i := j/maxTxnOps, j%maxTxnOps
+		switch {
+		case renewed[e.s] != nil:
+			errs[index[j]] = renewed[e.s]
+		case txnErrs[c] != nil:
+			errs[index[j]] = d.report(ctx, txnErrs[c])
+		default:
+			errs[index[j]] = d.whyLost(ctx, e, d.confirm(e, resps[c].Responses[i].GetResponseRange().Kvs, start))
 		}
 	}
-	flush()
 	return errs
 }
 
+// maxTxnsInFlight bounds the read transactions one RefreshBatch has in flight:
+// enough that a batch of thousands of locks takes a few round trips, few
+// enough not to crowd out the other clients of the server.
+const maxTxnsInFlight = 16
+
 // renewFor makes sure s's lease outlives the validity the portable layer will
 // count for a lock of ttl refreshed at start (start + ttl less the drift):
-// when the session's deadline falls short of it, it renews the lease now.
+// when the session's deadline falls short of it, it renews the lease, with a
+// keepalive sent after start. Concurrent refreshes share one keepalive: one
+// in flight that was sent after start serves this refresh too, so a Driver
+// holding many locks sends about one keepalive per round trip, not one per
+// refresh batch.
 func (d *Driver) renewFor(ctx context.Context, s *session, ttl time.Duration, start time.Time) error {
-	d.mu.Lock()
-	short := s.deadlineLocked().Before(start.Add(ttl - driver.Drift(ttl)))
-	d.mu.Unlock()
-	if !short {
-		return nil
+	for {
+		d.mu.Lock()
+		if !s.deadlineLocked().Before(start.Add(ttl - driver.Drift(ttl))) {
+			d.mu.Unlock()
+			return nil
+		}
+		r := s.renewing
+		mine := r == nil || r.sent.Before(start)
+		if mine {
+			r = &renewal{sent: time.Now(), done: make(chan struct{})}
+			s.renewing = r
+		}
+		d.mu.Unlock()
+		if mine {
+			r.err = s.keepaliveCtx(ctx)
+			d.mu.Lock()
+			if s.renewing == r {
+				s.renewing = nil
+			}
+			d.mu.Unlock()
+			close(r.done)
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return d.report(ctx, ctx.Err())
+		}
+		switch {
+		case r.err == nil:
+			return nil
+		case !mine && isContextErr(r.err) && ctx.Err() == nil:
+			// The refresh that sent it gave up; ours still has time: try again.
+			continue
+		default:
+			return d.report(ctx, r.err)
+		}
 	}
-	if err := s.keepaliveCtx(ctx); err != nil {
-		return d.report(ctx, err)
-	}
-	return nil
+}
+
+// A renewal is one keepalive of a session's lease in flight, which every
+// refresh that started before it was sent may wait for instead of sending its
+// own. sent is taken before the keepalive is sent (keepaliveCtx records its
+// own, later, send time as the lease's confirmed time).
+type renewal struct {
+	sent time.Time
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
