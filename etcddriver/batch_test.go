@@ -152,3 +152,44 @@ func TestThousandsOfLocksStayHeldPastTheirTTL(t *testing.T) {
 		_ = l.Release(ctx) // a lost lock's release fails; the count above is the property
 	}
 }
+
+// A batch whose key range is filled with other keys (other clients' locks,
+// waiters) is still confirmed lock by lock: the range read gives way to reads
+// of its own keys, and a lock whose key was deleted is reported lost.
+func TestRefreshBatchAmongManyOtherKeysConfirmsEachLock(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
+	admin := newClient(t, url)
+	// 3,000 keys of others between the locks' keys, in the same ranges.
+	for i := 0; i < 3000; i += 100 {
+		ops := make([]clientv3.Op, 0, 100)
+		for j := i; j < i+100; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s/other%04d", d.LockPrefix("k1"), j), "someone else"))
+		}
+		if _, err := admin.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := make([]*driver.Request, 4)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: func(error) {}}
+		_, err := d.TryAcquire(ctx, reqs[i])
+		switch {
+		case i == 1 && !errors.Is(err, driver.ErrLocked):
+			t.Fatalf("TryAcquire(k1), among the others' keys: %v, want ErrLocked", err)
+		case i != 1 && err != nil:
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Delete(ctx, d.LockPrefix("k3")+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	errs := d.RefreshBatch(ctx, reqs)
+	for i, want := range []error{nil, driver.ErrNotHeld, nil, driver.ErrNotHeld} {
+		if want == nil && errs[i] != nil || want != nil && !errors.Is(errs[i], want) {
+			t.Errorf("lock k%d: %v, want %v", i, errs[i], want)
+		}
+	}
+}
