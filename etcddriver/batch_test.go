@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,6 +89,107 @@ func TestManyLocksStayHeldPastTheirTTL(t *testing.T) {
 	for _, l := range held {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Thousands of locks held through one Locker with a short TTL stay held: their
+// refresh batches, thousands of keys each, are confirmed within the validity
+// left to them (issue 23: one transaction after another, each behind a lease
+// keepalive, took longer, and locks were lost for being many).
+func TestThousandsOfLocksStayHeldPastTheirTTL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds thousands of locks for several TTLs")
+	}
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lk, d := newLocker(t, url)
+	ttl := d.Capabilities().MinTTL
+	const n, workers = 4000, 32
+	held := make([]*lock.Lock, n)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				l, err := lk.TryAcquire(ctx, fmt.Sprint("k", i), lock.WithTTL(ttl))
+				if err != nil {
+					errc <- err
+					return
+				}
+				held[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl * 3) // time must pass: the property is outliving the TTL
+	lost := 0
+	for _, l := range held {
+		if isClosed(l.Lost()) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d locks lost while refreshed, TTL %v", lost, n, ttl)
+	}
+	other, _ := newLocker(t, url)
+	for _, l := range held[:100] {
+		if isClosed(l.Lost()) {
+			continue
+		}
+		if _, err := other.TryAcquire(ctx, l.Key(), lock.WithTTL(ttl)); !errors.Is(err, lock.ErrLocked) {
+			t.Fatalf("TryAcquire(%s) by another client = %v, want ErrLocked", l.Key(), err)
+		}
+	}
+	for _, l := range held {
+		_ = l.Release(ctx) // a lost lock's release fails; the count above is the property
+	}
+}
+
+// A batch whose key range is filled with other keys (other clients' locks,
+// waiters) is still confirmed lock by lock: the range read gives way to reads
+// of its own keys, and a lock whose key was deleted is reported lost.
+func TestRefreshBatchAmongManyOtherKeysConfirmsEachLock(t *testing.T) {
+	url := testserverEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
+	admin := newClient(t, url)
+	// 3,000 keys of others between the locks' keys, in the same ranges.
+	for i := 0; i < 3000; i += 100 {
+		ops := make([]clientv3.Op, 0, 100)
+		for j := i; j < i+100; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s/other%04d", d.LockPrefix("k1"), j), "someone else"))
+		}
+		if _, err := admin.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := make([]*driver.Request, 4)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: func(error) {}}
+		_, err := d.TryAcquire(ctx, reqs[i])
+		switch {
+		case i == 1 && !errors.Is(err, driver.ErrLocked):
+			t.Fatalf("TryAcquire(k1), among the others' keys: %v, want ErrLocked", err)
+		case i != 1 && err != nil:
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Delete(ctx, d.LockPrefix("k3")+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	errs := d.RefreshBatch(ctx, reqs)
+	for i, want := range []error{nil, driver.ErrNotHeld, nil, driver.ErrNotHeld} {
+		if want == nil && errs[i] != nil || want != nil && !errors.Is(errs[i], want) {
+			t.Errorf("lock k%d: %v, want %v", i, errs[i], want)
 		}
 	}
 }

@@ -408,9 +408,12 @@
 // sem/<n>/). A permit waiter reads the names of all the keys before it when it
 // is admitted or woken (not at every release), and watches the whole range:
 // a semaphore with a long queue costs a read of that queue per admission.
-// etcd's
-// --max-txn-ops (default 128) bounds how many locks one refresh transaction
-// confirms; more are confirmed in several.
+// Automatic refresh confirms the locks due together with keys-only range reads
+// over their sorted keys (pages of 1,024 keys, up to 16 reads at once) and one
+// lease keepalive: cheap when the range holds mostly this driver's keys. Where
+// other keys (other clients' locks, waiters) fill the range, it reads its own
+// keys one by one instead, in transactions bounded by etcd's --max-txn-ops
+// (default 128).
 package etcddriver
 
 import (

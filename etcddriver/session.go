@@ -55,6 +55,7 @@ type session struct {
 	orphans   []*entry  // keys to delete whose delete failed
 	reserved  []nameKey // names kept out of use after a release whose outcome is unknown
 	idleSince time.Time
+	renewing  *renewal // the keepalive refreshes are waiting for, if any (renewFor)
 }
 
 var (
