@@ -59,11 +59,9 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	return errs
 }
 
-// refreshBatchSize is the most locks one call of refresh.lua extends. A
-// script blocks the server while it runs (about a microsecond per lock), so a
-// batch is bounded; larger batches save nothing that counts (one EVALSHA per
-// 256 locks is 0.2% of the commands).
-const refreshBatchSize = 256
+// refreshBatchSize is the most locks one call of refresh.lua extends: see
+// redisproto.RefreshBatch, which redlockdriver shares.
+const refreshBatchSize = redisproto.RefreshBatch
 
 // fenceDue reports whether a refresh sent at now that extends a lock to
 // expire at until must extend the lock's fence record too (which holds the
@@ -166,8 +164,10 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		var err error
 		if calls[j].script == refreshScript {
 			var vs []int64
-			if vs, err = cmd.Int64Slice(); err == nil && len(vs) != len(calls[j].reqs) {
-				err = fmt.Errorf("redisdriver: refresh script answered %d results for %d locks", len(vs), len(calls[j].reqs))
+			if err = cmd.Err(); err == nil {
+				if vs, err = redisproto.Codes(cmd.Val(), len(calls[j].reqs)); err != nil {
+					err = fmt.Errorf("redisdriver: %w", err)
+				}
 			}
 			for n, i := range calls[j].reqs {
 				if err == nil {

@@ -29,9 +29,10 @@ const (
 	opCheck // is the lock the owner's here? changes nothing
 	opInfo  // INFO server, for the server's run_id
 	opAcquireShared
-	opInspect // inspect.lua: changes nothing
-	opForce   // force.lua
-	opRelabel // relabel.lua
+	opInspect      // inspect.lua: changes nothing
+	opForce        // force.lua
+	opRelabel      // relabel.lua
+	opRefreshBatch // refreshbatch.lua: many exclusive locks in one call
 )
 
 func (o op) script() *redis.Script {
@@ -50,6 +51,8 @@ func (o op) script() *redis.Script {
 		return forceScript
 	case opRelabel:
 		return relabelScript
+	case opRefreshBatch:
+		return refreshBatchScript
 	default:
 		return refreshScript
 	}
@@ -60,9 +63,13 @@ type job struct {
 	op       op
 	keys     []string
 	args     []any
-	deadline time.Time    // the reply is worthless after it; not sent after it
-	call     int          // which call of a batch it belongs to
-	reply    chan<- reply // buffered for every job of the round: never blocks
+	deadline time.Time // the reply is worthless after it; not sent after it
+	// timeout, when set, is the server's own limit, counted from when the
+	// worker sends the job, after those before it in its pipeline: time
+	// spent queued behind other rounds is not the server's.
+	timeout time.Duration
+	call    int          // which call of a batch it belongs to
+	reply   chan<- reply // buffered for every job of the round: never blocks
 }
 
 type reply struct {
@@ -143,10 +150,14 @@ func (d *Driver) run(s *server, batch []job) {
 			j.reply <- reply{server: s.idx, call: j.call, err: errTimeout}
 			continue
 		}
-		if j.deadline.After(deadline) {
-			deadline = j.deadline
-		}
 		live = append(live, j)
+		dl := j.deadline
+		if t := now.Add(j.timeout * time.Duration(len(live))); j.timeout > 0 && t.Before(dl) {
+			dl = t
+		}
+		if dl.After(deadline) {
+			deadline = dl
+		}
 	}
 	if len(live) == 0 {
 		return
@@ -256,12 +267,22 @@ func (d *Driver) enqueue(s *server, j job) {
 // and arguments) and returns the round to gather the replies from. A server
 // whose queue is full answers errQueueFull at once.
 func (d *Driver) send(o op, deadline time.Time, calls int, keysArgs func(call int) ([]string, []any)) *round {
+	return d.sendOps(deadline, 0, calls, func(c int) (op, []string, []any) {
+		k, a := keysArgs(c)
+		return o, k, a
+	})
+}
+
+// sendOps is send where each call names its own op, and a server's answer to
+// each job is also bounded by timeout (if not 0) from when its worker sends
+// it (see job.timeout).
+func (d *Driver) sendOps(deadline time.Time, timeout time.Duration, calls int, call func(c int) (op, []string, []any)) *round {
 	n := len(d.servers) * calls
 	r := &round{replies: make(chan reply, n), pending: n}
 	for c := 0; c < calls; c++ {
-		k, a := keysArgs(c)
+		o, k, a := call(c)
 		for _, s := range d.servers {
-			d.enqueue(s, job{op: o, keys: k, args: a, deadline: deadline, call: c, reply: r.replies})
+			d.enqueue(s, job{op: o, keys: k, args: a, deadline: deadline, timeout: timeout, call: c, reply: r.replies})
 		}
 	}
 	r.timer = time.NewTimer(time.Until(deadline))

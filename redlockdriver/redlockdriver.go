@@ -23,6 +23,17 @@
 // validity; when a majority no longer holds the owner the lock is reported lost
 // at once. Release is owner-checked on every server.
 //
+// Automatic refresh is batched: package lock hands the locks due together to
+// RefreshBatch, which sends each server one script call per 256 exclusive
+// locks (per hash slot, where a server is a Cluster; a shared hold has a call
+// of its own), pipelined: three server commands per lock (GET, and PEXPIRE of
+// the lock and of its grant record). The per-server timeout bounds each call
+// from when it is sent to that server, after the calls before it in the
+// pipeline, so a batch of tens of thousands of locks, or batches queued
+// behind each other on a loaded machine, are not cut by a timeout meant for
+// one request; each lock's new validity still counts from the time the batch
+// was sent, and the batch never waits past the lock's validity deadline.
+//
 // # URL format
 //
 //	redlock://?server=URL&server=URL&server=URL[&server=URL...][&server_timeout=DURATION]
@@ -418,7 +429,7 @@
 //     pauses do.
 //
 // A server that does not answer costs at most the per-server timeout per
-// round, except in Release, which waits up to 500ms (or the per-server
+// round (a batched refresh: per script call of the batch), except in Release, which waits up to 500ms (or the per-server
 // timeout, if longer) for a majority: it spends no validity, ends as soon as
 // a majority answered, and a Release left undecided by a slow moment keeps
 // the lock held until its caller retries it.

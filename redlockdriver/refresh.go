@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // errGone is what a refresh that finds the lock gone from too many servers
@@ -25,11 +28,18 @@ func (d *Driver) Refresh(ctx context.Context, req *request) error {
 	return d.RefreshBatch(ctx, []*request{req})[0]
 }
 
-// RefreshBatch refreshes every request in one fan-out (each server's worker
-// pipelines the batch: one round trip per server) and returns one error per
-// request, as Refresh would.
+// RefreshBatch refreshes every request in one fan-out and returns one error
+// per request, as Refresh would. The exclusive locks go to each server in
+// calls of refreshbatch.lua of up to redisproto.RefreshBatch locks each (of
+// one slot, on a server that is a Cluster), a shared hold in a refresh.lua
+// call of its own; each server's worker pipelines the calls (one round trip
+// per server). A lock is confirmed as Refresh confirms it: by a majority of
+// servers, within the per-server timeout from the time the batch was sent.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	errs := make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return errs
+	}
 	if err := d.begin(ctx); err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -50,18 +60,24 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		okBy[i] = make([]bool, len(d.servers))
 		t[i].okBy = okBy[i]
 	}
-	keys := make([][]string, len(reqs))
+	calls := d.refreshCalls(reqs)
 	timeout := time.Duration(0)
-	for i, r := range reqs {
-		k := d.keys(r.Key)
-		keys[i] = []string{k.lock, k.grant, k.forced}
-		if r.Shared {
-			keys[i] = append(keys[i], k.holders, k.labels)
-		}
+	minTTL := reqs[0].TTL
+	for _, r := range reqs {
 		timeout = max(timeout, d.timeoutFor(r.TTL))
+		minTTL = min(minTTL, r.TTL)
 	}
+	// Each server answers each call within the per-server timeout from
+	// when its worker sends it, after the calls before it in its pipeline
+	// (job.timeout); the round waits for them up to the lock's TTL from
+	// start (and never past ctx, which package lock sets to the validity
+	// deadline), as no later answer can confirm it. Counting the time a
+	// call waits in the queue, or a whole batch's calls, against one
+	// per-server timeout cut large or overlapping batches on a loaded
+	// machine: they failed whole, and their locks retried together into
+	// the same failure until lost.
 	start := time.Now()
-	dl := start.Add(timeout)
+	dl := start.Add(minTTL)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
 	}
@@ -69,11 +85,11 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	waiting := 0 // answers still wanted from those servers
 	for _, w := range wait {
 		if w {
-			waiting += len(reqs)
+			waiting += len(calls)
 		}
 	}
-	r := d.send(opRefresh, dl, len(reqs), func(c int) ([]string, []any) {
-		return keys[c], []any{reqs[c].Owner, millis(reqs[c].TTL)}
+	r := d.sendOps(dl, timeout, len(calls), func(c int) (op, []string, []any) {
+		return calls[c].op, calls[c].keys, calls[c].args
 	})
 	decided := 0
 	for decided < len(reqs) || waiting > 0 {
@@ -84,25 +100,35 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		if wait[rep.server] {
 			waiting--
 		}
-		x := &t[rep.call]
-		before := x.ok >= d.quorum || x.not > len(d.servers)-d.quorum
-		switch n, _ := rep.val.(int64); {
-		case rep.err != nil:
-			if x.firstErr == nil || (!x.permanent && !isTransient(rep.err)) {
-				x.firstErr = d.serverError(rep.server, rep.err)
-			}
-			x.permanent = x.permanent || !isTransient(rep.err)
-		case n == refHeld:
-			x.ok++
-			x.okBy[rep.server] = true
-		case n == refForced:
-			x.not++
-			x.forced++
-		default:
-			x.not++
+		c := &calls[rep.call]
+		codes := []int64{0}
+		err := rep.err
+		if err == nil && c.op == opRefreshBatch {
+			codes, err = redisproto.Codes(rep.val, len(c.reqs))
+		} else if err == nil {
+			codes[0], _ = rep.val.(int64)
 		}
-		if !before && (x.ok >= d.quorum || x.not > len(d.servers)-d.quorum) {
-			decided++
+		for n, i := range c.reqs {
+			x := &t[i]
+			before := x.ok >= d.quorum || x.not > len(d.servers)-d.quorum
+			switch {
+			case err != nil:
+				if x.firstErr == nil || (!x.permanent && !isTransient(err)) {
+					x.firstErr = d.serverError(rep.server, err)
+				}
+				x.permanent = x.permanent || !isTransient(err)
+			case codes[n] == refHeld:
+				x.ok++
+				x.okBy[rep.server] = true
+			case codes[n] == refForced:
+				x.not++
+				x.forced++
+			default:
+				x.not++
+			}
+			if !before && (x.ok >= d.quorum || x.not > len(d.servers)-d.quorum) {
+				decided++
+			}
 		}
 	}
 	r.stop()
@@ -137,4 +163,56 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
 	return errs
+}
+
+// A refreshCall is one script call of a refresh, sent to every server:
+// refreshbatch.lua for up to redisproto.RefreshBatch exclusive locks, or
+// refresh.lua for one shared hold.
+type refreshCall struct {
+	op   op
+	keys []string
+	args []any
+	reqs []int // the indices of the requests it covers
+}
+
+// refreshCalls groups reqs into script calls: the exclusive locks in batches
+// (by slot when a server is a Cluster, whose script calls must not cross
+// slots), each shared hold alone.
+func (d *Driver) refreshCalls(reqs []*request) []refreshCall {
+	clustered := false
+	for _, s := range d.servers {
+		if _, ok := s.client.(*redis.ClusterClient); ok {
+			clustered = true
+		}
+	}
+	var calls []refreshCall
+	open := map[int]int{} // the open batch of each slot: its index in calls
+	for i, r := range reqs {
+		k := d.keys(r.Key)
+		ttl := millis(r.TTL)
+		if r.Shared {
+			calls = append(calls, refreshCall{
+				op:   opRefresh,
+				keys: []string{k.lock, k.grant, k.forced, k.holders, k.labels},
+				args: []any{r.Owner, ttl},
+				reqs: []int{i},
+			})
+			continue
+		}
+		slot := 0
+		if clustered {
+			slot = redisproto.Slot(k.lock)
+		}
+		j, ok := open[slot]
+		if !ok || len(calls[j].reqs) == redisproto.RefreshBatch {
+			j = len(calls)
+			open[slot] = j
+			calls = append(calls, refreshCall{op: opRefreshBatch})
+		}
+		c := &calls[j]
+		c.keys = append(c.keys, k.lock, k.grant, k.forced)
+		c.args = append(c.args, r.Owner, ttl)
+		c.reqs = append(c.reqs, i)
+	}
+	return calls
 }

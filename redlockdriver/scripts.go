@@ -17,6 +17,8 @@ var (
 	releaseLua string
 	//go:embed refresh.lua
 	refreshLua string
+	//go:embed refreshbatch.lua
+	refreshBatchLua string
 	//go:embed check.lua
 	checkLua string
 	//go:embed shared.lua
@@ -28,14 +30,15 @@ var (
 	//go:embed relabel.lua
 	relabelLua string
 
-	acquireScript = redis.NewScript(acquireLua)
-	releaseScript = redis.NewScript(releaseLua)
-	refreshScript = redis.NewScript(refreshLua)
-	checkScript   = redis.NewScript(checkLua)
-	sharedScript  = redis.NewScript(sharedLua)
-	inspectScript = redis.NewScript(inspectLua)
-	forceScript   = redis.NewScript(forceLua)
-	relabelScript = redis.NewScript(relabelLua)
+	acquireScript      = redis.NewScript(acquireLua)
+	releaseScript      = redis.NewScript(releaseLua)
+	refreshScript      = redis.NewScript(refreshLua)
+	checkScript        = redis.NewScript(checkLua)
+	refreshBatchScript = redis.NewScript(refreshBatchLua)
+	sharedScript       = redis.NewScript(sharedLua)
+	inspectScript      = redis.NewScript(inspectLua)
+	forceScript        = redis.NewScript(forceLua)
+	relabelScript      = redis.NewScript(relabelLua)
 )
 
 // Results of acquire.lua and shared.lua.
@@ -47,7 +50,7 @@ const (
 	acqForeign   = -3 // {-3}: the waiters or writers key is not a hash, or holders not a sorted set
 )
 
-// Results of refresh.lua.
+// Results of refresh.lua, per lock of refreshbatch.lua.
 const (
 	refNotHeld = 0 // not held here
 	refHeld    = 1 // extended

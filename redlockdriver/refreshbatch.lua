@@ -1,0 +1,28 @@
+-- Extends many exclusive locks to a new TTL, each where its owner holds it on
+-- this server: automatic refresh's batch in one call (refresh.lua does one
+-- lock, and the shared holds). The keys of one call share a Cluster slot when
+-- the server is a Cluster (the driver groups them).
+--
+-- Per lock, three commands: GET to compare the owner, PEXPIRE on the lock and
+-- on its grant record. A missing key is never re-created: whether the lock is
+-- still held is decided by the majority, not by one server.
+--
+-- KEYS: per lock, 3: lock, grant, forced.
+-- ARGV: per lock, 2: owner, TTL ms.
+-- Returns per lock, in order, refresh.lua's answer: 1 if its owner holds it
+-- here (extended); 0 if not (another owner, no key, or a value that is not a
+-- string); 2 if not because an operator evicted the owner here.
+local out = {}
+for i = 0, #KEYS / 3 - 1 do
+  local lock, owner = KEYS[3 * i + 1], ARGV[2 * i + 1]
+  if redis.pcall('GET', lock) == owner then
+    redis.call('PEXPIRE', lock, ARGV[2 * i + 2])
+    redis.call('PEXPIRE', KEYS[3 * i + 2], ARGV[2 * i + 2])
+    out[#out + 1] = 1
+  elseif redis.pcall('HEXISTS', KEYS[3 * i + 3], owner) == 1 then
+    out[#out + 1] = 2
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
