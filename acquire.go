@@ -236,7 +236,10 @@ func (lk *Locker) validate(o *options) error {
 // newLock makes the lock of an acquire call: its request, with the owner id of
 // sequence number seq and the label, in one allocation beside the Lock's own.
 func (lk *Locker) newLock(key string, seq uint64, o *options) *Lock {
-	l := &Lock{lk: lk, drift: driver.Drift(o.ttl) + o.grace, auto: o.autoRefresh, index: -1}
+	l := &Lock{lk: lk, drift: driver.Drift(o.ttl) + o.grace, index: -1, shardIdx: uint8(seq & uint64(len(lk.shards)-1))}
+	if o.autoRefresh {
+		l.flags = flagAuto
+	}
 	l.req = driver.Request{Key: key, TTL: o.ttl, Shared: o.shared}
 	if o.permits > 1 {
 		l.req.Permits = o.permits // one permit is the exclusive lock
@@ -250,9 +253,10 @@ func (lk *Locker) newLock(key string, seq uint64, o *options) *Lock {
 // measured from start, the moment before the request was sent; a is the
 // acquisition's span, the hold span's link.
 func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time, a *acquireSpan) error {
-	lk.mu.Lock()
-	if lk.closed {
-		lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
 		return ErrClosed
 	}
 	if !g.Start.IsZero() {
@@ -264,16 +268,16 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time, a *acquireSpan)
 	l.state = stateHeld
 	lk.tel.held(l, a)
 	l.deadline = lk.at(start) + instant(l.req.TTL-l.drift)
-	if l.auto {
+	if l.auto() {
 		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 	}
-	lk.scheduleLocked(l) // the schedule is also the set of held locks Close releases
-	early := l.cause
+	sh.scheduleLocked(l) // the schedule is also the set of held locks Close releases
+	early := l.cause()
 	var hooks func(error)
 	if early != nil {
-		hooks = l.endLocked(stateLost, early)
+		hooks = l.endLocked(sh, stateLost, early)
 	}
-	lk.mu.Unlock()
+	sh.mu.Unlock()
 	runHooks(hooks, early)
 	return nil
 }

@@ -102,7 +102,7 @@ func (lk *Locker) track(ctx context.Context, seq uint64) (context.Context, *call
 		return closingCtx{Context: lk.calls, values: ctx}, nil, nil
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	c := &call{cancel: cancel, shard: &lk.shards[seq%callShards]}
+	c := &call{cancel: cancel, shard: &lk.callShards[seq%callShards]}
 	s := c.shard
 	s.mu.Lock()
 	if s.closed {
@@ -145,8 +145,8 @@ func (lk *Locker) untrack(c *call) {
 // later, see its context done. Close calls it once, after closing the gate.
 func (lk *Locker) interruptCalls() {
 	lk.endCalls()
-	for i := range lk.shards {
-		s := &lk.shards[i]
+	for i := range lk.callShards {
+		s := &lk.callShards[i]
 		s.mu.Lock()
 		s.closed = true
 		for c := s.head; c != nil; c = c.next {

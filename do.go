@@ -51,10 +51,11 @@ func (lk *Locker) Do(ctx context.Context, key string, fn func(context.Context) e
 }
 
 func (l *Lock) lostCause() error {
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if l.state == stateClosed {
 		return ErrClosed
 	}
-	return l.cause
+	return l.cause()
 }

@@ -15,27 +15,79 @@ import (
 // concurrent use. While it is held and automatic refresh is on, the Locker keeps it
 // alive; Lost tells when it may no longer be held.
 type Lock struct {
-	lk    *Locker
-	req   driver.Request                // the same for every call about the lock: drivers may key on &req
-	drift time.Duration                 // taken off every validity window: driver.Drift(ttl) plus the grace
-	lost  atomic.Pointer[chan struct{}] // made by the first Lost call, or closedChan once ended
-	opMu  sync.Mutex                    // serialises Refresh and Release of this lock
+	lk   *Locker
+	req  driver.Request          // the same for every call about the lock: drivers may key on &req
+	ext  atomic.Pointer[lockExt] // what only some locks need: made on first need, under the shard's mu
+	opMu sync.Mutex              // serialises Refresh and Release of this lock
 
-	// Guarded by lk.mu.
+	// Guarded by the mu of the lock's shard (lk.shards[shardIdx]).
 	deadline    instant
 	nextRefresh instant
+	token       uint64
+	drift       time.Duration // taken off every validity window: driver.Drift(ttl) plus the grace
+	index       int32         // in the shard's schedule, -1 when not scheduled
+	state       lockState
+	flags       lockFlags
+	shardIdx    uint8 // set once, before the lock is shared
+}
+
+// The layout of Lock is what a held lock costs the portable layer, so its
+// fields are few and packed: small ones share one word, and what most locks
+// never need (the Lost channel, a loss cause, Do's hook) lives in lockExt,
+// made on first need: a lock taken and released without a look at Lost never
+// makes it.
+
+// lockExt is the part of a Lock that most locks never need. lost is set when
+// it is made and never changes, so Lost reads it without a lock; the rest is
+// guarded by the shard's mu.
+type lockExt struct {
+	lost chan struct{} // closed when the lock is lost or closed; closedChan if made after that
 	// cause is why the lock ended, for stateLost; before the grant is
 	// recorded (stateAcquiring), a driver's loss report that came early.
-	cause      error
-	onLost     func(error) // run once when the lock is lost or closed
-	index      int32       // in lk.schedule, -1 when not scheduled
-	state      lockState
-	auto       bool
-	refreshing bool
-	releasing  bool // a Release is under way: a refresh that finds the lock gone saw our own release
-	lapsed     bool // lost by the deadline and not yet released on the backend (in lk.lapsed)
-	token      uint64
-	grantSeq   uint64 // the grant's number in the Locker (telemetry.serverChanged)
+	cause  error
+	onLost func(error) // run once when the lock is lost or closed
+}
+
+// lockFlags are a Lock's booleans, guarded by its shard's mu.
+type lockFlags uint8
+
+const (
+	flagAuto       lockFlags = 1 << iota // automatic refresh (set once, before the lock is shared)
+	flagRefreshing                       // an automatic refresh is under way
+	flagReleasing                        // a Release is under way: a refresh that finds the lock gone saw our own release
+	flagLapsed                           // lost by the deadline and not yet released on the backend (in the shard's lapsed)
+)
+
+func (l *Lock) has(f lockFlags) bool { return l.flags&f != 0 }
+func (l *Lock) auto() bool           { return l.flags&flagAuto != 0 }
+
+func (l *Lock) set(f lockFlags, on bool) {
+	if on {
+		l.flags |= f
+	} else {
+		l.flags &^= f
+	}
+}
+
+// cause returns why the lock ended (or the early loss report); the shard's mu is held.
+func (l *Lock) cause() error {
+	if e := l.ext.Load(); e != nil {
+		return e.cause
+	}
+	return nil
+}
+
+// extLocked returns l's lockExt, made if need be; the shard's mu is held.
+func (l *Lock) extLocked() *lockExt {
+	if e := l.ext.Load(); e != nil {
+		return e
+	}
+	e := &lockExt{lost: closedChan}
+	if l.state == stateAcquiring || l.state == stateHeld || l.state == stateReleased {
+		e.lost = make(chan struct{})
+	}
+	l.ext.Store(e)
+	return e
 }
 
 type lockState uint8
@@ -67,8 +119,9 @@ func (l *Lock) Token() uint64 {
 	if !l.lk.caps.Fencing {
 		panic(&Error{Op: "token", Key: l.req.Key, Err: fmt.Errorf("%w: fencing tokens", ErrUnsupported)})
 	}
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	return l.token
 }
 
@@ -78,17 +131,13 @@ func (l *Lock) Token() uint64 {
 func (l *Lock) Lost() <-chan struct{} {
 	// Made on first use: most holders never ask (Do watches through whenLost),
 	// and a channel is most of what a held lock would otherwise cost.
-	if c := l.lost.Load(); c != nil {
-		return *c
+	if e := l.ext.Load(); e != nil {
+		return e.lost
 	}
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
-	if c := l.lost.Load(); c != nil {
-		return *c
-	}
-	c := make(chan struct{})
-	l.lost.Store(&c)
-	return c
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return l.extLocked().lost
 }
 
 // Refresh confirms the lock with the backend and, on expiring backends, extends it
@@ -157,18 +206,19 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	err := classify(l.lk.d.Release(ctx, &l.req))
 	l.lk.tel.backendResult(ctx, "release", l.req.Key, err)
-	l.lk.mu.Lock()
-	l.releasing = false
+	sh := l.shard()
+	sh.mu.Lock()
+	l.set(flagReleasing, false)
 	closed := l.state == stateClosed
 	if err == nil {
 		// Ended under the same lock that clears releasing: a refresh whose
 		// answer lands in between would otherwise find the lock gone, not
 		// being released, and report our own release as a loss.
-		l.endLocked(stateReleased, nil)
-		l.lk.mu.Unlock()
+		l.endLocked(sh, stateReleased, nil)
+		sh.mu.Unlock()
 		return nil
 	}
-	l.lk.mu.Unlock()
+	sh.mu.Unlock()
 	switch {
 	case closed:
 		// Close ended the lock while this release was under way, and its own
@@ -186,19 +236,21 @@ var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 
 // startRelease marks a held lock as being released, or reports why it cannot be.
 func (l *Lock) startRelease() error {
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if err := l.usableLocked(); err != nil {
 		return err
 	}
-	l.releasing = true
+	l.set(flagReleasing, true)
 	return nil
 }
 
 // usable reports why Refresh or Release cannot act on the lock, or nil if held.
 func (l *Lock) usable() error {
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	return l.usableLocked()
 }
 
@@ -211,7 +263,7 @@ func (l *Lock) usableLocked() error {
 	case stateClosed:
 		return ErrClosed
 	default:
-		return lostError(l.cause)
+		return lostError(l.cause())
 	}
 }
 
@@ -237,53 +289,60 @@ func (l *Lock) driverLost(err error) {
 	if err == nil {
 		err = ErrLost
 	}
-	l.lk.mu.Lock()
+	sh := l.shard()
+	sh.mu.Lock()
 	if l.state == stateAcquiring {
-		if l.cause == nil {
-			l.cause = err
+		if e := l.extLocked(); e.cause == nil {
+			e.cause = err
 		}
-		l.lk.mu.Unlock()
+		sh.mu.Unlock()
 		return
 	}
-	hooks := l.endLocked(stateLost, err)
-	l.lk.mu.Unlock()
+	hooks := l.endLocked(sh, stateLost, err)
+	sh.mu.Unlock()
 	runHooks(hooks, err)
 }
 
 // end moves a held lock to a final state, closes Lost unless it was released, and
 // reports whether this call made the move.
 func (l *Lock) end(s lockState, cause error) bool {
-	l.lk.mu.Lock()
+	sh := l.shard()
+	sh.mu.Lock()
 	if l.state != stateHeld {
-		l.lk.mu.Unlock()
+		sh.mu.Unlock()
 		return false
 	}
-	hooks := l.endLocked(s, cause)
-	l.lk.mu.Unlock()
+	hooks := l.endLocked(sh, s, cause)
+	sh.mu.Unlock()
 	runHooks(hooks, cause)
 	return true
 }
 
-// endLocked does end's work with lk.mu held and returns the hooks to run after
-// unlocking.
-func (l *Lock) endLocked(s lockState, cause error) func(error) {
+// endLocked does end's work with the mu of l's shard sh held and returns the
+// hooks to run after unlocking.
+func (l *Lock) endLocked(sh *shard, s lockState, cause error) func(error) {
 	if l.state != stateHeld {
 		return nil
 	}
 	l.state = s
-	l.cause = cause
 	l.lk.tel.ended(l, s, cause)
-	l.lk.unschedule(l)
+	sh.unschedule(l)
+	e := l.ext.Load()
 	if s == stateReleased {
+		if e != nil {
+			e.cause = nil
+		}
 		return nil
 	}
-	if c := l.lost.Load(); c != nil {
-		close(*c)
-	} else {
-		l.lost.Store(&closedChan)
+	if e == nil {
+		// Made now, the Lost channel is closedChan: nothing to close.
+		l.ext.Store(&lockExt{lost: closedChan, cause: cause})
+		return nil
 	}
-	hook := l.onLost
-	l.onLost = nil
+	e.cause = cause
+	close(e.lost)
+	hook := e.onLost
+	e.onLost = nil
 	return hook
 }
 
@@ -296,18 +355,20 @@ func runHooks(hook func(error), cause error) {
 // whenLost arranges for f to run once when the lock is lost or closed (at once if
 // it already was). It is not run after a successful Release.
 func (l *Lock) whenLost(f func(error)) {
-	l.lk.mu.Lock()
+	sh := l.shard()
+	sh.mu.Lock()
 	if l.state == stateHeld || l.state == stateAcquiring {
-		if prev := l.onLost; prev != nil {
-			l.onLost = func(err error) { prev(err); f(err) }
+		e := l.extLocked()
+		if prev := e.onLost; prev != nil {
+			e.onLost = func(err error) { prev(err); f(err) }
 		} else {
-			l.onLost = f
+			e.onLost = f
 		}
-		l.lk.mu.Unlock()
+		sh.mu.Unlock()
 		return
 	}
-	s, cause := l.state, l.cause
-	l.lk.mu.Unlock()
+	s, cause := l.state, l.cause()
+	sh.mu.Unlock()
 	if s != stateReleased {
 		if s == stateClosed {
 			cause = ErrClosed
@@ -319,22 +380,27 @@ func (l *Lock) whenLost(f func(error)) {
 // takeLapsed reports whether l was lost by its deadline and still needs a
 // release on the backend, and makes the caller responsible for it.
 func (lk *Locker) takeLapsed(l *Lock) bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if !l.lapsed {
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !l.has(flagLapsed) {
 		return false
 	}
-	l.lapsed = false
-	delete(lk.lapsed, l)
+	l.set(flagLapsed, false)
+	delete(sh.lapsed, l)
 	return true
 }
 
 // keepLapsed gives a lapsed lock whose release failed back to Close.
 func (lk *Locker) keepLapsed(l *Lock) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if !lk.closed {
-		l.lapsed = true
-		lk.lapsed[l] = struct{}{}
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.closed {
+		l.set(flagLapsed, true)
+		if sh.lapsed == nil {
+			sh.lapsed = map[*Lock]struct{}{}
+		}
+		sh.lapsed[l] = struct{}{}
 	}
 }

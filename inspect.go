@@ -148,8 +148,9 @@ func (lk *Locker) ForceRelease(ctx context.Context, key string) error {
 // ErrClosed, or what else the backend reported); after a successful Release, an
 // error matching ErrNotHeld.
 func (l *Lock) Err() error {
-	l.lk.mu.Lock()
-	defer l.lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	switch l.state {
 	case stateAcquiring, stateHeld:
 		return nil
@@ -158,6 +159,6 @@ func (l *Lock) Err() error {
 	case stateClosed:
 		return wrapErr("lock", l.req.Key, fmt.Errorf("%w: %w", ErrLost, ErrClosed))
 	default:
-		return wrapErr("lock", l.req.Key, lostError(l.cause))
+		return wrapErr("lock", l.req.Key, lostError(l.cause()))
 	}
 }

@@ -119,25 +119,21 @@ type Locker struct {
 	name     string // for String: a redacted URL or the driver's type
 	tel      *telemetry
 
-	mu       sync.Mutex
-	closed   bool
-	lapsed   map[*Lock]struct{} // lost by their deadline, not yet released on the backend
-	schedule lockHeap           // the held locks, by their next refresh or deadline
-	epoch    time.Time          // the origin of the Locker's instants (refresh.go)
-	armed    instant            // when the scheduler will next wake by itself
-	calls    context.Context    // done when Close begins: the context of calls whose own cannot end
-	endCalls context.CancelFunc // cancels calls
-	gate     *callGate          // counts calls in flight, and their cleanups (calls.go)
-	shards   *[callShards]callShard
-	owners   ownerSource // the owner ids of this Locker's requests (owner.go)
+	closeMu    sync.Mutex         // serialises Close; nothing else takes it
+	closed     bool               // guarded by closeMu
+	shards     []shard            // the held locks and their schedule, in shards (refresh.go)
+	epoch      time.Time          // the origin of the Locker's instants (refresh.go)
+	calls      context.Context    // done when Close begins: the context of calls whose own cannot end
+	endCalls   context.CancelFunc // cancels calls
+	gate       *callGate          // counts calls in flight, and their cleanups (calls.go)
+	callShards *[callShards]callShard
+	owners     ownerSource // the owner ids of this Locker's requests (owner.go)
 
 	cleanupCtx context.Context    // done when Close's time is up: ends cleanups in flight
 	endCleanup context.CancelFunc // cancels cleanupCtx
-	wake       chan struct{}      // nudges the scheduler after schedule changes
-	done       chan struct{}      // closed by Close
 	ctx        context.Context
 	cancel     context.CancelFunc // cancels ctx, which bounds background work
-	wg         sync.WaitGroup     // the scheduler and its refresh and release goroutines
+	wg         sync.WaitGroup     // the scheduler passes (and their refreshes) in flight
 }
 
 // New returns a Locker over a driver built by the caller, for example from a
@@ -149,16 +145,17 @@ func New(d driver.Driver, opts ...Option) *Locker {
 		caps:     d.Capabilities(),
 		defaults: defaultOptions().apply(opts),
 		name:     driverName(d),
-		lapsed:   map[*Lock]struct{}{},
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
 		epoch:    time.Now(),
-		armed:    instant(time.Hour),
+	}
+	lk.shards = make([]shard, numShards())
+	for i := range lk.shards {
+		lk.shards[i].lk = lk
+		lk.shards[i].armed = instant(1<<63 - 1) // no timer yet
 	}
 	lk.ctx, lk.cancel = context.WithCancel(context.Background())
 	lk.calls, lk.endCalls = context.WithCancel(context.Background())
 	lk.gate = newCallGate()
-	lk.shards = new([callShards]callShard)
+	lk.callShards = new([callShards]callShard)
 	lk.owners.init()
 	lk.cleanupCtx, lk.endCleanup = context.WithCancel(context.Background())
 	lk.tel = newTelemetry(lk.defaults, d)
@@ -167,8 +164,6 @@ func New(d driver.Driver, opts ...Option) *Locker {
 	}
 	lk.acquirer, _ = d.(driver.Acquirer)
 	lk.batch, _ = d.(driver.BatchRefresher)
-	lk.wg.Add(1)
-	go lk.runSchedule()
 	return lk
 }
 
@@ -190,14 +185,23 @@ func (lk *Locker) String() string { return "lock.Locker(" + lk.name + ")" }
 // could not release by then expires or ends with the driver's session, which
 // Close ends without waiting for the server.
 func (lk *Locker) Close() error {
-	lk.mu.Lock()
+	lk.closeMu.Lock()
 	if lk.closed {
-		lk.mu.Unlock()
+		lk.closeMu.Unlock()
 		return nil
 	}
 	lk.closed = true
-	close(lk.done)
-	lk.mu.Unlock()
+	lk.closeMu.Unlock()
+	// From here no lock is held anew and no scheduler pass begins.
+	for i := range lk.shards {
+		sh := &lk.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		if sh.timer != nil {
+			sh.timer.Stop()
+		}
+		sh.mu.Unlock()
+	}
 	drained := lk.gate.close()
 	lk.interruptCalls()
 	// One bound for all of Close's waiting on the backend.
@@ -209,15 +213,18 @@ func (lk *Locker) Close() error {
 	<-drained   // interrupted acquires clean up before the driver closes
 	lk.cancel() // in-flight refreshes give up
 
-	lk.mu.Lock()
-	held := append([]*Lock(nil), lk.schedule...) // every held lock is scheduled
-	var lapsed []*Lock
-	for l := range lk.lapsed {
-		l.lapsed = false
-		lapsed = append(lapsed, l)
+	var held, lapsed []*Lock
+	for i := range lk.shards {
+		sh := &lk.shards[i]
+		sh.mu.Lock()
+		held = append(held, sh.schedule...) // every held lock is scheduled
+		for l := range sh.lapsed {
+			l.set(flagLapsed, false)
+			lapsed = append(lapsed, l)
+		}
+		clear(sh.lapsed)
+		sh.mu.Unlock()
 	}
-	clear(lk.lapsed)
-	lk.mu.Unlock()
 
 	var firstErr error
 	release := func(l *Lock) {

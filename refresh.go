@@ -4,14 +4,21 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/distlock/lock/driver"
 )
 
-// The Locker keeps every held lock in one heap ordered by its next event (a
-// refresh, or the validity deadline), served by one scheduler goroutine. A held
-// lock costs a heap entry, not a goroutine or a timer.
+// The Locker keeps its held locks in schedShards shards, each a heap ordered by
+// the locks' next events (a refresh, or the validity deadline) under its own
+// mutex and served by its own timer. A lock belongs to the shard its call's
+// sequence number picks, so that holds and releases on distinct keys from
+// many goroutines rarely meet on one mutex: nothing on the hold and release
+// path is Locker-wide. A held lock costs a heap entry, not a goroutine or a
+// timer; a shard's timer runs its callback (collect, then the refresh of what
+// is due, in one batch) in a goroutine of its own only when it fires.
 
 // refreshSlack lets one scheduler pass refresh locks that fall due a moment later
 // together, so locks taken in a burst are refreshed in one batch.
@@ -31,44 +38,85 @@ func (lk *Locker) at(t time.Time) instant     { return instant(t.Sub(lk.epoch)) 
 func (lk *Locker) timeOf(i instant) time.Time { return lk.epoch.Add(time.Duration(i)) }
 func (lk *Locker) now() instant               { return lk.at(time.Now()) }
 
+// maxShards bounds the number of schedule shards (a Lock keeps its shard's
+// index in a byte).
+const maxShards = 64
+
+// numShards is the number of schedule shards of a new Locker: a power of two
+// at least twice the number of CPUs that can run goroutines at once, so that
+// two running calls rarely pick the same shard, and at most maxShards, so that
+// locks due together still make batches of a useful size.
+func numShards() int {
+	n := 1
+	for n < 2*runtime.GOMAXPROCS(0) && n < maxShards {
+		n *= 2
+	}
+	return n
+}
+
+// shard is one part of the Locker's held locks and their schedule.
+type shard struct {
+	mu       sync.Mutex
+	lk       *Locker
+	closed   bool               // set by Close: no hold, and no scheduler pass, from then on
+	schedule lockHeap           // the shard's held locks, by their next refresh or deadline
+	lapsed   map[*Lock]struct{} // lost by their deadline, not yet released on the backend; made on first use
+	armed    instant            // when the timer will next fire by itself
+	timer    *time.Timer        // runs the scheduler pass (run); made on first use
+	_        [64]byte           // keeps shards used from different CPUs off one cache line
+}
+
+// shardOf returns the shard of lock l.
+func (l *Lock) shard() *shard { return &l.lk.shards[l.shardIdx] }
+
 // when is the time of the lock's next event.
 func (l *Lock) when() instant {
-	if l.auto && !l.refreshing && l.nextRefresh < l.deadline {
+	if l.auto() && !l.has(flagRefreshing) && l.nextRefresh < l.deadline {
 		return l.nextRefresh
 	}
 	return l.deadline
 }
 
-func (lk *Locker) scheduleLocked(l *Lock) {
+// scheduleLocked puts l in its shard's schedule, or moves it there after its
+// events changed; sh.mu is held.
+func (sh *shard) scheduleLocked(l *Lock) {
 	if l.index >= 0 {
-		heap.Fix(&lk.schedule, int(l.index))
+		heap.Fix(&sh.schedule, int(l.index))
 	} else {
-		heap.Push(&lk.schedule, l)
+		heap.Push(&sh.schedule, l)
 	}
-	// Wake the scheduler only if it would otherwise sleep past this lock's event:
-	// taking a lock then costs no scheduler wake-up in the common case.
-	if lk.schedule[0] == l && l.when() < lk.armed {
-		lk.nudge()
+	// Re-arm the timer only if it would otherwise fire after this lock's
+	// event: taking a lock then costs no timer operation in the common case.
+	if w := l.when(); sh.schedule[0] == l && w < sh.armed {
+		sh.arm(w, sh.lk.now())
 	}
 }
 
-func (lk *Locker) unschedule(l *Lock) {
+// arm sets the shard's timer to fire at instant at; sh.mu is held.
+func (sh *shard) arm(at, now instant) {
+	if sh.closed {
+		return // Close stopped the timer for good
+	}
+	sh.armed = at
+	d := time.Duration(at - now)
+	if sh.timer == nil {
+		sh.timer = time.AfterFunc(d, sh.run)
+		return
+	}
+	sh.timer.Reset(d)
+}
+
+func (sh *shard) unschedule(l *Lock) {
 	if l.index >= 0 {
-		heap.Remove(&lk.schedule, int(l.index))
-	}
-}
-
-func (lk *Locker) nudge() {
-	select {
-	case lk.wake <- struct{}{}:
-	default:
+		heap.Remove(&sh.schedule, int(l.index))
 	}
 }
 
 // confirmed records a successful refresh that started at start.
 func (lk *Locker) confirmed(l *Lock, start time.Time) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
+	sh := l.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if l.state != stateHeld {
 		return
 	}
@@ -76,86 +124,84 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 		l.deadline = d
 	}
 	l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
-	lk.scheduleLocked(l)
+	sh.scheduleLocked(l)
 }
 
-func (lk *Locker) runSchedule() {
+// run is a scheduler pass of the shard, run by its timer in a goroutine of
+// the timer's own: it ends the locks whose deadline passed, re-arms the timer
+// for the next event, and refreshes the locks due (in one batch where the
+// driver can). Close waits for a pass that began before it closed the shard;
+// a pass that begins after finds the shard closed and does nothing.
+func (sh *shard) run() {
+	lk := sh.lk
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return
+	}
+	lk.wg.Add(1) // under sh.mu, before Close (which closes the shard under it) waits
 	defer lk.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		due, wait := lk.collect(lk.now())
-		if len(due) > 0 {
-			lk.wg.Add(1)
-			go lk.refresh(due)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(wait)
-		select {
-		case <-lk.done:
-			return
-		case <-lk.wake:
-		case <-timer.C:
-		}
+	due, hooks := sh.collectLocked(lk.now())
+	sh.mu.Unlock()
+	for _, h := range hooks {
+		runHooks(h, errDeadline)
+	}
+	if len(due) > 0 {
+		lk.refresh(due)
 	}
 }
 
-// collect ends the locks whose deadline passed, marks those due for refresh, and
-// says how long to sleep until the next event.
+// collectLocked ends the locks whose deadline passed, marks those due for
+// refresh, and arms the timer for the next event; sh.mu is held. It returns
+// the hooks of the ended locks, to run after unlocking.
 //
 // A lock whose deadline passed is not released here: on a session-bound backend
 // the session may still hold it, and while the holder has not stopped (it may
 // not have looked at Lost yet) nobody else should get it. The holder's Release,
 // Do, or Close frees it.
-func (lk *Locker) collect(now instant) (due []*Lock, wait time.Duration) {
-	var hooks []func(error)
-	lk.mu.Lock()
-	for len(lk.schedule) > 0 {
-		l := lk.schedule[0]
+func (sh *shard) collectLocked(now instant) (due []*Lock, hooks []func(error)) {
+	for len(sh.schedule) > 0 {
+		l := sh.schedule[0]
 		if now >= l.deadline {
-			hooks = append(hooks, l.endLocked(stateLost, errDeadline))
-			l.lapsed = true
-			lk.lapsed[l] = struct{}{}
+			hooks = append(hooks, l.endLocked(sh, stateLost, errDeadline))
+			l.set(flagLapsed, true)
+			if sh.lapsed == nil {
+				sh.lapsed = map[*Lock]struct{}{}
+			}
+			sh.lapsed[l] = struct{}{}
 			continue
 		}
-		if l.refreshing || l.when() > now+instant(refreshSlack) {
+		if l.has(flagRefreshing) || l.when() > now+instant(refreshSlack) {
 			// The next event is a refresh in the future, or the deadline of a
 			// lock whose refresh is under way.
 			break
 		}
-		l.refreshing = true
-		heap.Fix(&lk.schedule, 0)
+		l.set(flagRefreshing, true)
+		heap.Fix(&sh.schedule, 0)
 		due = append(due, l)
 	}
-	wait = time.Hour
-	if len(lk.schedule) > 0 {
-		wait = time.Duration(lk.schedule[0].when() - lk.now())
+	next := now + instant(time.Hour)
+	if len(sh.schedule) > 0 {
+		next = sh.schedule[0].when()
 	}
-	lk.armed = now + instant(wait)
-	lk.mu.Unlock()
-	for _, h := range hooks {
-		runHooks(h, errDeadline)
-	}
-	return due, wait
+	sh.arm(next, sh.lk.now())
+	return due, hooks
 }
 
 // refresh confirms a batch of due locks, in one round trip where the driver can.
+//
+// Every lock of due is of one shard.
 func (lk *Locker) refresh(due []*Lock) {
-	defer lk.wg.Done()
-	// Under lk.mu: a manual Refresh (confirmed) moves deadlines meanwhile.
-	lk.mu.Lock()
+	// Under the shard's mu: a manual Refresh (confirmed) moves deadlines meanwhile.
+	sh := due[0].shard()
+	sh.mu.Lock()
 	deadline := due[0].deadline
 	for _, l := range due[1:] {
 		if l.deadline < deadline {
 			deadline = l.deadline
 		}
 	}
-	lk.mu.Unlock()
+	sh.mu.Unlock()
 	ctx, cancel := context.WithDeadline(lk.ctx, lk.timeOf(deadline))
 	defer cancel()
 	start := time.Now()
@@ -179,10 +225,11 @@ func (lk *Locker) refresh(due []*Lock) {
 // refreshed records the outcome of an automatic refresh.
 func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 	lk.tel.refreshed(l, classify(err))
-	lk.mu.Lock()
-	l.refreshing = false
+	sh := l.shard()
+	sh.mu.Lock()
+	l.set(flagRefreshing, false)
 	if l.state != stateHeld {
-		lk.mu.Unlock()
+		sh.mu.Unlock()
 		return
 	}
 	var hooks func(error)
@@ -192,19 +239,19 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 			l.deadline = d
 		}
 		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
-		lk.scheduleLocked(l)
-	case isNotHeld(err) && l.releasing:
+		sh.scheduleLocked(l)
+	case isNotHeld(err) && l.has(flagReleasing):
 		// The refresh raced our own Release and saw its delete; Release decides.
-		lk.scheduleLocked(l)
+		sh.scheduleLocked(l)
 	case isNotHeld(err):
-		hooks = l.endLocked(stateLost, err)
+		hooks = l.endLocked(sh, stateLost, err)
 	default:
 		// Unknown outcome: try again soon; the deadline ends the lock if no
 		// attempt gets through.
 		l.nextRefresh = lk.now() + instant(driver.RetryInterval(l.req.TTL))
-		lk.scheduleLocked(l)
+		sh.scheduleLocked(l)
 	}
-	lk.mu.Unlock()
+	sh.mu.Unlock()
 	runHooks(hooks, err)
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,19 +99,25 @@ type telemetry struct {
 
 	unreachable atomic.Bool // the last backend call failed transiently (for the recovered log)
 
-	// Under the Locker's mu, for the server-changed log (serverChanged):
-	// grants counts grants, each Lock keeps its number (grantSeq), and
-	// changeLogged is the count when the last change was logged.
+	// mu guards what follows. It is taken only when something is on
+	// (metrics, tracing or a logger): then, not before, the hold and release
+	// of locks on distinct keys meet on it.
+	mu sync.Mutex
+
+	// For the server-changed log (serverChanged): grants counts grants, each
+	// held lock keeps its number (lockTel.grantSeq), and changeLogged is the
+	// count when the last change was logged.
 	grants, changeLogged uint64
 
-	// Held locks' hold start and span, guarded by the Locker's mu; kept here
-	// rather than in Lock so that a Lock costs no more when nothing is on.
+	// Held locks' hold start, span and grant number; kept here rather than in
+	// Lock so that a Lock costs no more when nothing is on. Nil when nothing is.
 	locks map[*Lock]lockTel
 }
 
 type lockTel struct {
-	since time.Time
-	span  trace.Span // nil when not tracing
+	since    time.Time
+	span     trace.Span // nil when not tracing
+	grantSeq uint64
 }
 
 type instruments struct {
@@ -155,7 +162,7 @@ func newTelemetry(opts options, d any) *telemetry {
 	if !isNoop(mp) {
 		t.metrics = newInstruments(mp.Meter(instrumentationName), t.backend)
 	}
-	if t.tracer != nil || t.metrics != nil {
+	if t.tracer != nil || t.metrics != nil || t.logger != nil {
 		t.locks = map[*Lock]lockTel{}
 	}
 	return t
@@ -457,7 +464,7 @@ func (a *acquireSpan) end(ctx context.Context, key string, err error) {
 }
 
 // held records a grant: the held gauge, and the hold span that collects the
-// lock's refreshes and ends with it. Called under the Locker's mu.
+// lock's refreshes and ends with it. Called under the lock's shard's mu.
 //
 // The hold span is a sibling of the acquire span a, under the caller's span,
 // with a link to a: the hold outlives the Acquire call, and a child that ends
@@ -469,7 +476,10 @@ func (a *acquireSpan) end(ctx context.Context, key string, err error) {
 // life stays in one trace (a new root would split it, and a tail sampler would
 // keep one half without the other).
 func (t *telemetry) held(l *Lock, a *acquireSpan) {
-	if t.locks != nil {
+	if t.locks == nil {
+		return
+	}
+	{
 		lt := lockTel{since: time.Now()}
 		if t.metrics != nil {
 			t.metrics.held.Add(context.Background(), 1, t.addOpts(l.req.Key)...)
@@ -487,10 +497,12 @@ func (t *telemetry) held(l *Lock, a *acquireSpan) {
 			}
 			_, lt.span = t.tracer.Start(ctx, "distlock.hold", opts...)
 		}
+		t.mu.Lock()
+		t.grants++
+		lt.grantSeq = t.grants
 		t.locks[l] = lt
+		t.mu.Unlock()
 	}
-	t.grants++
-	l.grantSeq = t.grants
 	if t.logger != nil && t.logger.Enabled(context.Background(), slog.LevelDebug) {
 		t.logger.LogAttrs(context.Background(), slog.LevelDebug, "distlock: lock acquired", slog.String("backend", t.backend), slog.String("key", l.req.Key))
 	}
@@ -506,9 +518,9 @@ func (t *telemetry) refreshed(l *Lock, err error) {
 		}
 	}
 	if t.tracer != nil {
-		l.lk.mu.Lock()
+		t.mu.Lock()
 		span := t.locks[l].span
-		l.lk.mu.Unlock()
+		t.mu.Unlock()
 		switch {
 		case span == nil: // no longer held
 		case err == nil:
@@ -520,9 +532,10 @@ func (t *telemetry) refreshed(l *Lock, err error) {
 	t.backendResult(ctx, "refresh", l.req.Key, err)
 }
 
-// ended records the end of l's hold; called under lk.mu by endLocked, once.
+// ended records the end of l's hold; called under the shard's mu by
+// endLocked, once.
 func (t *telemetry) ended(l *Lock, s lockState, cause error) {
-	if t.locks == nil && t.logger == nil {
+	if t.locks == nil {
 		return
 	}
 	ctx := context.Background()
@@ -533,10 +546,10 @@ func (t *telemetry) ended(l *Lock, s lockState, cause error) {
 	case stateClosed:
 		end = "closed"
 	}
+	t.mu.Lock()
 	lt := t.locks[l]
-	if t.locks != nil {
-		delete(t.locks, l)
-	}
+	delete(t.locks, l)
+	t.mu.Unlock()
 	if m := t.metrics; m != nil {
 		m.held.Add(ctx, -1, t.addOpts(l.req.Key)...)
 		m.holdDuration.Record(ctx, time.Since(lt.since).Seconds(), t.recOpts(l.req.Key, attrEnd.String(end))...)
@@ -556,7 +569,7 @@ func (t *telemetry) ended(l *Lock, s lockState, cause error) {
 	if t.logger != nil {
 		switch {
 		case s == stateLost:
-			t.serverChanged(ctx, l, cause)
+			t.serverChanged(ctx, lt.grantSeq, cause)
 			t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: lock lost", slog.String("backend", t.backend), slog.String("key", l.req.Key),
 				slog.String("cause", lossCause(cause)), slog.String("error", cause.Error()))
 		case t.logger.Enabled(ctx, slog.LevelDebug):
@@ -570,12 +583,18 @@ func (t *telemetry) ended(l *Lock, s lockState, cause error) {
 // change rather than once per lock: every lock granted before the change
 // logged last is lost to that same change, so only the loss of a lock
 // granted after it tells of a new one. (Two servers of a cluster replaced
-// at once make one line.) Called under the Locker's mu.
-func (t *telemetry) serverChanged(ctx context.Context, l *Lock, cause error) {
-	if !errors.Is(cause, ErrServerChanged) || l.grantSeq <= t.changeLogged {
+// at once make one line.)
+func (t *telemetry) serverChanged(ctx context.Context, grantSeq uint64, cause error) {
+	if !errors.Is(cause, ErrServerChanged) {
+		return
+	}
+	t.mu.Lock()
+	if grantSeq <= t.changeLogged {
+		t.mu.Unlock()
 		return
 	}
 	t.changeLogged = t.grants
+	t.mu.Unlock()
 	t.logger.LogAttrs(ctx, slog.LevelWarn, "distlock: backend server identity changed", slog.String("backend", t.backend), slog.String("error", cause.Error()))
 }
 

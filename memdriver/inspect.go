@@ -26,9 +26,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	}
 	d.s.expire(k, ks, time.Now())
 	in.Waiters, in.Permits = len(ks.queue), ks.permits
-	for owner, h := range ks.holders {
+	ks.holders.each(func(owner string, h *holder) {
 		in.Holders = append(in.Holders, driver.Holder{Owner: owner, Label: h.label, Shared: h.shared, Token: h.token, Since: h.since, Expires: h.expires})
-	}
+	})
 	slices.SortFunc(in.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
 	return in, nil
 }
@@ -48,7 +48,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 			continue
 		}
 		d.s.expire(k, ks, now)
-		if len(ks.holders) > 0 {
+		if ks.holders.len() > 0 {
 			keys = append(keys, user)
 		}
 	}
@@ -68,18 +68,18 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if ks != nil {
 		d.s.expire(k, ks, time.Now())
 	}
-	if ks == nil || len(ks.holders) == 0 {
+	if ks == nil || ks.holders.len() == 0 {
 		d.s.mu.Unlock()
 		return 0, driver.ErrNotHeld
 	}
 	var lost []func(error)
-	for _, h := range ks.holders {
+	ks.holders.each(func(_ string, h *holder) {
 		if h.lost != nil {
 			lost = append(lost, h.lost)
 		}
-	}
-	n := len(ks.holders)
-	clear(ks.holders)
+	})
+	n := ks.holders.len()
+	ks.holders.clear()
 	d.s.changed(k, ks)
 	d.s.mu.Unlock()
 	// Outside the store's lock, as driver.Request.Lost asks.
@@ -102,7 +102,7 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 		return driver.ErrNotHeld
 	}
 	d.s.expire(k, ks, time.Now())
-	h := ks.holders[req.Owner]
+	h := ks.holders.get(req.Owner)
 	if h == nil {
 		return driver.ErrNotHeld
 	}

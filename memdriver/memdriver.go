@@ -153,15 +153,16 @@ func (d *Driver) Sever() {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
 	for k, ks := range d.s.keys {
-		for owner, h := range ks.holders {
-			if h.client == d {
-				delete(ks.holders, owner)
-				if d.severed == nil {
-					d.severed = make(map[severedHold]struct{})
-				}
-				d.severed[severedHold{k, owner}] = struct{}{}
+		ks.holders.deleteFunc(func(owner string, h *holder) bool {
+			if h.client != d {
+				return false
 			}
-		}
+			if d.severed == nil {
+				d.severed = make(map[severedHold]struct{})
+			}
+			d.severed[severedHold{k, owner}] = struct{}{}
+			return true
+		})
 		d.s.changed(k, ks)
 	}
 }
@@ -173,7 +174,7 @@ func (d *Driver) Delete(key string) {
 	defer d.s.mu.Unlock()
 	k := d.key(key)
 	if ks := d.s.keys[k]; ks != nil {
-		clear(ks.holders)
+		ks.holders.clear()
 		d.s.changed(k, ks)
 	}
 }

@@ -26,7 +26,7 @@ func (d *Driver) check(ctx context.Context) error {
 
 // held returns the grant req already holds (a retry after a lost reply).
 func held(ks *keyState, req *driver.Request) (driver.Grant, bool) {
-	h := ks.holders[req.Owner]
+	h := ks.holders.get(req.Owner)
 	if h == nil {
 		return driver.Grant{}, false
 	}
@@ -139,7 +139,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	var h *holder
 	if ks != nil {
 		d.s.expire(k, ks, now)
-		h = ks.holders[req.Owner]
+		h = ks.holders.get(req.Owner)
 	}
 	if h == nil {
 		return d.lostCause(k, req.Owner)
@@ -162,10 +162,10 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 		return driver.ErrNotHeld
 	}
 	d.s.expire(k, ks, time.Now())
-	if ks.holders[req.Owner] == nil {
+	if ks.holders.get(req.Owner) == nil {
 		return driver.ErrNotHeld
 	}
-	delete(ks.holders, req.Owner)
+	ks.holders.delete(req.Owner)
 	d.s.changed(k, ks)
 	return nil
 }

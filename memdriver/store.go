@@ -33,7 +33,7 @@ type keyState struct {
 	// 0 for the read-write lock (exclusive and shared holds), n ≥ 2 for a
 	// semaphore of n permits. It is forgotten when the key has no one left.
 	permits int
-	holders map[string]*holder // by owner
+	holders holderSet // by owner
 	queue   []*waiter          // in arrival order
 	// wake is closed whenever a holder or waiter leaves or is granted: every
 	// waiter then looks again at its turn. It is made by the first waiter
@@ -67,7 +67,7 @@ func (s *store) state(k string, req *driver.Request, now time.Time) (*keyState, 
 			ks, s.free = s.free[n-1], s.free[:n-1]
 			ks.permits = req.Permits
 		} else {
-			ks = &keyState{permits: req.Permits, holders: map[string]*holder{}}
+			ks = &keyState{permits: req.Permits}
 		}
 		s.keys[k] = ks
 		return ks, nil
@@ -91,13 +91,7 @@ func shape(permits int) string {
 
 // expire drops the holders of k whose lease has ended.
 func (s *store) expire(k string, ks *keyState, now time.Time) {
-	n := len(ks.holders)
-	for owner, h := range ks.holders {
-		if !now.Before(h.expires) {
-			delete(ks.holders, owner)
-		}
-	}
-	if len(ks.holders) != n {
+	if ks.holders.deleteFunc(func(_ string, h *holder) bool { return !now.Before(h.expires) }) > 0 {
 		s.changed(k, ks)
 	}
 }
@@ -109,7 +103,7 @@ func (s *store) changed(k string, ks *keyState) {
 		close(ks.wake)
 		ks.wake = nil
 	}
-	if len(ks.holders) == 0 && len(ks.queue) == 0 {
+	if ks.holders.len() == 0 && len(ks.queue) == 0 {
 		// Nobody holds or waits, so nobody keeps ks (a waiter keeps it only
 		// while in the queue): it can serve another key.
 		delete(s.keys, k)
@@ -141,12 +135,12 @@ func (s *store) notify(k string) {
 func (ks *keyState) mayTake(shared bool, pos int) bool {
 	switch {
 	case ks.permits > 0:
-		return len(ks.holders) < ks.permits && pos == 0
+		return ks.holders.len() < ks.permits && pos == 0
 	case shared:
-		for _, h := range ks.holders {
-			if !h.shared {
-				return false
-			}
+		exclusive := false
+		ks.holders.each(func(_ string, h *holder) { exclusive = exclusive || !h.shared })
+		if exclusive {
+			return false
 		}
 		for _, w := range ks.queue[:pos] {
 			if !w.shared {
@@ -155,17 +149,17 @@ func (ks *keyState) mayTake(shared bool, pos int) bool {
 		}
 		return true
 	default:
-		return len(ks.holders) == 0 && pos == 0
+		return ks.holders.len() == 0 && pos == 0
 	}
 }
 
 // grant makes req a holder of k, with the next token.
 func (s *store) grant(k string, ks *keyState, req *driver.Request, d *Driver, now time.Time) driver.Grant {
 	s.counters[k]++
-	h := &holder{token: s.counters[k], shared: req.Shared, since: now, expires: now.Add(req.TTL), label: req.Label, client: d, lost: req.Lost}
-	ks.holders[req.Owner] = h
+	token := s.counters[k]
+	ks.holders.put(req.Owner, holder{token: token, shared: req.Shared, since: now, expires: now.Add(req.TTL), label: req.Label, client: d, lost: req.Lost})
 	s.notify(k)
-	return driver.Grant{Token: h.token, Start: now}
+	return driver.Grant{Token: token, Start: now}
 }
 
 // place returns owner's place in the queue, or -1.
@@ -187,10 +181,10 @@ func (s *store) leave(k string, ks *keyState, i int) {
 // nextExpiry is when the first of k's holders' leases ends; zero without holders.
 func (ks *keyState) nextExpiry() time.Time {
 	var first time.Time
-	for _, h := range ks.holders {
+	ks.holders.each(func(_ string, h *holder) {
 		if first.IsZero() || h.expires.Before(first) {
 			first = h.expires
 		}
-	}
+	})
 	return first
 }
