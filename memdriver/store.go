@@ -34,7 +34,7 @@ type keyState struct {
 	// semaphore of n permits. It is forgotten when the key has no one left.
 	permits int
 	holders holderSet // by owner
-	queue   []*waiter          // in arrival order
+	queue   []*waiter // in arrival order
 	// wake is closed whenever a holder or waiter leaves or is granted: every
 	// waiter then looks again at its turn. It is made by the first waiter
 	// that needs it (nil until then, and after each close), so that a key
