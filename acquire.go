@@ -183,7 +183,7 @@ func (lk *Locker) fresh(l *Lock, g driver.Grant, start time.Time) bool {
 	if !g.Start.IsZero() {
 		start = g.Start
 	}
-	return time.Until(start.Add(l.req.TTL-l.drift)) >= minValidity(l.req.TTL)
+	return time.Until(start.Add(l.validity())) >= minValidity(l.req.TTL)
 }
 
 // cleanup releases whatever an interrupted or failed acquire may have left on the
@@ -236,16 +236,21 @@ func (lk *Locker) validate(o *options) error {
 // newLock makes the lock of an acquire call: its request, with the owner id of
 // sequence number seq and the label, in one allocation beside the Lock's own.
 func (lk *Locker) newLock(key string, seq uint64, o *options) *Lock {
-	l := &Lock{lk: lk, drift: driver.Drift(o.ttl) + o.grace, index: -1, shardIdx: uint8(seq & uint64(len(lk.shards)-1))}
+	l := &Lock{lk: lk, index: -1, shardIdx: uint8(seq & uint64(len(lk.shards)-1))}
 	if o.autoRefresh {
 		l.flags = flagAuto
+	}
+	if o.grace > 0 {
+		// Made now, before the lock is shared, so that validity can read the
+		// grace without a lock.
+		l.ext.Store(&lockExt{lost: make(chan struct{}), grace: o.grace})
 	}
 	l.req = driver.Request{Key: key, TTL: o.ttl, Shared: o.shared}
 	if o.permits > 1 {
 		l.req.Permits = o.permits // one permit is the exclusive lock
 	}
 	l.req.Owner, l.req.Label = lk.ownerAndLabel(seq, o.owner(), time.Now(), o.value)
-	l.req.Lost = l.driverLost
+	l.req.Lost = (*lossReporter)(l) // the lock itself: no closure to allocate
 	return l
 }
 
@@ -267,7 +272,7 @@ func (lk *Locker) hold(l *Lock, g driver.Grant, start time.Time, a *acquireSpan)
 	l.token = g.Token
 	l.state = stateHeld
 	lk.tel.held(l, a)
-	l.deadline = lk.at(start) + instant(l.req.TTL-l.drift)
+	l.deadline = lk.at(start) + instant(l.validity())
 	if l.auto() {
 		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
 	}

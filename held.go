@@ -24,8 +24,7 @@ type Lock struct {
 	deadline    instant
 	nextRefresh instant
 	token       uint64
-	drift       time.Duration // taken off every validity window: driver.Drift(ttl) plus the grace
-	index       int32         // in the shard's schedule, -1 when not scheduled
+	index       int32 // in the shard's schedule, -1 when not scheduled
 	state       lockState
 	flags       lockFlags
 	shardIdx    uint8 // set once, before the lock is shared
@@ -46,7 +45,28 @@ type lockExt struct {
 	// recorded (stateAcquiring), a driver's loss report that came early.
 	cause  error
 	onLost func(error) // run once when the lock is lost or closed
+	// grace is WithGrace's, set when the lock is made (only a lock with a
+	// grace has a lockExt from the start) and never changed.
+	grace time.Duration
 }
+
+// validity is how long a grant or refresh keeps the lock valid, from the
+// moment its request went out: the TTL less the drift allowance
+// (driver.Drift) and the grace.
+func (l *Lock) validity() time.Duration {
+	v := l.req.TTL - driver.Drift(l.req.TTL)
+	if e := l.ext.Load(); e != nil {
+		v -= e.grace
+	}
+	return v
+}
+
+// lossReporter is a Lock as its request's driver.LossReporter: a conversion
+// of the Lock's pointer, which an interface holds without an allocation.
+type lossReporter Lock
+
+// Lost implements driver.LossReporter.
+func (r *lossReporter) Lost(err error) { (*Lock)(r).driverLost(err) }
 
 // lockFlags are a Lock's booleans, guarded by its shard's mu.
 type lockFlags uint8

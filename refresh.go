@@ -120,7 +120,7 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 	if l.state != stateHeld {
 		return
 	}
-	if d := lk.at(start) + instant(l.req.TTL-l.drift); d > l.deadline {
+	if d := lk.at(start) + instant(l.validity()); d > l.deadline {
 		l.deadline = d
 	}
 	l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))
@@ -235,7 +235,7 @@ func (lk *Locker) refreshed(l *Lock, start time.Time, err error) {
 	var hooks func(error)
 	switch {
 	case err == nil:
-		if d := lk.at(start) + instant(l.req.TTL-l.drift); d > l.deadline {
+		if d := lk.at(start) + instant(l.validity()); d > l.deadline {
 			l.deadline = d
 		}
 		l.nextRefresh = lk.at(start) + instant(driver.RefreshInterval(l.req.TTL))

@@ -384,7 +384,7 @@ func (d *netmemDriver) conn(ctx context.Context) (*rpc.Client, int, error) {
 			err := d.call(ctx, c, "Refresh", NetmemArgs{Key: r.Key, Owner: r.Owner}, &NetmemReply{})
 			if errors.Is(err, driver.ErrNotHeld) {
 				d.forget(r)
-				r.Lost(fmt.Errorf("%w: netmem: the server restarted without the lock", driver.ErrNotHeld))
+				r.Lost.Lost(fmt.Errorf("%w: netmem: the server restarted without the lock", driver.ErrNotHeld))
 			}
 		}
 	}
@@ -453,7 +453,7 @@ func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (dri
 	d.held[req] = run < 0
 	d.mu.Unlock()
 	if netmemBroken("early-loss") {
-		time.AfterFunc(10*time.Millisecond, func() { req.Lost(fmt.Errorf("%w: netmem: broken early loss", driver.ErrNotHeld)) })
+		time.AfterFunc(10*time.Millisecond, func() { req.Lost.Lost(fmt.Errorf("%w: netmem: broken early loss", driver.ErrNotHeld)) })
 	}
 	return driver.Grant{Token: r.Token, Start: start}, nil
 }

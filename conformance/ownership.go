@@ -23,7 +23,7 @@ func (e *env) rawDriver() driver.Driver {
 }
 
 func (e *env) request(owner string) *driver.Request {
-	return &driver.Request{Key: e.key, Owner: owner, TTL: e.ttl, Lost: func(error) {}}
+	return &driver.Request{Key: e.key, Owner: owner, TTL: e.ttl, Lost: driver.LostFunc(func(error) {})}
 }
 
 func newOwner() string {

@@ -136,9 +136,9 @@ func (e *env) checkRawStaleRelease(s shape) {
 	key := e.key + "/" + s.name + "/raw"
 	fill := e.filled(s, key)
 	d, d2 := e.rawDriver(), e.rawDriver()
-	stale := &driver.Request{Key: key, Owner: newOwner(), TTL: e.ttl, Lost: func(error) {}}
+	stale := &driver.Request{Key: key, Owner: newOwner(), TTL: e.ttl, Lost: driver.LostFunc(func(error) {})}
 	s.raw(stale)
-	next := &driver.Request{Key: key, Owner: newOwner(), TTL: e.ttl, Lost: func(error) {}}
+	next := &driver.Request{Key: key, Owner: newOwner(), TTL: e.ttl, Lost: driver.LostFunc(func(error) {})}
 	if s.rival != nil {
 		s.raw(next)
 	}

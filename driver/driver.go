@@ -148,12 +148,29 @@ type Request struct {
 	// in Holder.Label. At most MaxLabelLen bytes of valid UTF-8.
 	Label string
 
-	// Lost is set by the portable layer. A driver calls it (from any goroutine, any
-	// number of times, without holding its own locks) when it learns that the lock
-	// is gone without a Refresh or Release having told the caller: session expired,
-	// connection dropped, our node or key deleted. It must not block.
-	Lost func(err error)
+	// Lost is set by the portable layer. A driver calls its Lost method (from
+	// any goroutine, any number of times, without holding its own locks) when it
+	// learns that the lock is gone without a Refresh or Release having told the
+	// caller: session expired, connection dropped, our node or key deleted. It
+	// must not block.
+	Lost LossReporter
 }
+
+// LossReporter is what Request.Lost holds: where a driver reports a lock it
+// learned is gone. It is an interface rather than a function so that the
+// portable layer can pass the lock itself and a held lock costs no closure.
+type LossReporter interface {
+	// Lost reports that the lock is gone, and why (an error matching
+	// ErrNotHeld, with a loss cause where the driver can tell it).
+	Lost(err error)
+}
+
+// LostFunc makes a function a LossReporter (for a driver's own tests, or a
+// program that uses a driver without package lock).
+type LostFunc func(err error)
+
+// Lost calls f(err).
+func (f LostFunc) Lost(err error) { f(err) }
 
 // WakeSource says what woke a waiting Acquire: see Woke.
 type WakeSource uint8

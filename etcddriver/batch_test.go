@@ -25,7 +25,7 @@ func TestRefreshBatchConfirmsEachLock(t *testing.T) {
 	const n = 300
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: func(error) {}}
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestRefreshBatchAmongManyOtherKeysConfirmsEachLock(t *testing.T) {
 	}
 	reqs := make([]*driver.Request, 4)
 	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: func(error) {}}
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
 		_, err := d.TryAcquire(ctx, reqs[i])
 		switch {
 		case i == 1 && !errors.Is(err, driver.ErrLocked):

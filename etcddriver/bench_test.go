@@ -398,7 +398,7 @@ func benchDistinct(b *testing.B, goroutines int) {
 		},
 		func(ctx context.Context, w int) (func() error, error) {
 			dr := drivers[w%clients]
-			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: func(error) {}}
+			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 			if _, err := dr.Acquire(ctx, req); err != nil {
 				return nil, err
 			}
@@ -514,7 +514,7 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 		base := benchKey()
 		before := heap()
 		release := holdAll(func(i int) (func(), error) {
-			req := &driver.Request{Key: fmt.Sprintf("%s-%d", base, i), Owner: strconv.Itoa(i), TTL: ttl, Lost: func(error) {}}
+			req := &driver.Request{Key: fmt.Sprintf("%s-%d", base, i), Owner: strconv.Itoa(i), TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 			if _, err := d.TryAcquire(ctx, req); err != nil {
 				return nil, err
 			}

@@ -54,17 +54,17 @@ func TestCloseOnAFrozenServerReturnsWithinASecond(t *testing.T) {
 			defer d.Close()
 			ttl := 5 * time.Second
 			for _, k := range []string{"a", "b"} {
-				if _, err := d.TryAcquire(ctx, &driver.Request{Key: k, Owner: "h", TTL: ttl, Lost: func(error) {}}); err != nil {
+				if _, err := d.TryAcquire(ctx, &driver.Request{Key: k, Owner: "h", TTL: ttl, Lost: driver.LostFunc(func(error) {})}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// A second lease (another TTL) and a waiter queued behind our own lock.
-			if _, err := d.TryAcquire(ctx, &driver.Request{Key: "c", Owner: "h", TTL: 2 * ttl, Lost: func(error) {}}); err != nil {
+			if _, err := d.TryAcquire(ctx, &driver.Request{Key: "c", Owner: "h", TTL: 2 * ttl, Lost: driver.LostFunc(func(error) {})}); err != nil {
 				t.Fatal(err)
 			}
 			waited := make(chan error, 1)
 			go func() {
-				_, err := d.(driver.Acquirer).Acquire(ctx, &driver.Request{Key: "a", Owner: "w", TTL: ttl, Lost: func(error) {}})
+				_, err := d.(driver.Acquirer).Acquire(ctx, &driver.Request{Key: "a", Owner: "w", TTL: ttl, Lost: driver.LostFunc(func(error) {})})
 				waited <- err
 			}()
 			queued(t, newClient(t, s.URL()), d.(*etcddriver.Driver), "a", 2)
@@ -155,7 +155,7 @@ func TestCallsOnAFrozenServerEndWithTheirContext(t *testing.T) {
 	defer cancel()
 	d := newDriver(t, s.URL(), etcddriver.WithPrefix(testPrefix(t)))
 	ttl := 10 * time.Second
-	held := &driver.Request{Key: "held", Owner: "h", TTL: ttl, Lost: func(error) {}}
+	held := &driver.Request{Key: "held", Owner: "h", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +173,11 @@ func TestCallsOnAFrozenServerEndWithTheirContext(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"TryAcquire", func(ctx context.Context) error {
-			_, err := d.TryAcquire(ctx, &driver.Request{Key: "k1", Owner: "o", TTL: ttl, Lost: func(error) {}})
+			_, err := d.TryAcquire(ctx, &driver.Request{Key: "k1", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})})
 			return err
 		}},
 		{"AcquireOnANewLease", func(ctx context.Context) error {
-			_, err := d.Acquire(ctx, &driver.Request{Key: "k2", Owner: "o", TTL: 2 * ttl, Lost: func(error) {}})
+			_, err := d.Acquire(ctx, &driver.Request{Key: "k2", Owner: "o", TTL: 2 * ttl, Lost: driver.LostFunc(func(error) {})})
 			return err
 		}},
 		{"Refresh", func(ctx context.Context) error { return d.Refresh(ctx, held) }},

@@ -241,7 +241,7 @@ func TestWaiterWhoseLeaseEndsIsNeverToldItHolds(t *testing.T) {
 			held := mustAcquire(t, a, "k")
 			w, hole := holedDriver(t, url)
 			ttl := w.Capabilities().MinTTL
-			req := &driver.Request{Key: "k", Owner: "waiter", TTL: ttl, Lost: func(error) {}}
+			req := &driver.Request{Key: "k", Owner: "waiter", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 			type result struct {
 				g   driver.Grant
 				err error
@@ -299,11 +299,11 @@ func TestCloseEndsWaitersAndFreesLocksAtOnce(t *testing.T) {
 	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
 	ttl := 5 * time.Second
 	lost := make(chan error, 1)
-	held := &driver.Request{Key: "held", Owner: "h", TTL: ttl, Lost: func(err error) { lost <- err }}
+	held := &driver.Request{Key: "held", Owner: "h", TTL: ttl, Lost: driver.LostFunc(func(err error) { lost <- err })}
 	if _, err := d.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
-	waiter := &driver.Request{Key: "busy", Owner: "w", TTL: ttl, Lost: func(error) {}}
+	waiter := &driver.Request{Key: "busy", Owner: "w", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	waited := make(chan error, 1)
 	go func() {
 		_, err := d.Acquire(ctx, waiter)

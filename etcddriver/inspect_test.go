@@ -178,12 +178,12 @@ func TestForceReleaseLeavesTombstonesOutsideTheLocks(t *testing.T) {
 	d := newDriver(t, url, etcddriver.WithPrefix(prefix))
 	op := newDriver(t, url, etcddriver.WithPrefix(prefix))
 	ttl := 5 * time.Second
-	held := &driver.Request{Key: "job", Owner: "evicted", TTL: ttl, Label: "L", Lost: func(error) {}}
+	held := &driver.Request{Key: "job", Owner: "evicted", TTL: ttl, Label: "L", Lost: driver.LostFunc(func(error) {})}
 	g, err := d.TryAcquire(ctx, held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := &driver.Request{Key: "job", Owner: "waiter", TTL: ttl, Lost: func(error) {}}
+	waiter := &driver.Request{Key: "job", Owner: "waiter", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	granted := make(chan driver.Grant, 1)
 	go func() {
 		g, err := op.Acquire(ctx, waiter)
@@ -291,7 +291,7 @@ func TestRelabelKeepsTheTokenAndNeverRecreatesTheKey(t *testing.T) {
 	ctx := inspectCtx(t)
 	c := newClient(t, url)
 	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
-	req := &driver.Request{Key: "k", Owner: "o1", TTL: 5 * time.Second, Label: "before", Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "o1", TTL: 5 * time.Second, Label: "before", Lost: driver.LostFunc(func(error) {})}
 	g, err := d.TryAcquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestWatchSignalsChangesAndEndsWithItsContextOrTheDriver(t *testing.T) {
 			}
 		}
 	}
-	req := &driver.Request{Key: "k", Owner: "o1", TTL: 5 * time.Second, Label: "a", Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "o1", TTL: 5 * time.Second, Label: "a", Lost: driver.LostFunc(func(error) {})}
 	if _, err := other.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,7 @@ func (s *session) keep() {
 		}
 		d.mu.Unlock()
 		for _, e := range expired {
-			e.req.Lost(errExpired)
+			e.req.Lost.Lost(errExpired)
 		}
 		if cleanup {
 			s.deleteOrphans()
@@ -349,7 +349,7 @@ type lostSet struct {
 
 func (l lostSet) run() {
 	for _, e := range l.held {
-		e.req.Lost(l.err)
+		e.req.Lost.Lost(l.err)
 	}
 }
 

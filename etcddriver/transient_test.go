@@ -26,13 +26,13 @@ func TestQuorumLossIsUnavailable(t *testing.T) {
 	// the calls, not the driver's own keepalive deadline.
 	const ttl = time.Minute
 	w := newDriver(t, survivor, etcddriver.WithPrefix(testPrefix(t)))
-	held := &driver.Request{Key: "k", Owner: "holder", TTL: ttl, Lost: func(error) {}}
+	held := &driver.Request{Key: "k", Owner: "holder", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	if _, err := w.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 	waited := make(chan error, 1)
 	go func() {
-		_, err := w.Acquire(ctx, &driver.Request{Key: "k", Owner: "waiter", TTL: ttl, Lost: func(error) {}})
+		_, err := w.Acquire(ctx, &driver.Request{Key: "k", Owner: "waiter", TTL: ttl, Lost: driver.LostFunc(func(error) {})})
 		waited <- err
 	}()
 	queued(t, newClient(t, survivor), w, "k", 2)
@@ -45,7 +45,7 @@ func TestQuorumLossIsUnavailable(t *testing.T) {
 	start := time.Now()
 	tried := make(chan error, 1)
 	go func() {
-		_, err := w.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "o", TTL: ttl, Lost: func(error) {}})
+		_, err := w.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})})
 		tried <- err
 	}()
 	for _, c := range []struct {
@@ -77,7 +77,7 @@ func TestConnectionLostMidRequestIsUnavailable(t *testing.T) {
 	}
 	defer d.Close()
 	const ttl = time.Minute
-	if _, err := d.TryAcquire(ctx, &driver.Request{Key: "a", Owner: "o", TTL: ttl, Lost: func(error) {}}); err != nil {
+	if _, err := d.TryAcquire(ctx, &driver.Request{Key: "a", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Pause(); err != nil {
@@ -89,7 +89,7 @@ func TestConnectionLostMidRequestIsUnavailable(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, err = d.TryAcquire(ctx, &driver.Request{Key: "b", Owner: "o", TTL: ttl, Lost: func(error) {}})
+	_, err = d.TryAcquire(ctx, &driver.Request{Key: "b", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})})
 	t.Logf("TryAcquire after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if ctx.Err() != nil {
 		t.Fatal("the request outlived its context instead of failing with the connection")

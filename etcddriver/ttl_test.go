@@ -36,7 +36,7 @@ func TestTTLBeyondTheMaximumIsAClearErrorAndTakesNothing(t *testing.T) {
 	maxTTL := d.Capabilities().MaxTTL
 	for _, ttl := range []time.Duration{maxTTL + time.Nanosecond, maxTTL + time.Second, math.MaxInt64 - time.Second + 1, math.MaxInt64} {
 		for _, wait := range []bool{false, true} {
-			req := &driver.Request{Key: "k", Owner: "o", TTL: ttl, Lost: func(error) {}}
+			req := &driver.Request{Key: "k", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 			var err error
 			if wait {
 				_, err = d.Acquire(ctx, req)
@@ -96,7 +96,7 @@ func TestLongestTTLsAreGrantedExactly(t *testing.T) {
 		{driver.DefaultMaxTTL, int64(driver.DefaultMaxTTL / time.Second)},
 		{driver.DefaultMaxTTL - time.Nanosecond, int64(driver.DefaultMaxTTL / time.Second)},
 	} {
-		req := &driver.Request{Key: "k", Owner: "o", TTL: c.ttl, Lost: func(error) {}}
+		req := &driver.Request{Key: "k", Owner: "o", TTL: c.ttl, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, req); err != nil {
 			t.Fatalf("TTL %v: %v", c.ttl, err)
 		}

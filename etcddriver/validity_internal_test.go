@@ -36,7 +36,7 @@ func TestGrantAndRefreshValidityEndByTheLeasesDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	first := &driver.Request{Key: "first", Owner: "o1", TTL: ttl, Lost: func(error) {}}
+	first := &driver.Request{Key: "first", Owner: "o1", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestGrantAndRefreshValidityEndByTheLeasesDeadline(t *testing.T) {
 	}
 
 	ageLease()
-	second := &driver.Request{Key: "second", Owner: "o2", TTL: ttl, Lost: func(error) {}}
+	second := &driver.Request{Key: "second", Owner: "o2", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	g, err := d.TryAcquire(ctx, second)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func newDriver(t *testing.T, dir string) *Driver {
 }
 
 func newReq(key, owner string) *driver.Request {
-	return &driver.Request{Key: key, Owner: owner, TTL: time.Minute, Lost: func(error) {}}
+	return &driver.Request{Key: key, Owner: owner, TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 }
 
 func testCtx(t *testing.T) context.Context {

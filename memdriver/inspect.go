@@ -72,7 +72,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		d.s.mu.Unlock()
 		return 0, driver.ErrNotHeld
 	}
-	var lost []func(error)
+	var lost []driver.LossReporter
 	ks.holders.each(func(_ string, h *holder) {
 		if h.lost != nil {
 			lost = append(lost, h.lost)
@@ -84,7 +84,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	d.s.mu.Unlock()
 	// Outside the store's lock, as driver.Request.Lost asks.
 	for _, f := range lost {
-		f(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))
+		f.Lost(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))
 	}
 	return n, nil
 }

@@ -49,7 +49,7 @@ type holder struct {
 	expires time.Time
 	label   string
 	client  *Driver
-	lost    func(error) // the request's Lost
+	lost    driver.LossReporter // the request's Lost
 }
 
 type waiter struct {

@@ -27,7 +27,7 @@ func TestWaiterReportsReleaseAsNotificationAndLeaseEndAsTimer(t *testing.T) {
 		{"lease end", func(*driver.Request) error { return nil }, driver.WakeTimer},
 	} {
 		key := c.name
-		holder := &driver.Request{Key: key, Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
+		holder := &driver.Request{Key: key, Owner: "holder", TTL: 200 * time.Millisecond, Lost: driver.LostFunc(func(error) {})}
 		if c.want == driver.WakeNotified {
 			holder.TTL = time.Hour
 		}
@@ -38,7 +38,7 @@ func TestWaiterReportsReleaseAsNotificationAndLeaseEndAsTimer(t *testing.T) {
 			mu    sync.Mutex
 			wakes []driver.WakeSource
 		)
-		waiter := &driver.Request{Key: key, Owner: "waiter", TTL: time.Minute, Lost: func(error) {}}
+		waiter := &driver.Request{Key: key, Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
 		got := make(chan error, 1)
 		go func() { _, err := d2.Acquire(wctx, waiter); got <- err }()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/distlock/lock/driver"
 )
 
 // lockConn is one dedicated session, taken out of the pool for good. It either
@@ -424,7 +426,7 @@ func (d *Driver) kill(c *lockConn, cause error) {
 	}
 	c.dead.Store(true)
 	d.removeLocked(c)
-	var lost []func(error)
+	var lost []driver.LossReporter
 	for _, h := range c.locks {
 		d.forgetLocked(h)
 		if h.lost != nil {
@@ -435,7 +437,7 @@ func (d *Driver) kill(c *lockConn, cause error) {
 	d.broadcastLocked()
 	d.mu.Unlock()
 	for _, f := range lost {
-		f(cause)
+		f.Lost(cause)
 	}
 }
 

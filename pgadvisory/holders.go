@@ -610,6 +610,6 @@ func (d *Driver) evictLocal(id int64, pid int32) {
 	}
 	d.mu.Unlock()
 	if h.lost != nil {
-		h.lost(errForced)
+		h.lost.Lost(errForced)
 	}
 }

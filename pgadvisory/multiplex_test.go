@@ -416,13 +416,13 @@ func TestRefreshBatchConfirmsHeldLocksAndRefusesOthers(t *testing.T) {
 	defer d.Close()
 	var reqs []*driver.Request
 	for i := 0; i < 50; i++ {
-		req := &driver.Request{Key: fmt.Sprintf("%s/%d", t.Name(), i), Owner: fmt.Sprintf("owner-%d", i), TTL: time.Second, Lost: func(error) {}}
+		req := &driver.Request{Key: fmt.Sprintf("%s/%d", t.Name(), i), Owner: fmt.Sprintf("owner-%d", i), TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		reqs = append(reqs, req)
 	}
-	stranger := &driver.Request{Key: t.Name() + "/0", Owner: "stranger", TTL: time.Second, Lost: func(error) {}}
+	stranger := &driver.Request{Key: t.Name() + "/0", Owner: "stranger", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	errs := d.RefreshBatch(ctx, append(reqs, stranger))
 	for i, err := range errs[:len(reqs)] {
 		if err != nil {

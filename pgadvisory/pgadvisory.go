@@ -568,7 +568,7 @@ type holding struct {
 	c       *lockConn
 	token   uint64
 	start   time.Time
-	lost    func(error)
+	lost    driver.LossReporter
 
 	// Guarded by d.mu.
 	release *pendingRelease // an unlock in flight, or nil
@@ -829,7 +829,7 @@ func (d *Driver) Close() error {
 	}
 	conns := d.conns
 	d.conns = nil
-	var lost []func(error)
+	var lost []driver.LossReporter
 	for _, h := range d.byOwner {
 		if h.lost != nil {
 			lost = append(lost, h.lost)
@@ -907,7 +907,7 @@ func (d *Driver) Close() error {
 	}
 	cause := fmt.Errorf("%w: the driver was closed, which ended its sessions", driver.ErrNotHeld)
 	for _, f := range lost {
-		f(cause)
+		f.Lost(cause)
 	}
 	return nil
 }

@@ -74,11 +74,11 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	d := benchDriver(b, url)
-	req := &driver.Request{Key: "bench", TTL: 30 * time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "bench", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	lk := lock.New(benchDriver(b, url))
 	defer lk.Close()
 	plain := benchDriver(b, url, WithFencing(false))
-	plainReq := &driver.Request{Key: "bench-plain", TTL: 30 * time.Second, Lost: func(error) {}}
+	plainReq := &driver.Request{Key: "bench-plain", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	lkPlain := lock.New(benchDriver(b, url, WithFencing(false)))
 	defer lkPlain.Close()
 
@@ -372,7 +372,7 @@ func BenchmarkDriverHeldLockMemory(b *testing.B) {
 		d := benchDriver(b, url)
 		reqs := make([]*driver.Request, n+1)
 		for k := range reqs {
-			reqs[k] = &driver.Request{Key: fmt.Sprintf("held/%d", k), Owner: randomHex(8), TTL: time.Minute, Lost: func(error) {}}
+			reqs[k] = &driver.Request{Key: fmt.Sprintf("held/%d", k), Owner: randomHex(8), TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		}
 		// The first lock starts what every lock shares: the inbox, a connection.
 		if _, err := d.TryAcquire(ctx, reqs[n]); err != nil {

@@ -90,7 +90,7 @@ func TestCloseIsBoundedOnAFrozenServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := &driver.Request{Key: "k", Owner: "holder", TTL: time.Minute, Lost: func(error) {}}
+	held := &driver.Request{Key: "k", Owner: "holder", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestCloseIsBoundedOnAFrozenServer(t *testing.T) {
 	admin := adminClient(t, srv.URL())
 	errc := make(chan error, 2)
 	go func() {
-		_, err := d.Acquire(context.Background(), &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: func(error) {}})
+		_, err := d.Acquire(context.Background(), &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})})
 		errc <- err
 	}()
 	waitQueueLen(t, ctx, admin, d.keys("k").queue, 1)
@@ -112,7 +112,7 @@ func TestCloseIsBoundedOnAFrozenServer(t *testing.T) {
 	inUse := func() uint32 { s := client.PoolStats(); return s.TotalConns - s.IdleConns }
 	busy := inUse()
 	go func() {
-		_, err := d.Acquire(context.Background(), &driver.Request{Key: "other", Owner: "stuck", TTL: time.Second, Lost: func(error) {}})
+		_, err := d.Acquire(context.Background(), &driver.Request{Key: "other", Owner: "stuck", TTL: time.Second, Lost: driver.LostFunc(func(error) {})})
 		errc <- err
 	}()
 	waitFor(t, ctx, "the Acquire's round trip", func() bool { return inUse() > busy })

@@ -30,7 +30,7 @@ func TestReplicaAndStoppedServerAreUnavailable(t *testing.T) {
 	if err := admin.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	_, err = d.TryAcquire(ctx, req)
 	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
 		t.Fatalf("TryAcquire on a replica = %v, want READONLY matching driver.ErrUnavailable", err)
@@ -70,7 +70,7 @@ func TestWrongTypeAndMissingPermissionArePermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, req); err == nil || errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("TryAcquire without EVALSHA permission = %v, want a permanent NOPERM", err)
 	}
@@ -82,7 +82,7 @@ func TestWrongTypeAndMissingPermissionArePermanent(t *testing.T) {
 	if err := admin.RPush(ctx, d2.keys("list").lock, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	wrong := &driver.Request{Key: "list", Owner: "owner-1", TTL: time.Second, Lost: func(error) {}}
+	wrong := &driver.Request{Key: "list", Owner: "owner-1", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d2.TryAcquire(ctx, wrong); !errors.Is(err, ErrWrongType) || errors.Is(err, driver.ErrUnavailable) {
 		t.Fatalf("TryAcquire of a list = %v, want a permanent ErrWrongType", err)
 	}

@@ -57,7 +57,7 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if err := d.subscribe(ctx); err != nil { // the inbox, which the first grant would start
 		t.Fatal(err)
 	}
-	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Label: `{"owner":"me"}`, Lost: func(error) {}}
+	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Label: `{"owner":"me"}`, Lost: driver.LostFunc(func(error) {})}
 	k := d.keys(req.Key)
 	if _, err := d.TryAcquire(ctx, req); err != nil { // reads the run_id
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if g, err := d.TryAcquire(ctx, req); err != nil || g.Token != 0 {
 		t.Errorf("TryAcquire again by the owner = %+v, %v; want the same grant", g, err)
 	}
-	other := &driver.Request{Key: req.Key, Owner: randomHex(8), TTL: time.Second, Lost: func(error) {}}
+	other := &driver.Request{Key: req.Key, Owner: randomHex(8), TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, driver.ErrLocked) {
 		t.Errorf("TryAcquire by another owner = %v, want ErrLocked", err)
 	}
@@ -135,7 +135,7 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if _, err := d.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	w := &driver.Request{Key: req.Key, Owner: randomHex(8), TTL: 10 * time.Second, Label: "w", Lost: func(error) {}}
+	w := &driver.Request{Key: req.Key, Owner: randomHex(8), TTL: 10 * time.Second, Label: "w", Lost: driver.LostFunc(func(error) {})}
 	got := make(chan driver.Grant, 1)
 	go func() {
 		g, err := d.Acquire(ctx, w)
@@ -173,7 +173,7 @@ func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T)
 		t.Fatal(err)
 	}
 	defer d.Close()
-	req := &driver.Request{Key: "shared-with-redislock", Owner: randomHex(8), TTL: 10 * time.Second, Label: "ours", Lost: func(error) {}}
+	req := &driver.Request{Key: "shared-with-redislock", Owner: randomHex(8), TTL: 10 * time.Second, Label: "ours", Lost: driver.LostFunc(func(error) {})}
 	k := d.keys(req.Key)
 	theirs := "tok3nFromAnotherLibrary" + "meta"
 
@@ -249,8 +249,8 @@ func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
 	}
 	holderD, waiterD, newcomerD := open(), open(), open()
 	for round := 0; round < 20; round++ {
-		holder := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
-		waiter := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+		holder := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		waiter := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
 		k := holderD.keys("fifo")
 		if _, err := holderD.TryAcquire(ctx, holder); err != nil {
 			t.Fatal(err)
@@ -274,7 +274,7 @@ func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
 					return
 				default:
 				}
-				r := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+				r := &driver.Request{Key: "fifo", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
 				n++
 				_, err := newcomerD.TryAcquire(ctx, r)
 				if err == nil {
@@ -327,7 +327,7 @@ func TestWithoutFencingWatchersAreToldOfATryAcquireGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: func(error) {}}
+	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func TestProgramsOwnGoRedisLoggerIsKept(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	req := &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	_, _ = d.TryAcquire(ctx, req) // go-redis logs the failed dial
 	if rec.lines() == 0 {
 		t.Fatal("the program's own logger received no line from go-redis")

@@ -315,7 +315,7 @@ func (d *Driver) checkHeld() {
 	defer cancel()
 	for i, err := range d.refresh(ctx, reqs, false) {
 		if isNotHeld(err) && reqs[i].Lost != nil {
-			reqs[i].Lost(err)
+			reqs[i].Lost.Lost(err)
 		}
 	}
 }

@@ -16,7 +16,7 @@ func holdMany(t *testing.T, ctx context.Context, d *Driver, n int, ttl time.Dura
 	t.Helper()
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprintf("many/%d", i), Owner: randomHex(8), TTL: ttl, Label: "l", Lost: func(error) {}}
+		reqs[i] = &driver.Request{Key: fmt.Sprintf("many/%d", i), Owner: randomHex(8), TTL: ttl, Label: "l", Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
 			t.Fatal(err)
 		}

@@ -118,7 +118,7 @@ func TestRefreshReportsAServerThatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Minute, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRefreshReportsAServerThatChanged(t *testing.T) {
 		t.Fatalf("Refresh after a restart = %v, want ErrNotHeld and ErrServerChanged", err)
 	}
 	// A lock taken on the new server is fine.
-	req2 := &driver.Request{Key: "k", Owner: "owner-2", TTL: time.Minute, Lost: func(error) {}}
+	req2 := &driver.Request{Key: "k", Owner: "owner-2", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, req2); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestLockTakenAfterARestartIsNotReportedLost(t *testing.T) {
 			if err := srv.Restart(keepData); err != nil {
 				t.Fatal(err)
 			}
-			waited := &driver.Request{Key: "waited", Owner: "owner-3", TTL: time.Minute, Lost: func(error) {}}
+			waited := &driver.Request{Key: "waited", Owner: "owner-3", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 			if _, err := d.Acquire(ctx, waited); err != nil {
 				t.Fatal(err)
 			}
@@ -217,12 +217,12 @@ func TestLockTakenAfterARestartIsNotReportedLost(t *testing.T) {
 // (the first one; later ones are dropped).
 func recordedRequest(key, owner string, ttl time.Duration) (*driver.Request, <-chan error) {
 	lost := make(chan error, 1)
-	return &driver.Request{Key: key, Owner: owner, TTL: ttl, Lost: func(err error) {
+	return &driver.Request{Key: key, Owner: owner, TTL: ttl, Lost: driver.LostFunc(func(err error) {
 		select {
 		case lost <- err:
 		default:
 		}
-	}}, lost
+	})}, lost
 }
 
 // Shared holds and permits are lost as the mutex is when the server restarts

@@ -33,7 +33,7 @@ func TestLongestTTLKeepsTheLockOnTheServer(t *testing.T) {
 	if got := d1.Capabilities().MaxTTL; got != math.MaxInt64 {
 		t.Fatalf("Capabilities().MaxTTL = %v, want the whole range of time.Duration", got)
 	}
-	req := &driver.Request{Key: "forever", Owner: "owner-1", TTL: math.MaxInt64, Lost: func(error) {}}
+	req := &driver.Request{Key: "forever", Owner: "owner-1", TTL: math.MaxInt64, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d1.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestLongestTTLKeepsTheLockOnTheServer(t *testing.T) {
 		}
 	}
 	checkPTTL("after acquire")
-	other := &driver.Request{Key: "forever", Owner: "owner-2", TTL: time.Second, Lost: func(error) {}}
+	other := &driver.Request{Key: "forever", Owner: "owner-2", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d2.TryAcquire(ctx, other); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("a second client's TryAcquire = %v, want ErrLocked", err)
 	}

@@ -34,7 +34,7 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 10 * time.Second, Lost: func(error) {}}
+	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +66,12 @@ func TestCloseLeavesNoGoroutineWithAFrozenServer(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(ctx, &driver.Request{Key: "k", Owner: "waiter", TTL: 10 * time.Second, Lost: func(error) {}})
+		_, err := d.Acquire(ctx, &driver.Request{Key: "k", Owner: "waiter", TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})})
 		errc <- err
 	}()
 	// Requests that dial the frozen server (and time out, leaving the dials).
 	for range 3 {
-		_, _ = d.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "o", TTL: 10 * time.Second, Lost: func(error) {}})
+		_, _ = d.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "o", TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})})
 	}
 	start := time.Now()
 	if err := d.Close(); err != nil {

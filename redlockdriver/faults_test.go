@@ -86,7 +86,7 @@ func TestAcquireWithThreeOfFiveServersStoppedMakesOneAttemptAndLeavesNothing(t *
 	}
 	defer d.Close()
 	// Connect, and load the scripts, while every server is up.
-	warm := &driver.Request{Key: "warm", Owner: "owner-0", TTL: 2 * time.Second, Lost: func(error) {}}
+	warm := &driver.Request{Key: "warm", Owner: "owner-0", TTL: 2 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.TryAcquire(ctx, warm); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestAcquireWithThreeOfFiveServersStoppedMakesOneAttemptAndLeavesNothing(t *
 			t.Fatal(err)
 		}
 	}
-	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: 2 * time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "owner-1", TTL: 2 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	_, err = d.Acquire(ctx, req)
 	if err == nil {
 		t.Fatal("Acquire with 2 of 5 servers up succeeded")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -43,7 +44,7 @@ func waitUntil(ctx context.Context, t *testing.T, what string, ok func() bool) {
 }
 
 func handoffRequest(owner string) *request {
-	return &request{Key: "k", Owner: owner, TTL: 30 * time.Second, Lost: func(error) {}}
+	return &request{Key: "k", Owner: owner, TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
 }
 
 // acquireAsync runs Acquire in the background; its outcome arrives on the channel.

@@ -432,7 +432,7 @@ func (d *Driver) checkHeld() {
 			case restarted:
 				cause = fmt.Errorf("%w (%w)", ErrForgotten, driver.ErrServerChanged)
 			}
-			req.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, cause, strings.Join(why, "; ")))
+			req.Lost.Lost(fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, cause, strings.Join(why, "; ")))
 		}
 		// What is left of it on a minority would weigh on the next holder's
 		// majority: give it back, and tell the waiters.

@@ -432,7 +432,7 @@ func (d *Driver) evicted(key string, owners map[string]bool) {
 	d.mu.Unlock()
 	for _, req := range lost {
 		if req.Lost != nil {
-			req.Lost(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))
+			req.Lost.Lost(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))
 		}
 		// The servers that did not answer may still hold it: give it back
 		// there, as a lock found lost is.

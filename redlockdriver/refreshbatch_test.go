@@ -59,7 +59,7 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 	const n = 20000
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprintf("many/%d", i), Owner: fmt.Sprintf("owner-%d", i), TTL: 30 * time.Second, Lost: func(error) {}}
+		reqs[i] = &driver.Request{Key: fmt.Sprintf("many/%d", i), Owner: fmt.Sprintf("owner-%d", i), TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
 			t.Fatal(err)
 		}

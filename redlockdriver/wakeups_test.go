@@ -28,7 +28,7 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
+	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 200 * time.Millisecond, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d1.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		mu    sync.Mutex
 		wakes []driver.WakeSource
 	)
-	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
+	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
 	if _, err := d2.Acquire(wctx, waiter); err != nil {
 		t.Fatal(err)

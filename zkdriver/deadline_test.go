@@ -126,7 +126,7 @@ func TestCloseOnAFrozenServerIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held := &driver.Request{Key: "held", Owner: "a", TTL: time.Minute, Lost: func(error) {}}
+		held := &driver.Request{Key: "held", Owner: "a", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, held); err != nil {
 			t.Fatal(err)
 		}
@@ -139,11 +139,11 @@ func TestCloseOnAFrozenServerIsBounded(t *testing.T) {
 		// drops the connection, two thirds of the session timeout).
 		calls := map[string]func(context.Context) error{
 			"TryAcquire": func(ctx context.Context) error {
-				_, err := d.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "b", TTL: time.Minute, Lost: func(error) {}})
+				_, err := d.TryAcquire(ctx, &driver.Request{Key: "other", Owner: "b", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})})
 				return err
 			},
 			"Acquire": func(ctx context.Context) error {
-				_, err := d.Acquire(ctx, &driver.Request{Key: "other", Owner: "c", TTL: time.Minute, Lost: func(error) {}})
+				_, err := d.Acquire(ctx, &driver.Request{Key: "other", Owner: "c", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})})
 				return err
 			},
 			"Refresh": func(ctx context.Context) error { return d.Refresh(ctx, held) },

@@ -194,12 +194,12 @@ func TestForceReleaseTellsAWatchedHolderAtOnceAndItsTombstoneGoes(t *testing.T) 
 	op, opDriver := mustOpen(t, url)
 	lost := make(chan error, 1)
 	req := &driver.Request{Key: "stuck", Owner: "o1", TTL: time.Minute, Label: `{"owner":"h","since":1}`,
-		Lost: func(err error) {
+		Lost: driver.LostFunc(func(err error) {
 			select {
 			case lost <- err:
 			default:
 			}
-		}}
+		})}
 	g, err := holder.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestWatchSignalsGrantRelabelAndRelease(t *testing.T) {
 			break
 		}
 	}
-	req := &driver.Request{Key: "w", Owner: "o", TTL: time.Minute, Label: `{"owner":"a","since":1}`, Lost: func(error) {}}
+	req := &driver.Request{Key: "w", Owner: "o", TTL: time.Minute, Label: `{"owner":"a","since":1}`, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestBatchRefreshOfWatchedLocksIsOneRequest(t *testing.T) {
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
 		key := fmt.Sprintf("k%d", i)
-		reqs[i] = &driver.Request{Key: key, Owner: "o" + key, TTL: 10 * time.Second, Lost: func(error) { lost <- key }}
+		reqs[i] = &driver.Request{Key: key, Owner: "o" + key, TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) { lost <- key })}
 		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
 			t.Fatal(err)
 		}

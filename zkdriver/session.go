@@ -199,7 +199,7 @@ func (d *Driver) nodeGone(path string) {
 	go func() {
 		defer d.wg.Done()
 		d.settle(v, path)
-		h.req.Lost(v.err)
+		h.req.Lost.Lost(v.err)
 	}()
 }
 
@@ -343,7 +343,7 @@ func (d *Driver) check(now time.Time) time.Duration {
 	}
 	d.mu.Unlock()
 	for _, l := range lost {
-		l.req.Lost(l.cause)
+		l.req.Lost.Lost(l.cause)
 	}
 	return wait
 }

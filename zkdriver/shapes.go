@@ -105,7 +105,7 @@ func (d *Driver) gate(h *holding) (*holding, error) {
 	if m := d.holds[k]; m != nil {
 		return m, nil
 	}
-	req := &driver.Request{Key: k.key, Owner: k.owner, TTL: h.req.TTL, Lost: func(error) {}}
+	req := &driver.Request{Key: k.key, Owner: k.owner, TTL: h.req.TTL, Lost: driver.LostFunc(func(error) {})}
 	m := &holding{req: req, parent: path.Dir(h.parent) + "/" + locksNode, kind: lockName}
 	d.holds[k] = m
 	return m, nil

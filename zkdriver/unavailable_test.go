@@ -43,7 +43,7 @@ func TestServerOutageIsReportedUnavailableAndOutlived(t *testing.T) {
 		"TryAcquire": func(ctx context.Context, r *driver.Request) error { _, err := d.TryAcquire(ctx, r); return err },
 		"Acquire":    func(ctx context.Context, r *driver.Request) error { _, err := d.Acquire(ctx, r); return err },
 	} {
-		req := &driver.Request{Key: "outage-" + name, Owner: name, TTL: time.Minute, Lost: func(error) {}}
+		req := &driver.Request{Key: "outage-" + name, Owner: name, TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		const limit = 10 * time.Second
 		callCtx, cancel := context.WithTimeout(ctx, limit)
 		start := time.Now()

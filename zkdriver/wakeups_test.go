@@ -28,7 +28,7 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 		t.Fatal(err)
 	}
 	defer waiterD.Close()
-	holder := &driver.Request{Key: "k", Owner: "holder", TTL: time.Minute, Lost: func(error) {}}
+	holder := &driver.Request{Key: "k", Owner: "holder", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	if _, err := holderD.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 		defer mu.Unlock()
 		return append([]driver.WakeSource(nil), wakes...)
 	}
-	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: func(error) {}}
+	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	done := make(chan error, 1)
 	go func() {
 		_, err := waiterD.Acquire(driver.WithWakeReporter(ctx, func(s driver.WakeSource) {

@@ -849,7 +849,7 @@ func (d *Driver) Close() error {
 
 	// Before the nodes go, so that Lost closes before anyone else can hold.
 	for _, r := range lost {
-		r.Lost(errClosed)
+		r.Lost.Lost(errClosed)
 	}
 	if d.ownConn {
 		d.endConn(true)

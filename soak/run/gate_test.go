@@ -34,7 +34,7 @@ func TestRefreshIsCreditedToTheHoldItBeganIn(t *testing.T) {
 	var mu sync.Mutex
 	var ops []check.Op
 	g := NewGate(slow, 7, time.Second, func(o check.Op) { mu.Lock(); ops = append(ops, o); mu.Unlock() })
-	req := &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
 	ctx := context.Background()
 	g.SetHold(1)
 	if _, err := g.TryAcquire(ctx, req); err != nil {
