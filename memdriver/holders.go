@@ -67,10 +67,12 @@ func (hs *holderSet) removeFirst() {
 // f sees every hold once.
 func (hs *holderSet) deleteFunc(f func(owner string, h *holder) bool) int {
 	n := 0
-	for o, h := range hs.more {
-		if f(o, h) {
-			delete(hs.more, o)
-			n++
+	if len(hs.more) > 0 { // no map iteration on the common path
+		for o, h := range hs.more {
+			if f(o, h) {
+				delete(hs.more, o)
+				n++
+			}
 		}
 	}
 	if hs.hasFirst && f(hs.firstOwner, &hs.first) {
@@ -82,8 +84,12 @@ func (hs *holderSet) deleteFunc(f func(owner string, h *holder) bool) int {
 
 // each calls f for every hold.
 func (hs *holderSet) each(f func(owner string, h *holder)) {
-	if hs.hasFirst {
-		f(hs.firstOwner, &hs.first)
+	if !hs.hasFirst {
+		return
+	}
+	f(hs.firstOwner, &hs.first)
+	if len(hs.more) == 0 {
+		return // no map iteration on the common path
 	}
 	for o, h := range hs.more {
 		f(o, h)

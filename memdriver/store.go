@@ -117,6 +117,9 @@ func (s *store) changed(k string, ks *keyState) {
 
 // notify signals k's watchers without blocking: one pending signal each.
 func (s *store) notify(k string) {
+	if len(s.watchers) == 0 {
+		return // nobody watches any key: no lookup
+	}
 	for c := range s.watchers[k] {
 		select {
 		case c <- struct{}{}:
