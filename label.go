@@ -55,19 +55,35 @@ func appendLabel(b []byte, owner string, since time.Time, value string) []byte {
 }
 
 // ownerAndLabel returns an acquire call's owner id (of sequence number seq,
-// see owner.go) and label, written into one string, of which they are the two
-// parts: the request keeps both as long as it lives, so they cost one
-// allocation between them. It runs on every acquire.
+// see owner.go) and label. It runs on every acquire, and what it returns the
+// request keeps as long as it lives, so it costs what it can least: the owner
+// id is a string of its own (32 bytes), and the label is shared with the
+// Locker's other acquires of the same millisecond (see labelCache), so that
+// many locks taken in a burst share one.
 func (lk *Locker) ownerAndLabel(seq uint64, owner string, since time.Time, value string) (string, string) {
-	var buf [160]byte // enough for the default owner name: no allocation but the string
-	b := buf[:0]
-	if n := ownerPrefixLen + 16 + labelLen(owner, value); n > len(buf) {
-		b = make([]byte, 0, n)
+	var buf [ownerPrefixLen + 16]byte
+	return string(lk.owners.appendOwner(buf[:0], seq)), lk.label(owner, since, value)
+}
+
+// labelCache is the label a Locker encoded last. A label depends on the
+// owner name, the value and since only to the millisecond, so an acquire of
+// the same millisecond with the same name and value reuses it: strings are
+// immutable, and equal labels are interchangeable wherever they are kept.
+type labelCache struct {
+	ms           int64
+	owner, value string
+	label        string
+}
+
+// label returns the encoded label of an acquire, from the cache if it can.
+func (lk *Locker) label(owner string, since time.Time, value string) string {
+	ms := since.UnixMilli()
+	if c := lk.labels.Load(); c != nil && c.ms == ms && c.owner == owner && c.value == value {
+		return c.label
 	}
-	b = lk.owners.appendOwner(b, seq)
-	n := len(b)
-	s := string(appendLabel(b, owner, since, value))
-	return s[:n], s[n:]
+	l := encodeLabel(owner, since, value)
+	lk.labels.Store(&labelCache{ms: ms, owner: owner, value: value, label: l})
+	return l
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string.

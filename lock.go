@@ -99,6 +99,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -127,7 +128,8 @@ type Locker struct {
 	endCalls   context.CancelFunc // cancels calls
 	gate       *callGate          // counts calls in flight, and their cleanups (calls.go)
 	callShards *[callShards]callShard
-	owners     ownerSource // the owner ids of this Locker's requests (owner.go)
+	owners     ownerSource                // the owner ids of this Locker's requests (owner.go)
+	labels     atomic.Pointer[labelCache] // the label encoded last (label.go)
 
 	cleanupCtx context.Context    // done when Close's time is up: ends cleanups in flight
 	endCleanup context.CancelFunc // cancels cleanupCtx
