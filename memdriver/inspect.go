@@ -27,7 +27,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	d.s.expire(k, ks, time.Now())
 	in.Waiters, in.Permits = len(ks.queue), ks.permits
 	ks.holders.each(func(owner string, h *holder) {
-		in.Holders = append(in.Holders, driver.Holder{Owner: owner, Label: h.label, Shared: h.shared, Token: h.token, Since: h.since, Expires: h.expires})
+		in.Holders = append(in.Holders, driver.Holder{Owner: owner, Label: h.label, Shared: h.shared, Token: h.token, Since: h.since.time(), Expires: h.expires.time()})
 	})
 	slices.SortFunc(in.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
 	return in, nil

@@ -30,7 +30,7 @@ func held(ks *keyState, req *driver.Request) (driver.Grant, bool) {
 	if h == nil {
 		return driver.Grant{}, false
 	}
-	return driver.Grant{Token: h.token, Start: h.expires.Add(-req.TTL)}, true
+	return driver.Grant{Token: h.token, Start: h.expires.time().Add(-req.TTL)}, true
 }
 
 // TryAcquire implements driver.Driver. It never queues, and it takes its turn
@@ -144,7 +144,7 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if h == nil {
 		return d.lostCause(k, req.Owner)
 	}
-	h.expires = now.Add(req.TTL)
+	h.expires = at(now).after(req.TTL)
 	return nil
 }
 

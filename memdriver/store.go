@@ -2,6 +2,7 @@ package memdriver
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -42,11 +43,30 @@ type keyState struct {
 	wake chan struct{}
 }
 
+// moment is a time as the nanoseconds since epoch, by the monotonic clock:
+// a holder keeps two, and a moment is a third of the size of a time.Time.
+type moment int64
+
+// epoch is the origin of moments.
+var epoch = time.Now()
+
+func at(t time.Time) moment { return moment(t.Sub(epoch)) }
+
+func (m moment) time() time.Time { return epoch.Add(time.Duration(m)) }
+
+// after is m plus d, saturating rather than overflowing.
+func (m moment) after(d time.Duration) moment {
+	if r := m + moment(d); r >= m {
+		return r
+	}
+	return math.MaxInt64
+}
+
 type holder struct {
 	token   uint64
 	shared  bool
-	since   time.Time
-	expires time.Time
+	since   moment
+	expires moment
 	label   string
 	client  *Driver
 	lost    driver.LossReporter // the request's Lost
@@ -91,7 +111,8 @@ func shape(permits int) string {
 
 // expire drops the holders of k whose lease has ended.
 func (s *store) expire(k string, ks *keyState, now time.Time) {
-	if ks.holders.deleteFunc(func(_ string, h *holder) bool { return !now.Before(h.expires) }) > 0 {
+	n := at(now)
+	if ks.holders.deleteFunc(func(_ string, h *holder) bool { return n >= h.expires }) > 0 {
 		s.changed(k, ks)
 	}
 }
@@ -160,7 +181,7 @@ func (ks *keyState) mayTake(shared bool, pos int) bool {
 func (s *store) grant(k string, ks *keyState, req *driver.Request, d *Driver, now time.Time) driver.Grant {
 	s.counters[k]++
 	token := s.counters[k]
-	ks.holders.put(req.Owner, holder{token: token, shared: req.Shared, since: now, expires: now.Add(req.TTL), label: req.Label, client: d, lost: req.Lost})
+	ks.holders.put(req.Owner, holder{token: token, shared: req.Shared, since: at(now), expires: at(now).after(req.TTL), label: req.Label, client: d, lost: req.Lost})
 	s.notify(k)
 	return driver.Grant{Token: token, Start: now}
 }
@@ -183,11 +204,15 @@ func (s *store) leave(k string, ks *keyState, i int) {
 
 // nextExpiry is when the first of k's holders' leases ends; zero without holders.
 func (ks *keyState) nextExpiry() time.Time {
-	var first time.Time
+	var first moment
+	some := false
 	ks.holders.each(func(_ string, h *holder) {
-		if first.IsZero() || h.expires.Before(first) {
-			first = h.expires
+		if !some || h.expires < first {
+			first, some = h.expires, true
 		}
 	})
-	return first
+	if !some {
+		return time.Time{}
+	}
+	return first.time()
 }
