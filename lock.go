@@ -199,9 +199,7 @@ func (lk *Locker) Close() error {
 		sh := &lk.shards[i]
 		sh.mu.Lock()
 		sh.closed = true
-		if sh.timer != nil {
-			sh.timer.Stop()
-		}
+		sh.stop()
 		sh.mu.Unlock()
 	}
 	drained := lk.gate.close()

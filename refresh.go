@@ -93,6 +93,12 @@ func (sh *shard) scheduleLocked(l *Lock) {
 }
 
 // arm sets the shard's timer to fire at instant at; sh.mu is held.
+//
+// Every fire of the timer that is pending or under way is counted in lk.wg,
+// so that Close can wait for the passes it did not stop: a fire becomes
+// pending when the timer is made, and when Reset finds none pending (it
+// fired, its pass may be under way); Reset of a pending fire replaces it.
+// Each pass counts itself out; Close counts out the fire its Stop cancels.
 func (sh *shard) arm(at, now instant) {
 	if sh.closed {
 		return // Close stopped the timer for good
@@ -100,10 +106,20 @@ func (sh *shard) arm(at, now instant) {
 	sh.armed = at
 	d := time.Duration(at - now)
 	if sh.timer == nil {
+		sh.lk.wg.Add(1)
 		sh.timer = time.AfterFunc(d, sh.run)
 		return
 	}
-	sh.timer.Reset(d)
+	if !sh.timer.Reset(d) {
+		sh.lk.wg.Add(1)
+	}
+}
+
+// stop stops the shard's timer for Close; sh.mu is held and sh.closed set.
+func (sh *shard) stop() {
+	if sh.timer != nil && sh.timer.Stop() {
+		sh.lk.wg.Done() // the pending fire that will not happen
+	}
 }
 
 func (sh *shard) unschedule(l *Lock) {
@@ -131,16 +147,16 @@ func (lk *Locker) confirmed(l *Lock, start time.Time) {
 // the timer's own: it ends the locks whose deadline passed, re-arms the timer
 // for the next event, and refreshes the locks due (in one batch where the
 // driver can). Close waits for a pass that began before it closed the shard;
-// a pass that begins after finds the shard closed and does nothing.
+// a pass that begins after finds the shard closed and does nothing; either
+// way Close waits for it (see arm), so none outlives Close.
 func (sh *shard) run() {
 	lk := sh.lk
+	defer lk.wg.Done()
 	sh.mu.Lock()
 	if sh.closed {
 		sh.mu.Unlock()
 		return
 	}
-	lk.wg.Add(1) // under sh.mu, before Close (which closes the shard under it) waits
-	defer lk.wg.Done()
 	due, hooks := sh.collectLocked(lk.now())
 	sh.mu.Unlock()
 	for _, h := range hooks {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,5 +216,72 @@ func TestManualRefreshBesideAutomaticRefreshesIsRaceFree(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Locks taken from many goroutines at once land in every shard of the
+// Locker's schedule: each is refreshed (in batches) and kept, and Close
+// releases every one of them, whichever shard it is in.
+func TestLocksHeldFromManyGoroutinesAreKeptAndAllReleasedByClose(t *testing.T) {
+	ctx := context.Background()
+	const goroutines, perGoroutine, ttl = 16, 20, 2 * time.Second
+	d := &countingBatch{Driver: memdriver.New(t.Name())}
+	lk := lock.New(d, lock.WithTTL(ttl))
+	var wg sync.WaitGroup
+	held := make(chan *lock.Lock, goroutines*perGoroutine)
+	errs := make(chan error, goroutines*perGoroutine)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perGoroutine {
+				l, err := lk.Acquire(ctx, fmt.Sprintf("g%d/k%d", g, i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				held <- l
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(held)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Wait, with a bound, until every lock was refreshed at least once.
+	bound := time.Now().Add(10 * ttl)
+	for d.batched.Load()+d.single.Load() < goroutines*perGoroutine {
+		if time.Now().After(bound) {
+			t.Fatalf("%d refreshes after %v, want one per lock (%d)", d.batched.Load()+d.single.Load(), 10*ttl, goroutines*perGoroutine)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a counter, not ordering events
+	}
+	var locks []*lock.Lock
+	for l := range held {
+		select {
+		case <-l.Lost():
+			t.Fatalf("%s lost while refreshed on a healthy backend", l.Key())
+		default:
+		}
+		locks = append(locks, l)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := lock.New(memdriver.New(t.Name()))
+	defer other.Close()
+	for _, l := range locks {
+		select {
+		case <-l.Lost():
+		default:
+			t.Errorf("%s: Lost still open after Close", l.Key())
+		}
+		got, err := other.TryAcquire(ctx, l.Key())
+		if err != nil {
+			t.Fatalf("%s after Close: %v, want it free", l.Key(), err)
+		}
+		_ = got.Release(ctx)
 	}
 }
