@@ -11,7 +11,7 @@ import (
 	"github.com/distlock/lock/driver"
 )
 
-// The Locker keeps its held locks in schedShards shards, each a heap ordered by
+// The Locker keeps its held locks in numShards() shards, each a heap ordered by
 // the locks' next events (a refresh, or the validity deadline) under its own
 // mutex and served by its own timer. A lock belongs to the shard its call's
 // sequence number picks, so that holds and releases on distinct keys from
@@ -66,7 +66,7 @@ type shard struct {
 	_        [64]byte           // keeps shards used from different CPUs off one cache line
 }
 
-// shardOf returns the shard of lock l.
+// shard returns the shard of lock l.
 func (l *Lock) shard() *shard { return &l.lk.shards[l.shardIdx] }
 
 // when is the time of the lock's next event.

@@ -196,7 +196,7 @@ func TestRefreshRacingOwnReleaseDoesNotReportLoss(t *testing.T) {
 }
 
 // A manual Refresh while automatic refreshes run moves the lock's deadline
-// under the Locker's mutex; the automatic refresh must read the deadlines of
+// under its shard's mutex; the automatic refresh must read the deadlines of
 // its batch under it too (under -race this test failed when it did not).
 func TestManualRefreshBesideAutomaticRefreshesIsRaceFree(t *testing.T) {
 	ctx := context.Background()
