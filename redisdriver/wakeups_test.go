@@ -2,12 +2,12 @@ package redisdriver
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/waketest"
 )
 
 // A holder that stops refreshing sends no handoff: its lock ends by its TTL on
@@ -31,25 +31,11 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 	if _, err := d1.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		wakes []driver.WakeSource
-	)
+	var wakes waketest.Log
 	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
-	wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
-	if _, err := d2.Acquire(wctx, waiter); err != nil {
+	if _, err := d2.Acquire(wakes.Context(ctx), waiter); err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Release(ctx, waiter)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(wakes) == 0 {
-		t.Fatal("the waiter reported no wake-up")
-	}
-	for _, s := range wakes {
-		if s != driver.WakeTimer {
-			t.Errorf("wake-ups %v, want only the timer's: nothing notified the waiter", wakes)
-			break
-		}
-	}
+	wakes.Only(t, driver.WakeTimer, "nothing notified the waiter")
 }

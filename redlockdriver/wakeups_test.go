@@ -2,12 +2,12 @@ package redlockdriver
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/waketest"
 )
 
 // A holder that stops refreshing sends no release announcement: its lock ends
@@ -32,27 +32,13 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 	if _, err := d1.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		wakes []driver.WakeSource
-	)
+	var wakes waketest.Log
 	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
-	wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
-	if _, err := d2.Acquire(wctx, waiter); err != nil {
+	if _, err := d2.Acquire(wakes.Context(ctx), waiter); err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Release(ctx, waiter)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(wakes) == 0 {
-		t.Fatal("the waiter reported no wake-up")
-	}
-	for _, s := range wakes {
-		if s != driver.WakeTimer {
-			t.Errorf("wake-ups %v, want only the timer's: nothing notified the waiter", wakes)
-			break
-		}
-	}
+	wakes.Only(t, driver.WakeTimer, "nothing notified the waiter")
 }
 
 // A waiter registered on the servers is woken by their release announcement,
@@ -65,12 +51,9 @@ func TestWaiterWokenByReleaseAnnouncementReportsNotification(t *testing.T) {
 	if _, err := d1.Acquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		wakes []driver.WakeSource
-	)
+	var wakes waketest.Log
 	waiter := handoffRequest("waiter")
-	done := acquireAsync(driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() }), d2, waiter)
+	done := acquireAsync(wakes.Context(ctx), d2, waiter)
 	waitWaiting(ctx, t, d2, time.Time{})
 	if err := d1.Release(ctx, holder); err != nil {
 		t.Fatal(err)
@@ -81,9 +64,7 @@ func TestWaiterWokenByReleaseAnnouncementReportsNotification(t *testing.T) {
 	if err := d2.Release(ctx, waiter); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(wakes) != 1 || wakes[0] != driver.WakeNotified {
-		t.Errorf("wake-ups %v, want one notification: the waiter sleeps until its registration's renewal otherwise", wakes)
+	if w := wakes.Wakes(); len(w) != 1 || w[0] != driver.WakeNotified {
+		t.Errorf("wake-ups %v, want one notification: the waiter sleeps until its registration's renewal otherwise", w)
 	}
 }
