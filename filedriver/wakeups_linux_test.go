@@ -13,22 +13,7 @@ import (
 func TestWatchedWaiterReportsTheCloseEventAsNotification(t *testing.T) {
 	dir := t.TempDir()
 	d1, d2 := newDriver(t, dir), newDriver(t, dir)
-	blocked := blockedHook(d2)
-	holder := newReq("k", "holder")
-	mustAcquire(t, d1, holder)
-	var log waketest.Log
-	waiter := newReq("k", "waiter")
-	got := make(chan error, 1)
-	go func() { _, err := d2.Acquire(log.Context(testCtx(t)), waiter); got <- err }()
-	waitFor(t, blocked, "the waiter to block")
-	if err := d1.Release(testCtx(t), holder); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitFor(t, got, "the waiter's grant"); err != nil {
-		t.Fatal(err)
-	}
-	defer d2.Release(testCtx(t), waiter)
-	if w := log.Wakes(); len(w) == 0 || w[0] != driver.WakeNotified {
+	if w := handOffWakes(t, d1, d2).Wakes(); len(w) == 0 || w[0] != driver.WakeNotified {
 		t.Errorf("wake-ups %v, want the close event's notification first", w)
 	}
 }
@@ -41,6 +26,14 @@ func TestUnwatchedWaiterReportsItsPollsAsTimer(t *testing.T) {
 	d2.mu.Lock()
 	d2.notify.err = errors.New("inotify unavailable (test)") // as newWatcher fails at the limit
 	d2.mu.Unlock()
+	handOffWakes(t, d1, d2).Only(t, driver.WakeTimer, "nothing can notify an unwatched waiter")
+}
+
+// handOffWakes hands key "k" from a holder on d1 to a waiter on d2 that
+// blocked before the release, and returns the wake-ups the waiter reported.
+// The waiter's lock is released when t ends.
+func handOffWakes(t *testing.T, d1, d2 *Driver) *waketest.Log {
+	t.Helper()
 	blocked := blockedHook(d2)
 	holder := newReq("k", "holder")
 	mustAcquire(t, d1, holder)
@@ -55,6 +48,7 @@ func TestUnwatchedWaiterReportsItsPollsAsTimer(t *testing.T) {
 	if err := waitFor(t, got, "the waiter's grant"); err != nil {
 		t.Fatal(err)
 	}
-	defer d2.Release(testCtx(t), waiter)
-	log.Only(t, driver.WakeTimer, "nothing can notify an unwatched waiter")
+	ctx := testCtx(t) // its cancel, registered first, runs after the release
+	t.Cleanup(func() { _ = d2.Release(ctx, waiter) })
+	return &log
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/internal/waketest"
 )
@@ -27,15 +26,5 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
-	if _, err := d1.TryAcquire(ctx, holder); err != nil {
-		t.Fatal(err)
-	}
-	var wakes waketest.Log
-	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
-	if _, err := d2.Acquire(wakes.Context(ctx), waiter); err != nil {
-		t.Fatal(err)
-	}
-	defer d2.Release(ctx, waiter)
-	wakes.Only(t, driver.WakeTimer, "nothing notified the waiter")
+	waketest.CheckHolderTTLEndWakesByTimer(t, ctx, d1, d2, "k")
 }

@@ -28,17 +28,7 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	holder := &driver.Request{Key: "k", Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
-	if _, err := d1.TryAcquire(ctx, holder); err != nil {
-		t.Fatal(err)
-	}
-	var wakes waketest.Log
-	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
-	if _, err := d2.Acquire(wakes.Context(ctx), waiter); err != nil {
-		t.Fatal(err)
-	}
-	defer d2.Release(ctx, waiter)
-	wakes.Only(t, driver.WakeTimer, "nothing notified the waiter")
+	waketest.CheckHolderTTLEndWakesByTimer(t, ctx, d1, d2, "k")
 }
 
 // A waiter registered on the servers is woken by their release announcement,
