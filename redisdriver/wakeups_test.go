@@ -26,5 +26,5 @@ func TestWaiterWokenByHolderTTLEndReportsTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	waketest.CheckHolderTTLEndWakesByTimer(t, ctx, d1, d2, "k")
+	waketest.CheckHolderTTLEndWakesByTimer(t, ctx, d1, d2, "k", 200*time.Millisecond)
 }

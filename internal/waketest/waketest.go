@@ -73,23 +73,24 @@ func (l *Log) Only(t testing.TB, want driver.WakeSource, why string) {
 
 // CheckHolderTTLEndWakesByTimer checks, on an expiring backend whose lock
 // ends by its TTL without any message to waiters, that the waiter is woken by
-// its own timer: holderD takes key for 200 ms and never refreshes it, waiterD's
-// Acquire (of a driver.Acquirer) must get the lock, and every wake-up it
-// reports must be the timer's. The waiter's lock is released before it returns.
-func CheckHolderTTLEndWakesByTimer(t testing.TB, ctx context.Context, holderD, waiterD driver.Driver, key string) {
+// its own timer: holderD takes key for holderTTL and never refreshes it,
+// waiterD's Acquire (of a driver.Acquirer, with a TTL five times as long, at
+// least a second) must get the lock, and every wake-up it reports must be the
+// timer's. The waiter's lock is released before it returns.
+func CheckHolderTTLEndWakesByTimer(t testing.TB, ctx context.Context, holderD, waiterD driver.Driver, key string, holderTTL time.Duration) {
 	t.Helper()
 	acq, ok := waiterD.(driver.Acquirer)
 	if !ok {
 		t.Fatalf("%T does not implement driver.Acquirer", waiterD)
 	}
-	holder := &driver.Request{Key: key, Owner: "holder", TTL: 200 * time.Millisecond, Lost: func(error) {}}
+	holder := &driver.Request{Key: key, Owner: "holder", TTL: holderTTL, Lost: func(error) {}}
 	if _, err := holderD.TryAcquire(ctx, holder); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the holder's TryAcquire: %v", err)
 	}
 	var wakes Log
-	waiter := &driver.Request{Key: key, Owner: "waiter", TTL: time.Second, Lost: func(error) {}}
+	waiter := &driver.Request{Key: key, Owner: "waiter", TTL: max(5*holderTTL, time.Second), Lost: func(error) {}}
 	if _, err := acq.Acquire(wakes.Context(ctx), waiter); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the waiter's Acquire: %v", err)
 	}
 	defer func() { _ = waiterD.Release(ctx, waiter) }()
 	wakes.Only(t, driver.WakeTimer, "nothing notified the waiter")
