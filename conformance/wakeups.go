@@ -3,9 +3,9 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/waketest"
 )
 
 // wakeHandoffs is how many handoffs AHandoffWakesTheWaiterByNotification
@@ -86,38 +86,28 @@ type wakeRecorder struct {
 	driver.Driver
 	acq     driver.Acquirer
 	entered chan struct{} // signalled by each Acquire call
-
-	mu                     sync.Mutex
-	notified, timer, other int
+	wakes   waketest.Log
 }
 
 func (w *wakeRecorder) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
-	ctx = driver.WithWakeReporter(ctx, w.woke)
 	select {
 	case w.entered <- struct{}{}:
 	default:
 	}
-	return w.acq.Acquire(ctx, req)
+	return w.acq.Acquire(w.wakes.Context(ctx), req)
 }
 
-func (w *wakeRecorder) woke(s driver.WakeSource) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch s {
-	case driver.WakeNotified:
-		w.notified++
-	case driver.WakeTimer:
-		w.timer++
-	default:
-		w.other++
-	}
-}
-
-// take returns the counts since the last take and starts again.
+// take returns the counts by source since the last take and starts again.
 func (w *wakeRecorder) take() (notified, timer, other int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	notified, timer, other = w.notified, w.timer, w.other
-	w.notified, w.timer, w.other = 0, 0, 0
-	return
+	for _, s := range w.wakes.Take() {
+		switch s {
+		case driver.WakeNotified:
+			notified++
+		case driver.WakeTimer:
+			timer++
+		default:
+			other++
+		}
+	}
+	return notified, timer, other
 }

@@ -2,51 +2,18 @@ package filedriver
 
 import (
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/waketest"
 )
-
-// wakeLog records the wake-ups a request reports.
-type wakeLog struct {
-	mu    sync.Mutex
-	wakes []driver.WakeSource
-}
-
-func (w *wakeLog) record(s driver.WakeSource) {
-	w.mu.Lock()
-	w.wakes = append(w.wakes, s)
-	w.mu.Unlock()
-}
-
-func (w *wakeLog) get() []driver.WakeSource {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]driver.WakeSource(nil), w.wakes...)
-}
 
 // A release wakes a watched waiter by inotify's close event, reported as a
 // notification and nothing else when the waiter blocked once.
 func TestWatchedWaiterReportsTheCloseEventAsNotification(t *testing.T) {
 	dir := t.TempDir()
 	d1, d2 := newDriver(t, dir), newDriver(t, dir)
-	blocked := blockedHook(d2)
-	holder := newReq("k", "holder")
-	mustAcquire(t, d1, holder)
-	var log wakeLog
-	waiter := newReq("k", "waiter")
-	got := make(chan error, 1)
-	go func() { _, err := d2.Acquire(driver.WithWakeReporter(testCtx(t), log.record), waiter); got <- err }()
-	waitFor(t, blocked, "the waiter to block")
-	if err := d1.Release(testCtx(t), holder); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitFor(t, got, "the waiter's grant"); err != nil {
-		t.Fatal(err)
-	}
-	defer d2.Release(testCtx(t), waiter)
-	if w := log.get(); len(w) == 0 || w[0] != driver.WakeNotified {
+	if w := handOffWakes(t, d1, d2).Wakes(); len(w) == 0 || w[0] != driver.WakeNotified {
 		t.Errorf("wake-ups %v, want the close event's notification first", w)
 	}
 }
@@ -59,13 +26,21 @@ func TestUnwatchedWaiterReportsItsPollsAsTimer(t *testing.T) {
 	d2.mu.Lock()
 	d2.notify.err = errors.New("inotify unavailable (test)") // as newWatcher fails at the limit
 	d2.mu.Unlock()
+	handOffWakes(t, d1, d2).Only(t, driver.WakeTimer, "nothing can notify an unwatched waiter")
+}
+
+// handOffWakes hands key "k" from a holder on d1 to a waiter on d2 that
+// blocked before the release, and returns the wake-ups the waiter reported.
+// The waiter's lock is released when t ends.
+func handOffWakes(t *testing.T, d1, d2 *Driver) *waketest.Log {
+	t.Helper()
 	blocked := blockedHook(d2)
 	holder := newReq("k", "holder")
 	mustAcquire(t, d1, holder)
-	var log wakeLog
+	var log waketest.Log
 	waiter := newReq("k", "waiter")
 	got := make(chan error, 1)
-	go func() { _, err := d2.Acquire(driver.WithWakeReporter(testCtx(t), log.record), waiter); got <- err }()
+	go func() { _, err := d2.Acquire(log.Context(testCtx(t)), waiter); got <- err }()
 	waitFor(t, blocked, "the waiter to block")
 	if err := d1.Release(testCtx(t), holder); err != nil {
 		t.Fatal(err)
@@ -73,14 +48,7 @@ func TestUnwatchedWaiterReportsItsPollsAsTimer(t *testing.T) {
 	if err := waitFor(t, got, "the waiter's grant"); err != nil {
 		t.Fatal(err)
 	}
-	defer d2.Release(testCtx(t), waiter)
-	w := log.get()
-	if len(w) == 0 {
-		t.Fatal("the polling waiter reported no wake-up")
-	}
-	for _, s := range w {
-		if s != driver.WakeTimer {
-			t.Fatalf("wake-ups %v, want only the timer's: nothing can notify an unwatched waiter", w)
-		}
-	}
+	ctx := testCtx(t) // its cancel, registered first, runs after the release
+	t.Cleanup(func() { _ = d2.Release(ctx, waiter) })
+	return &log
 }

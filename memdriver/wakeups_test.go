@@ -2,11 +2,11 @@ package memdriver_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/waketest"
 	"github.com/distlock/lock/memdriver"
 )
 
@@ -34,14 +34,10 @@ func TestWaiterReportsReleaseAsNotificationAndLeaseEndAsTimer(t *testing.T) {
 		if _, err := d1.TryAcquire(ctx, holder); err != nil {
 			t.Fatal(err)
 		}
-		var (
-			mu    sync.Mutex
-			wakes []driver.WakeSource
-		)
+		var wakes waketest.Log
 		waiter := &driver.Request{Key: key, Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
-		wctx := driver.WithWakeReporter(ctx, func(s driver.WakeSource) { mu.Lock(); wakes = append(wakes, s); mu.Unlock() })
 		got := make(chan error, 1)
-		go func() { _, err := d2.Acquire(wctx, waiter); got <- err }()
+		go func() { _, err := d2.Acquire(wakes.Context(ctx), waiter); got <- err }()
 		for {
 			in, err := d1.Inspect(ctx, key)
 			if err != nil {
@@ -64,10 +60,8 @@ func TestWaiterReportsReleaseAsNotificationAndLeaseEndAsTimer(t *testing.T) {
 		if err := d2.Release(ctx, waiter); err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		if len(wakes) != 1 || wakes[0] != c.want {
-			t.Errorf("%s: wake-ups %v, want one, %v", c.name, wakes, c.want)
+		if w := wakes.Wakes(); len(w) != 1 || w[0] != c.want {
+			t.Errorf("%s: wake-ups %v, want one, %v", c.name, w, c.want)
 		}
-		mu.Unlock()
 	}
 }

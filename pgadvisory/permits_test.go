@@ -11,6 +11,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/waketest"
 	"github.com/distlock/lock/pgadvisory"
 )
 
@@ -176,9 +177,9 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 		err error
 	}
 	got := make(chan grant, 1)
-	var wakes wakeLog
+	var wakes waketest.Log
 	go func() {
-		l, err := locker.Acquire(wakes.ctx(ctx), key)
+		l, err := locker.Acquire(wakes.Context(ctx), key)
 		got <- grant{l, err}
 	}()
 	probe := connect(t, dsn)
@@ -200,7 +201,7 @@ func TestPermitWaiterTakesAPermitFreedOnAnotherSlot(t *testing.T) {
 		t.Fatalf("Acquire with a permit freed on the other slot: %v", g.err)
 	}
 	t.Logf("the waiter queued on slot %d took slot %d %v after its release", queued, freed, time.Since(start))
-	wakes.only(t, driver.WakeTimer, "nothing announced the free slot")
+	wakes.Only(t, driver.WakeTimer, "nothing announced the free slot")
 	var still bool
 	if err := holders[queued].QueryRow(ctx, `SELECT count(*) = 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted`).Scan(&still); err != nil || !still {
 		t.Fatalf("the holder of the waiter's slot no longer holds it (%v)", err)
@@ -241,9 +242,9 @@ func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
 		err error
 	}
 	got := make(chan grant, 1)
-	var wakes wakeLog
+	var wakes waketest.Log
 	go func() {
-		l, err := locker.Acquire(wakes.ctx(ctx), key)
+		l, err := locker.Acquire(wakes.Context(ctx), key)
 		got <- grant{l, err}
 	}()
 	queued := -1
@@ -279,7 +280,7 @@ func TestPermitGivenBackOnAnotherSlotWakesTheWaiter(t *testing.T) {
 		t.Fatalf("Acquire with a permit given back on the other slot: %v", g.err)
 	}
 	t.Logf("the waiter queued on slot %d took the other slot %v after its release", queued, time.Since(start))
-	wakes.only(t, driver.WakeNotified, "the announcement woke it, the rescan was an hour away")
+	wakes.Only(t, driver.WakeNotified, "the announcement woke it, the rescan was an hour away")
 	if !holdsID(t, probe, mine.d, slots[queued]) {
 		t.Fatal("the holder of the waiter's slot no longer holds it")
 	}

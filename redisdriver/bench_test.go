@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto/redistest"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -338,28 +338,7 @@ func (h countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // serverCalls returns the number of commands the server has run, and of those
 // the EVALSHA calls, from INFO commandstats.
-func serverCalls(ctx context.Context, c *redis.Client) (all, evalsha int64, err error) {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(line, ":calls=")
-		if !ok {
-			continue
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		all += n
-		if name == "cmdstat_evalsha" {
-			evalsha += n
-		}
-	}
-	return all, evalsha, nil
-}
+var serverCalls = redistest.ServerCalls
 
 // BenchmarkDriverHeldLockMemory measures the memory the driver itself keeps
 // per held lock (its bookkeeping of 10,000 locks held at once, without the

@@ -2,12 +2,12 @@ package redisdriver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redisproto/redistest"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -89,24 +89,7 @@ func TestRefreshBatchCostsTwoCommandsPerLockAndAnswersEachLock(t *testing.T) {
 	if _, err := d.ForceRelease(ctx, reqs[12].Key); err != nil {
 		t.Fatal(err)
 	}
-	errs := d.RefreshBatch(ctx, reqs)
-	for i, err := range errs {
-		var want error
-		switch i {
-		case 10:
-			want = driver.ErrExpired
-		case 11:
-			want = driver.ErrTakenOver
-		case 12:
-			want = driver.ErrForceReleased
-		}
-		switch {
-		case want == nil && err != nil:
-			t.Errorf("lock %d: %v, want held", i, err)
-		case want != nil && (!errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, want)):
-			t.Errorf("lock %d: %v, want ErrNotHeld and %v", i, err, want)
-		}
-	}
+	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), map[int]error{10: driver.ErrExpired, 11: driver.ErrTakenOver, 12: driver.ErrForceReleased})
 	for _, r := range reqs {
 		_ = d.Release(ctx, r)
 	}

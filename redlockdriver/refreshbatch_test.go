@@ -2,44 +2,15 @@ package redlockdriver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/redisproto"
+	"github.com/distlock/lock/internal/redisproto/redistest"
 	"github.com/distlock/lock/internal/testserver"
 )
-
-// serverCalls reads what a server counted since its last CONFIG RESETSTAT:
-// every command (those scripts run included) and the EVALSHA calls.
-func serverCalls(ctx context.Context, c *redis.Client) (all, evalsha int64, err error) {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(line, ":calls=")
-		if !ok {
-			continue
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		all += n
-		if name == "cmdstat_evalsha" {
-			evalsha += n
-		}
-	}
-	return all, evalsha, nil
-}
 
 // A batch of 20,000 locks (more than a server's job queue holds, and more
 // than a server answers within one per-server timeout) is refreshed on every
@@ -92,7 +63,7 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 	d.settle()
 	batches := int64((n + redisproto.RefreshBatch - 1) / redisproto.RefreshBatch)
 	for s, a := range admin {
-		all, scripts, err := serverCalls(ctx, a)
+		all, scripts, err := redistest.ServerCalls(ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,21 +94,7 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 	if _, err := d.ForceRelease(ctx, reqs[12].Key); err != nil {
 		t.Fatal(err)
 	}
-	for i, err := range d.RefreshBatch(ctx, reqs) {
-		var want error
-		switch i {
-		case 10:
-			want = driver.ErrExpired
-		case 12:
-			want = driver.ErrForceReleased
-		}
-		switch {
-		case want == nil && err != nil:
-			t.Errorf("lock %d: %v, want held", i, err)
-		case want != nil && (!errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, want)):
-			t.Errorf("lock %d: %v, want ErrNotHeld and %v", i, err, want)
-		}
-	}
+	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), map[int]error{10: driver.ErrExpired, 12: driver.ErrForceReleased})
 	for i, r := range reqs {
 		if i != 10 && i != 12 {
 			if err := d.Release(ctx, r); err != nil {

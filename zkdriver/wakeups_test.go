@@ -2,12 +2,12 @@ package zkdriver_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/waketest"
 )
 
 // A waiter's watch that ends without the delete it waits for (its session
@@ -32,23 +32,11 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 	if _, err := holderD.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		wakes []driver.WakeSource
-	)
-	count := func() []driver.WakeSource {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]driver.WakeSource(nil), wakes...)
-	}
+	var wakes waketest.Log
 	waiter := &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := waiterD.Acquire(driver.WithWakeReporter(ctx, func(s driver.WakeSource) {
-			mu.Lock()
-			wakes = append(wakes, s)
-			mu.Unlock()
-		}), waiter)
+		_, err := waiterD.Acquire(wakes.Context(ctx), waiter)
 		done <- err
 	}()
 	queued := func() bool {
@@ -60,7 +48,7 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 	if err := expireSession(srv.Addr(), id, pw, timeout); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the waiter woken by its ended watch", func() bool { return len(count()) > 0 })
+	waitUntil(t, 30*time.Second, "the waiter woken by its ended watch", func() bool { return len(wakes.Wakes()) > 0 })
 	waitUntil(t, 30*time.Second, "the waiter queued again", queued)
 	if err := holderD.Release(ctx, holder); err != nil {
 		t.Fatal(err)
@@ -71,7 +59,7 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 	if err := waiterD.Release(ctx, waiter); err != nil {
 		t.Fatal(err)
 	}
-	w := count()
+	w := wakes.Wakes()
 	if len(w) < 2 || w[0] != driver.WakeTimer || w[len(w)-1] != driver.WakeNotified {
 		t.Errorf("wake-ups %v, want the ended watch's timer first and the delete's notification last", w)
 	}
