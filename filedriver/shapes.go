@@ -31,6 +31,9 @@ const (
 	// slotSuffix, followed by 1..n, names a semaphore's slot files: a permit
 	// is an exclusive flock on one of them.
 	slotSuffix = ".s"
+	// queueSuffix names a semaphore's queue directory, where waiting permit
+	// requests line up (see queue_linux.go).
+	queueSuffix = ".q"
 )
 
 // MaxPermits is the largest semaphore the driver offers: a waiting permit
