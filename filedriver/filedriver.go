@@ -94,12 +94,12 @@
 // asks again at once queues behind the waiters rather than taking its slot
 // back, and no waiter starves while others churn. Arrival order across
 // processes is that of their clocks; a TryAcquire (and, off Linux, the
-// portable layer's polling) takes a free slot without queueing. Permit holders also
-// hold a shared flock on the lock file, in which their tokens are counted, so
-// the key used as an exclusive lock and as a semaphore at once is not reported
-// but the two exclude each other; a shared lock and a semaphore on one key do
-// not (do not mix them). Shared and permit holders bump the token counter
-// under a brief exclusive flock of "K.lock.g".
+// portable layer's polling) takes a free slot without queueing. Permit
+// holders also hold a shared flock on the lock file, in which their tokens
+// are counted, so the key used as an exclusive lock and as a semaphore at
+// once is not reported but the two exclude each other; a shared lock and a
+// semaphore on one key do not (do not mix them). Shared and permit holders
+// bump the token counter under a brief exclusive flock of "K.lock.g".
 //
 // # Inspection, eviction and leader election
 //

@@ -35,7 +35,10 @@ import (
 // file and is woken by its close (inotify), so a permit given back wakes
 // one waiter, not all. A ticket whose process died is unlocked by the kernel,
 // and the one behind it removes it. Ticket names come from the wall clock of
-// each process, so the order across processes is that of their clocks.
+// each process, so the order across processes is that of their clocks. A
+// process that dies between creating its ticket and queueing it (under a
+// hidden name, see enqueue) leaves an empty hidden file, which the queue
+// ignores.
 
 // ticket is one waiting permit request's place in the queue.
 type ticket struct {

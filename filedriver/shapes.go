@@ -36,9 +36,9 @@ const (
 	queueSuffix = ".q"
 )
 
-// MaxPermits is the largest semaphore the driver offers: a waiting permit
-// request tries every slot file each time a permit is given back, so the cost
-// of a wake-up grows with n.
+// MaxPermits is the largest semaphore the driver offers: the waiting permit
+// request at the head of the queue tries every slot file each time a permit
+// is given back, so the cost of a wake-up grows with n.
 const MaxPermits = 1024
 
 // tryShared makes one attempt at a shared lock: it passes the intent file,
