@@ -40,7 +40,8 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 // ctx ends before the answer, try returns ctx's error soon after (settleWait at
 // most), and a lock granted after that is given back (see roundTrip). With a
 // claim (see register), a lock granted after another attempt for the same
-// request claimed it is given back too, and try returns errClaimed.
+// request claimed it is given back too (see giveBackPermit), and try returns
+// errClaimed.
 func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
 	for {
 		c, err := d.connForTry(ctx, id, req.Shared)
@@ -106,7 +107,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 			}
 			g, err := d.register(c, req, id, uint64(tok.v), start, claim)
 			if err == errClaimed {
-				d.giveBack(c, id, req.Shared)
+				d.giveBackPermit(c, id)
 			}
 			return g, err
 		}, done)
@@ -142,6 +143,25 @@ func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
 	cancel()
 	if uerr != nil || ok.null {
 		d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+	}
+}
+
+// giveBackPermit is giveBack for a permit's slot taken by an attempt that
+// lost its claim (see register): the unlock announces the slot if it is left
+// free, as a release does, so that the waiters of other slots hear of it
+// rather than find it at their next rescan.
+func (d *Driver) giveBackPermit(c *lockConn, id int64) {
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	defer cancel()
+	ok, uerr := c.exec(uctx, unlockPermitStmt, id)
+	if uerr != nil && !c.broken(uerr) {
+		// As in a release: the announcement can fail at commit, after the
+		// unlock; a plain unlock settles it (false: already freed).
+		ok, uerr = c.exec(uctx, unlockStmt, id)
+	}
+	if uerr != nil || ok.null {
+		// The session may hold a slot for no one: give it up.
+		d.kill(c, errSessionLost(fmt.Errorf("giving back a permit granted twice: %v", uerr)))
 	}
 }
 
@@ -240,7 +260,7 @@ func (d *Driver) markContended(id int64) {
 // if the server has not done so settleWait later, wait returns and the driver
 // finishes in the background (see roundTrip). With a claim (see register), a
 // lock granted after another attempt for the same request claimed it is
-// given back (w cleared), and wait returns errClaimed.
+// given back (see giveBackPermit), and wait returns errClaimed.
 func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
 	if err := w.mu.LockContext(ctx); err != nil {
 		d.letGo(w)
@@ -295,9 +315,7 @@ func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *loc
 				return g, err
 			}
 			// Another attempt for this request holds a permit already.
-			if cerr := w.clear(); cerr != nil {
-				d.kill(w, errSessionLost(cerr))
-			}
+			d.giveBackPermit(w, id)
 			return driver.Grant{}, errClaimed
 		}
 		ended = true // the caller stopped waiting: give the lock back below
