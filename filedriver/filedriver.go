@@ -83,14 +83,23 @@
 // permit being an exclusive flock on one of them, and a permits file
 // ("K.lock.n") holding n: holders and waiters keep a shared flock on it, and
 // the first to find it unused writes its n there, so a request for another n
-// while anyone holds or waits is ErrInvalidArgument. A waiting permit request
-// watches the permits file, which every holder closes last when it gives its
-// permit back; permits are granted in no particular order. Permit holders also
-// hold a shared flock on the lock file, in which their tokens are counted, so
-// the key used as an exclusive lock and as a semaphore at once is not reported
-// but the two exclude each other; a shared lock and a semaphore on one key do
-// not (do not mix them). Shared and permit holders bump the token counter
-// under a brief exclusive flock of "K.lock.g".
+// while anyone holds or waits is ErrInvalidArgument. Permits are granted to
+// waiting requests in arrival order (on Linux, where Acquire waits): a
+// request that finds every slot held, or others already waiting, queues in
+// the directory "K.lock.q" (a ticket file named by its arrival time,
+// flocked while it waits), and only the oldest ticket looks for a free slot,
+// woken by the close of the permits file, which every holder closes last
+// when it gives its permit back; each other waiter is woken by the close of
+// the ticket just ahead of its own. So a holder that gives a permit back and
+// asks again at once queues behind the waiters rather than taking its slot
+// back, and no waiter starves while others churn. Arrival order across
+// processes is that of their clocks; a TryAcquire (and, off Linux, the
+// portable layer's polling) takes a free slot without queueing. Permit
+// holders also hold a shared flock on the lock file, in which their tokens
+// are counted, so the key used as an exclusive lock and as a semaphore at
+// once is not reported but the two exclude each other; a shared lock and a
+// semaphore on one key do not (do not mix them). Shared and permit holders
+// bump the token counter under a brief exclusive flock of "K.lock.g".
 //
 // # Inspection, eviction and leader election
 //
@@ -209,8 +218,9 @@
 // writer waiting with the intent file), plus its waiter file; none needs a
 // goroutine: one inotify reader serves all the waiters of a Driver. Go raises
 // the soft RLIMIT_NOFILE to the hard limit at start-up. A waiting permit
-// request tries the slot files in turn each time a permit is given back, so a
-// wake-up costs up to n opens.
+// request keeps two more (its ticket and the ticket ahead of it); the one at
+// the head of the queue tries the slot files in turn each time a permit is
+// given back, so a wake-up costs up to n opens.
 package filedriver
 
 import (

@@ -122,10 +122,11 @@ func (d *Driver) acquireShared(ctx context.Context, req *driver.Request, w *wait
 	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path, kindShared)
 }
 
-// acquirePermit joins the semaphore, then waits for a free slot: every holder
-// closes its descriptor on the permits file last when it gives its permit
-// back (and the kernel closes it when the holder dies), so the waiter watches
-// that one file whatever n is.
+// acquirePermit joins the semaphore, then, if others wait, queues behind
+// them, and waits for a free slot: every holder closes its descriptor on the
+// permits file last when it gives its permit back (and the kernel closes it
+// when the holder dies), so the waiter at the head of the queue watches that
+// one file whatever n is.
 func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, w *waiting) (driver.Grant, error) {
 	if err := checkPermits(req.Permits); err != nil {
 		return driver.Grant{}, err
@@ -140,14 +141,29 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, w *wait
 		slotPath string
 		start    time.Time
 	)
-	err = d.waitUntil(ctx, w, path+permitsSuffix, func() (bool, error) {
+	trySlot := func() (bool, error) {
 		var err error
 		slot, slotPath, start, err = trySlots(path, req.Permits)
 		if errors.Is(err, driver.ErrLocked) {
 			return false, nil
 		}
 		return err == nil, err
-	})
+	}
+	// A free slot is taken at once only while nobody queues for one: a
+	// request that arrives while others wait goes behind them (see
+	// queue_linux.go), however soon it sees a slot free.
+	ok := false
+	if queueEmpty(path + queueSuffix) {
+		ok, err = trySlot()
+	}
+	if !ok && err == nil {
+		var t *ticket
+		t, err = d.enqueue(ctx, w, path+queueSuffix)
+		if err == nil {
+			err = d.waitUntil(ctx, w, path+permitsSuffix, trySlot)
+			t.leave() // the next waiter's turn, as soon as this one has a slot (or gave up)
+		}
+	}
 	if err != nil {
 		meta.Close()
 		return driver.Grant{}, err

@@ -31,11 +31,14 @@ const (
 	// slotSuffix, followed by 1..n, names a semaphore's slot files: a permit
 	// is an exclusive flock on one of them.
 	slotSuffix = ".s"
+	// queueSuffix names a semaphore's queue directory, where waiting permit
+	// requests line up (see queue_linux.go).
+	queueSuffix = ".q"
 )
 
-// MaxPermits is the largest semaphore the driver offers: a waiting permit
-// request tries every slot file each time a permit is given back, so the cost
-// of a wake-up grows with n.
+// MaxPermits is the largest semaphore the driver offers: the waiting permit
+// request at the head of the queue tries every slot file each time a permit
+// is given back, so the cost of a wake-up grows with n.
 const MaxPermits = 1024
 
 // tryShared makes one attempt at a shared lock: it passes the intent file,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -29,7 +30,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if req.Permits >= 2 {
 		g, err = d.acquirePermit(ctx, req, st, false)
 	} else {
-		g, err = d.try(ctx, req, st, d.lockID(req.Key))
+		g, err = d.try(ctx, req, st, d.lockID(req.Key), nil)
 	}
 	g, err = d.recorded(ctx, req, g, err)
 	return g, classify(ctx, err)
@@ -37,14 +38,17 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 
 // try makes one attempt at id on a connection shared with other locks. When
 // ctx ends before the answer, try returns ctx's error soon after (settleWait at
-// most), and a lock granted after that is given back (see roundTrip).
-func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+// most), and a lock granted after that is given back (see roundTrip). With a
+// claim (see register), a lock granted after another attempt for the same
+// request claimed it is given back too (see giveBackPermit), and try returns
+// errClaimed.
+func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
 	for {
 		c, err := d.connForTry(ctx, id, req.Shared)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		g, again, err := d.tryOn(ctx, c, req, st, id)
+		g, again, err := d.tryOn(ctx, c, req, st, id, claim)
 		if !again {
 			return g, err
 		}
@@ -53,7 +57,7 @@ func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatement
 
 // tryOn tries to take id on c, and lets go of c. again reports that c turned
 // out unusable for id and another connection should be picked.
-func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64) (g driver.Grant, again bool, err error) {
+func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (g driver.Grant, again bool, err error) {
 	if err := c.mu.LockContext(ctx); err != nil {
 		d.letGo(c)
 		return driver.Grant{}, false, err
@@ -101,7 +105,11 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 				d.giveBack(c, id, req.Shared)
 				return driver.Grant{}, ctx.Err()
 			}
-			return d.register(c, req, id, uint64(tok.v), start)
+			g, err := d.register(c, req, id, uint64(tok.v), start, claim)
+			if err == errClaimed {
+				d.giveBackPermit(c, id)
+			}
+			return g, err
 		}, done)
 	return g, false, err
 }
@@ -135,6 +143,25 @@ func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
 	cancel()
 	if uerr != nil || ok.null {
 		d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+	}
+}
+
+// giveBackPermit is giveBack for a permit's slot taken by an attempt that
+// lost its claim (see register): the unlock announces the slot if it is left
+// free, as a release does, so that the waiters of other slots hear of it
+// rather than find it at their next rescan.
+func (d *Driver) giveBackPermit(c *lockConn, id int64) {
+	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
+	defer cancel()
+	ok, uerr := c.exec(uctx, unlockPermitStmt, id)
+	if uerr != nil && !c.broken(uerr) {
+		// As in a release: the announcement can fail at commit, after the
+		// unlock; a plain unlock settles it (false: already freed).
+		ok, uerr = c.exec(uctx, unlockStmt, id)
+	}
+	if uerr != nil || ok.null {
+		// The session may hold a slot for no one: give it up.
+		d.kill(c, errSessionLost(fmt.Errorf("giving back a permit granted twice: %v", uerr)))
 	}
 }
 
@@ -174,7 +201,7 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request) (driver.Grant
 	// acquires of free keys does not open a connection per caller.
 	tried := false
 	if !d.contended(id) {
-		g, err := d.try(ctx, req, st, id)
+		g, err := d.try(ctx, req, st, id, nil)
 		if !errors.Is(err, driver.ErrLocked) {
 			return g, err
 		}
@@ -186,12 +213,12 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, err
 	}
 	if w != nil {
-		return d.wait(ctx, w, req, st, id)
+		return d.wait(ctx, w, req, st, id, nil)
 	}
 	// Every connection the cap allows is taken, and at least one must stay
 	// free of waits (a holder may need one more lock).
 	if !tried {
-		g, err := d.try(ctx, req, st, id)
+		g, err := d.try(ctx, req, st, id, nil)
 		if !errors.Is(err, driver.ErrLocked) {
 			return g, err
 		}
@@ -231,8 +258,10 @@ func (d *Driver) markContended(id int64) {
 // wait takes id on w, a connection picked to wait on, blocking in the server's
 // lock queue. When ctx ends the wait is cancelled on the server and w cleared;
 // if the server has not done so settleWait later, wait returns and the driver
-// finishes in the background (see roundTrip).
-func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64) (driver.Grant, error) {
+// finishes in the background (see roundTrip). With a claim (see register), a
+// lock granted after another attempt for the same request claimed it is
+// given back (see giveBackPermit), and wait returns errClaimed.
+func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
 	if err := w.mu.LockContext(ctx); err != nil {
 		d.letGo(w)
 		return driver.Grant{}, d.waitEnded(ctx)
@@ -256,7 +285,7 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 			if err == errNotSent {
 				return driver.Grant{}, d.waitEnded(ctx)
 			}
-			return d.waited(ctx, hand, w, req, id, start, tok, err)
+			return d.waited(ctx, hand, w, req, id, start, tok, err, claim)
 		}, done)
 	if gaveUp {
 		return driver.Grant{}, d.waitEnded(ctx)
@@ -270,7 +299,7 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 }
 
 // waited acts on the answer to a wait on w (w.mu held).
-func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error) (driver.Grant, error) {
+func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error, claim *atomic.Bool) (driver.Grant, error) {
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
 	if err == nil && !tok.null && !ended {
@@ -281,7 +310,13 @@ func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *loc
 			if granted.Before(start) {
 				granted = start
 			}
-			return d.register(w, req, id, uint64(tok.v), granted)
+			g, err := d.register(w, req, id, uint64(tok.v), granted, claim)
+			if err != errClaimed {
+				return g, err
+			}
+			// Another attempt for this request holds a permit already.
+			d.giveBackPermit(w, id)
+			return driver.Grant{}, errClaimed
 		}
 		ended = true // the caller stopped waiting: give the lock back below
 	}

@@ -126,3 +126,16 @@ func ListenerPIDForTest(d *Driver) uint32 {
 
 // CreateHoldersSQLForTest is the statement that creates the holders table (%s: its name).
 const CreateHoldersSQLForTest = createHoldersSQL
+
+// PermitAnnouncementsForTest returns how many permits given back d's
+// listening session has heard announced, and the slot id of the last (0, 0
+// without a listening session).
+func PermitAnnouncementsForTest(d *Driver) (heard, last int64) {
+	d.mu.Lock()
+	l := d.listener
+	d.mu.Unlock()
+	if l == nil {
+		return 0, 0
+	}
+	return l.heard.Load(), l.last.Load()
+}

@@ -1,16 +1,18 @@
 package pgadvisory
 
 // Waking permit waiters: a permit request that waits is queued in the server
-// on one slot, which wakes it when that slot is freed; a permit given back on
-// any other slot is announced by the releasing statement itself
-// (pg_notify on permitChannel, the payload the slot's id), and a session of
-// the Driver's that LISTENs on the channel wakes the waiters that want that
-// slot, which then try the slots again. Frees that announce nothing (a
+// on one slot, which grants it that slot when it is given back; a permit given
+// back on any other slot and left free (nobody queued on it) is announced by
+// the releasing statement itself (pg_notify on permitChannel, the payload the
+// slot's id), and a session of the Driver's that LISTENs on the channel tells
+// one waiter of another slot, the earliest, which tries the announced slot
+// while it stays queued (see permitRound). Frees that announce nothing (a
 // holder's session ended, an SQL client unlocked a slot) are found by the
 // waiters' rescan, every permitRescanListening.
 
 import (
-	"context"
+	"cmp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,12 +34,25 @@ const listenRetry = 500 * time.Millisecond
 
 // permitBell is one waiting permit request's interest in some slots.
 type permitBell struct {
-	once sync.Once
-	ch   chan struct{}
-	ids  []int64
+	seq   uint64     // the order of the waits: the earliest is told first
+	freed chan int64 // a slot announced free (buffered: one at a time)
+	once  sync.Once
+	ch    chan struct{} // closed when announcements stop (the listener ended)
+	ids   []int64
 }
 
 func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
+
+// announce tells b that slot id was given back and left free, unless b has
+// an announcement it has not taken yet (it is trying a slot).
+func (b *permitBell) announce(id int64) bool {
+	select {
+	case b.freed <- id:
+		return true
+	default:
+		return false
+	}
+}
 
 // permitListener is the Driver's listening session, started by the first
 // permit request that waits and ended by Close or by a failure (the next
@@ -45,16 +60,20 @@ func (b *permitBell) ring() { b.once.Do(func() { close(b.ch) }) }
 type permitListener struct {
 	ready chan struct{} // closed once LISTEN is in force
 	pid   atomic.Uint32 // the listening session's backend pid, once connected
+	heard atomic.Int64  // announcements heard (for tests)
+	last  atomic.Int64  // the slot id of the last one (for tests)
 	bells map[int64]map[*permitBell]struct{}
 }
 
 // permitBellFor registers interest in ids and returns the bell, and whether
 // announcements reach it (the listening session is in force): if not, the
-// caller rescans every permitRescan. Call unring when done.
+// caller rescans every permitRescan. Call unring when done. Bells are told of
+// announcements in the order they were made.
 func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
-	b = &permitBell{ch: make(chan struct{}), ids: ids}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.bellSeq++
+	b = &permitBell{seq: d.bellSeq, freed: make(chan int64, 1), ch: make(chan struct{}), ids: ids}
 	if d.closed {
 		return b, false
 	}
@@ -91,7 +110,9 @@ func (d *Driver) startListenerLocked() *permitListener {
 	return d.listener
 }
 
-// unring drops b's interest.
+// unring drops b's interest. An announcement b was given but did not take
+// (its request took a permit, or gave up, first) is passed on to the
+// earliest other waiter of the slot, who would otherwise not hear of it.
 func (d *Driver) unring(b *permitBell) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -105,6 +126,27 @@ func (d *Driver) unring(b *permitBell) {
 			if len(m) == 0 {
 				delete(l.bells, id)
 			}
+		}
+	}
+	select {
+	case id := <-b.freed:
+		l.announceLocked(id)
+	default:
+	}
+}
+
+// announceLocked tells one waiter of this Driver that slot id was left free:
+// the earliest that can take the announcement now (waking them all would
+// have all but one try in vain). d.mu is held.
+func (l *permitListener) announceLocked(id int64) {
+	bells := make([]*permitBell, 0, len(l.bells[id]))
+	for b := range l.bells[id] {
+		bells = append(bells, b)
+	}
+	slices.SortFunc(bells, func(a, b *permitBell) int { return cmp.Compare(a.seq, b.seq) })
+	for _, b := range bells {
+		if b.announce(id) {
+			return
 		}
 	}
 }
@@ -179,10 +221,10 @@ func (d *Driver) listen(l *permitListener) {
 		if err != nil {
 			continue // not the driver's
 		}
+		l.last.Store(id)
+		l.heard.Add(1)
 		d.mu.Lock()
-		for b := range l.bells[id] {
-			b.ring()
-		}
+		l.announceLocked(id)
 		d.mu.Unlock()
 	}
 }
@@ -198,21 +240,4 @@ func (d *Driver) goJobLocked(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// waitRinging runs wait (a permit wait on one slot, under wctx) and cancels it
-// when b rings.
-func waitRinging[T any](ctx context.Context, b *permitBell, wait func(context.Context) T) T {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-b.ch:
-			cancel()
-		case <-stop:
-		}
-	}()
-	return wait(wctx)
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -92,7 +93,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 		if wait {
 			// Interest in the other slots is registered before they are
 			// tried, so that a permit given back after its slot was found
-			// held rings the bell.
+			// held is announced to this request.
 			others := make([]int64, 0, n-1)
 			for j := 1; j < n; j++ {
 				others = append(others, d.permitID(req.Key, (first+j)%n))
@@ -111,10 +112,17 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 
 // permitRound tries every slot from first, and waits on slot first if bell
 // is not nil; again reports that the wait ended for a rescan.
+//
+// While it waits in the server's queue of slot first, a slot announced free
+// (by the release that left it free, see unlockPermitSQL) is tried at once on
+// another connection, the wait staying queued: only if that try takes the
+// slot is the wait cancelled (a cancel request costs the server a process
+// start). The two attempts share a claim, so that if the wait is granted
+// too, just before its cancel, one of the two grants is given back.
 func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, first int, bell *permitBell, listening bool) (g driver.Grant, err error, again bool) {
 	n := req.Permits
 	for j := 0; j < n; j++ {
-		g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n))
+		g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n), nil)
 		if !errors.Is(err, driver.ErrLocked) {
 			return g, err, false
 		}
@@ -148,30 +156,70 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 		g   driver.Grant
 		err error
 	}
-	o := waitRinging(wctx, bell, func(wctx context.Context) outcome {
-		g, err := d.wait(wctx, w, req, st, d.permitID(req.Key, first))
-		if err != nil && wctx.Err() != nil && ctx.Err() == nil && d.closing.Err() == nil {
-			return outcome{err: errRescan}
+	claim := new(atomic.Bool)
+	waited := make(chan outcome, 1)
+	go func() {
+		g, err := d.wait(wctx, w, req, st, d.permitID(req.Key, first), claim)
+		if err != nil && err != errClaimed && wctx.Err() != nil && ctx.Err() == nil && d.closing.Err() == nil {
+			err = errRescan
 		}
-		return outcome{g, err}
-	})
+		waited <- outcome{g, err}
+	}()
+	var o outcome
+wait:
+	for {
+		select {
+		case o = <-waited:
+			break wait
+		case <-bell.ch:
+			// Announcements stopped (the listening session ended): rescan.
+			cancel()
+			o = <-waited
+			if o.err == errRescan {
+				driver.Woke(ctx, driver.WakeNotified)
+				return driver.Grant{}, nil, true
+			}
+			break wait
+		case id := <-bell.freed:
+			g, err := d.try(ctx, req, st, id, claim)
+			if errors.Is(err, driver.ErrLocked) {
+				continue // taken by someone else first: stay queued
+			}
+			driver.Woke(ctx, driver.WakeNotified)
+			cancel()
+			o = <-waited
+			if err == nil {
+				// The wait was cancelled, or granted after the try and
+				// given back (errClaimed).
+				return g, nil, false
+			}
+			if o.err == nil {
+				return o.g, nil, false // granted before the try, which gave its slot back
+			}
+			if err == errClaimed {
+				err = o.err
+			}
+			if ctx.Err() != nil {
+				return driver.Grant{}, d.waitEnded(ctx), false
+			}
+			return driver.Grant{}, err, false
+		}
+	}
 	switch {
 	case o.err == errRescan:
-		// Woken to try every slot again: by a permit announced free (the
-		// bell), or by the rescan timer.
-		src := driver.WakeTimer
-		select {
-		case <-bell.ch:
-			src = driver.WakeNotified
-		default:
-		}
-		driver.Woke(ctx, src)
+		// The rescan timer: try every slot again, for a free that was not
+		// announced.
+		driver.Woke(ctx, driver.WakeTimer)
 		return driver.Grant{}, nil, true
 	case o.err != nil && ctx.Err() != nil:
 		return driver.Grant{}, d.waitEnded(ctx), false
 	}
 	return o.g, o.err, false
 }
+
+// errClaimed is the outcome of an attempt of a permit request whose other
+// attempt was granted first (see register): its own grant was given back.
+var errClaimed = errors.New("pgadvisory: permit granted to another attempt of the same request")
 
 // errRescan marks a permit wait ended to try every slot again.
 var errRescan = errors.New("pgadvisory: permit wait ended to try every slot again")

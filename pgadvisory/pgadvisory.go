@@ -133,22 +133,32 @@
 // request so that concurrent requests spread over the slots. If all are held,
 // TryAcquire returns lock.ErrLocked. Acquire then waits in the server's queue
 // of one slot, on a connection of its own like a mutex wait, and is granted
-// that slot by the server within a round trip of its release. A permit given
-// back on any other slot wakes it too, without polling: the driver's unlock
-// of a permit announces the slot in the same statement
-// (pg_notify('distlock_permits', '<slot id>')), and one extra session per
-// Driver, opened by its first waiting permit request, LISTENs on that channel
-// and wakes the waiters of the other slots of that semaphore, which cancel
-// their wait and try every slot again (about 3 ms on the development
-// machine). A slot freed without an announcement (its holder's session
-// ended, an SQL client unlocked it, or the announcement failed at commit,
-// after the unlock, as with a full NOTIFY queue: the release then settles
-// with a plain unlock and succeeds) is found by the waiters' rescan, every
-// second (every 100 ms until the listening session is in force, or after it
-// failed and before another one is). The rule for permits: a permit is
-// granted to the request that finds its slot free first; waiters queued on
-// one slot are granted it in arrival order, but there is no order across
-// slots, and a TryAcquire may take a permit while Acquire calls wait.
+// that slot by the server with its release, ahead of any request not yet
+// queued. A permit given back on another slot and left free (nobody queued
+// on it) reaches it too, without polling: the driver's unlock of a permit
+// announces the slot in the same statement
+// (pg_notify('distlock_permits', '<slot id>')) if, right after the unlock,
+// the slot can be taken (and then lets it go again, in the same statement):
+// a slot the unlock granted to a queued request is not announced. One extra
+// session per Driver, opened by its first waiting permit request, LISTENs on
+// that channel and tells one waiter of that Driver queued on another slot of
+// that semaphore, the one that began waiting first (and that is not already
+// trying an announced slot). That waiter tries the announced slot on another
+// connection while it stays queued, and cancels its queued wait only if it
+// took the slot (a cancel request costs the server a process start): so a
+// permit given back wakes at most one waiter per client, none if it went to
+// a queued request. A slot freed without an announcement (its holder's
+// session ended, an SQL client unlocked it, or the announcement failed at
+// commit, after the unlock, as with a full NOTIFY queue: the release then
+// settles with a plain unlock and succeeds) is found by the waiters' rescan,
+// every second (every 100 ms until the listening session is in force, or
+// after it failed and before another one is). The rule for permits: a permit
+// given back goes first to the requests queued on its slot, in arrival
+// order; a slot left free goes to the request that takes it first, which
+// may be a new request (the first look of an Acquire, or a TryAcquire) or a
+// waiter of another slot that heard of it. There is no order across slots.
+// For the length of the unlock statement of a permit left free, a try by
+// another session may find the slot held, as it would have a moment before.
 //
 // Every grant of any shape draws its token from the one fencing sequence (see
 // Fencing), so tokens increase across shared, exclusive and permit grants on
@@ -172,10 +182,10 @@
 // users admit at most the largest n at once; a lock and a semaphore of one
 // key never exclude each other.
 //
-// Limits: a full semaphore costs a request n round trips per look, and every
-// permit given back makes each waiter of the semaphore look (and send a
-// cancel request for its queued wait), so semaphores are meant for small n
-// and few waiters (tens); each held permit counts as a lock toward
+// Limits: a full semaphore costs a request n round trips per look, and a
+// permit given back and left free costs a try by one waiter per client (and
+// a cancel request by the one that takes it), so semaphores are meant for
+// small n and few waiters (tens); each held permit counts as a lock toward
 // locks_per_conn, each waiting Acquire takes a connection as for the mutex,
 // and a Driver that has had a waiting permit request keeps one more session,
 // listening (with the Driver's application_name), outside max_lock_conns,
@@ -549,6 +559,7 @@ type Driver struct {
 	permitTurn   atomic.Uint32              // turns the first slot a permit request tries
 	listener     *permitListener            // the session listening for permits given back, or nil; guarded by mu
 	shapeChecked [contendedSlots]contention // semaphores recently checked for another shape (see shapeCheckDue); guarded by mu
+	bellSeq      uint64                     // permit waits begun (d.mu), to tell the earliest first
 	rescan       [2]time.Duration           // permitRescan and permitRescanListening; a test hook may lengthen them
 
 	aux auxConns // holders rows, Inspect, List, ForceRelease (see holders.go)
@@ -735,7 +746,10 @@ func (d *Driver) conflicts(id int64, shared bool) bool {
 // register records a lock just taken on c; c.mu is held, so c's bookkeeping
 // matches the session before anyone else sends a statement on it. After Close it
 // returns driver.ErrClosed: Close is about to close c, which drops the lock.
-func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint64, start time.Time) (driver.Grant, error) {
+// With a claim, shared by the attempts of one permit request, it records only
+// the first grant and returns errClaimed for any other, which its caller
+// gives back.
+func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint64, start time.Time, claim *atomic.Bool) (driver.Grant, error) {
 	if !d.o.fencing {
 		token = 0
 	}
@@ -747,6 +761,12 @@ func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint
 	}
 	if c.dead.Load() {
 		return driver.Grant{}, errSessionLost(errors.New("connection given up as the lock was taken"))
+	}
+	if claim != nil && !claim.CompareAndSwap(false, true) {
+		// A permit request waiting on one slot and trying another at once:
+		// the first grant registered is the request's, the other is given
+		// back by the caller.
+		return driver.Grant{}, errClaimed
 	}
 	c.locks[id] = h
 	d.byOwner[h.k] = h

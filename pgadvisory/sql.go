@@ -40,8 +40,15 @@ const (
 	// did not hold the lock.
 	unlockSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock($1) END`
 	// unlockPermitSQL is unlockSQL for a permit's slot, which also announces
-	// the slot given back to the waiters of other slots (see listen.go).
-	unlockPermitSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_unlock($1) THEN (SELECT true FROM pg_notify('` + permitChannel + `', $1::text)) ELSE false END`
+	// the slot given back to the waiters of other slots (see listen.go), but
+	// only if it is left free: the unlock grants the slot at once to a
+	// request queued on it, and then the try that follows fails and nobody
+	// needs waking. A try that succeeds (nobody was queued) is undone at once
+	// by the second unlock; until then, for the length of this statement, a
+	// try by another session finds the slot held, as it would have a moment
+	// earlier.
+	unlockPermitSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN NOT pg_advisory_unlock($1) THEN false
+	WHEN pg_try_advisory_lock($1) THEN (SELECT pg_advisory_unlock($1) FROM pg_notify('` + permitChannel + `', $1::text)) ELSE true END`
 	unlockSharedSQL = `SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_advisory_unlock_shared($1) END`
 
 	// unlockAllSQL clears a waiting connection after a cancelled or failed wait,
