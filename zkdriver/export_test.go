@@ -70,3 +70,19 @@ var (
 	WithToken  = withToken
 	SplitToken = splitToken
 )
+
+// HeldForTest counts the locks held, and of them those with a watch on their
+// node.
+func (d *Driver) HeldForTest() (held, watched int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.byPath {
+		if h.state == stateGranted {
+			held++
+			if h.watched {
+				watched++
+			}
+		}
+	}
+	return held, watched
+}

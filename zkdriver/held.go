@@ -264,7 +264,7 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 		// createAbandoned deletes what it makes, once it returns.
 		d.mu.Unlock()
 		return driver.ErrNotHeld
-	case h.name != "":
+	case h.name() != "":
 		o = orphan{path: h.path()}
 	case h.unsure:
 		o = orphan{parent: h.parent, marker: h.marker}

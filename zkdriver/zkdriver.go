@@ -465,6 +465,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"strings"
 	"sync"
@@ -514,7 +515,8 @@ type Driver struct {
 	holds   map[holdKey]*holding
 	byPath  map[string]*holding // granted locks by node path
 	orphans []orphan            // nodes of ours nobody wants, to delete once possible
-	parents map[string]struct{} // key nodes known to exist
+	parents map[uint64]struct{} // key nodes known to exist, by parentHash
+	seed    maphash.Seed        // of parentHash
 	beating bool                // a heartbeat is in flight
 
 	// The heartbeat chain (session.go): the send and answer times of its last
@@ -541,7 +543,7 @@ type sessionInfo struct {
 
 type holdKey struct{ key, owner string }
 
-type holdState int
+type holdState uint8
 
 const (
 	stateWaiting   holdState = iota // creating the node, or queued behind others
@@ -551,35 +553,74 @@ const (
 	stateDone                       // lost, or forgotten
 )
 
-// holding is one Request's node.
+// holding is one Request's node. A held lock costs one of these, its node's
+// path (one string, which the maps, go-zookeeper's watch and the parent and
+// marker below share) and the watch: its fields are packed, and what only an
+// acquisition needs is dropped at the grant.
 type holding struct {
 	req    *driver.Request
-	parent string // the key's node
-	marker string // of the node being or last created; "" before the first create
-	unsure bool   // a create with marker may have been applied unseen
-	sent   bool   // a create is in flight; createAbandoned settles it if its caller left
-	name   string // our node's name under parent, "" until known
-	state  holdState
+	parent string // the key's node; once node is known, a prefix of it
+	marker string // of the node being or last created ("" before the first create); once node is known, part of it
+	node   string // our node's path, parent + "/" + its name; "" until known
+	kind   string // the node's kind: lockName, readName, writeName or leaseName
 
-	kind    string // the node's kind: lockName, readName, writeName or leaseName
-	permits int    // a semaphore's n (leaseName); 0 otherwise
-	fence   int64  // a zxid of the grant's own, the token instead of the pzxid (0: none)
-
-	createdIn int64    // the live session before its create was sent (0: unknown)
-	owner     int64    // the session that owns the node called name, once known
-	view      *zk.Stat // the key node's stat in the listing that made the lock ours
+	fence     int64 // a zxid of the grant's own, the token instead of the pzxid (0: none)
+	createdIn int64 // the live session before its create was sent (0: unknown)
+	owner     int64 // the session that owns the node called name, once known
+	pzxid     int64 // the key node's pzxid in the listing that made the lock ours (see viewed)
 
 	// Set when granted.
 	token   uint64
 	session int64
-	start   time.Time
-	watched bool // a watch on the node reports its deletion (own connection)
-	arming  bool // the monitor is setting that watch
+	start   int64 // the grant's Start, on the driver's clock (Driver.at)
 
 	verdict *verdict // why the node went, once someone else deleted it (inspect.go)
+
+	state   holdState
+	viewed  bool // pzxid is set: a listing showed the node
+	unsure  bool // a create with marker may have been applied unseen
+	sent    bool // a create is in flight; createAbandoned settles it if its caller left
+	watched bool // a watch on the node reports its deletion (own connection)
+	arming  bool // the monitor is setting that watch
 }
 
-func (h *holding) path() string { return h.parent + "/" + h.name }
+// name is our node's name under parent, "" until known.
+func (h *holding) name() string {
+	if h.node == "" {
+		return ""
+	}
+	return h.node[len(h.parent)+1:]
+}
+
+// setName records our node's name under parent ("": none).
+func (h *holding) setName(name string) {
+	if name == "" {
+		h.node = ""
+		return
+	}
+	h.setNode(h.parent + "/" + name)
+}
+
+// setNode records our node's path, which is under parent, and makes parent
+// and marker (when the name carries it) share its memory.
+func (h *holding) setNode(path string) {
+	h.node = path
+	h.parent = path[:len(h.parent)]
+	if name := path[len(h.parent)+1:]; h.marker != "" && hasMarker(name, h.marker) {
+		i := len(h.parent) + 1 + len(protectedPrefix)
+		h.marker = path[i : i+len(h.marker)]
+	}
+}
+
+func (h *holding) path() string { return h.node }
+
+// permits is a semaphore's n (leaseName); 0 otherwise.
+func (h *holding) permits() int {
+	if h.kind == leaseName {
+		return h.req.Permits
+	}
+	return 0
+}
 
 // ownerOrCreator is the session h's node belongs to, as far as known: its
 // owner once read, else the session before its create (0: unknown).
@@ -643,7 +684,8 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		jobs:      make(chan func()),
 		holds:     map[holdKey]*holding{},
 		byPath:    map[string]*holding{},
-		parents:   map[string]struct{}{},
+		parents:   map[uint64]struct{}{},
+		seed:      maphash.MakeSeed(),
 		tombLife:  tombstoneLife,
 	}
 	for i := 1; i < len(d.root); i++ {
@@ -836,7 +878,7 @@ func (d *Driver) Close() error {
 			lost = append(lost, h.req)
 		}
 		switch {
-		case h.name != "":
+		case h.name() != "":
 			nodes = append(nodes, orphan{path: h.path(), session: h.ownerOrCreator()})
 		case h.unsure:
 			nodes = append(nodes, orphan{parent: h.parent, marker: h.marker, session: h.createdIn})
@@ -976,3 +1018,10 @@ var (
 	errNodeDeleted  = fmt.Errorf("%w: %w: the lock node was deleted", driver.ErrNotHeld, driver.ErrExpired)
 	errClosed       = fmt.Errorf("%w: the ZooKeeper driver was closed (%w)", driver.ErrNotHeld, driver.ErrClosed)
 )
+
+// at is t on the driver's clock: the time since its epoch, by the monotonic
+// clock where t carries it (time.Now's do).
+func (d *Driver) at(t time.Time) int64 { return int64(t.Sub(d.epoch)) }
+
+// timeAt is the time of an instant on the driver's clock.
+func (d *Driver) timeAt(i int64) time.Time { return d.epoch.Add(time.Duration(i)) }
