@@ -58,6 +58,9 @@ func BenchmarkHeldLocks(b *testing.B) {
 				w, _ := os.Create(f)
 				runtime.MemProfileRate = 1
 				_ = pprof.Lookup("heap").WriteTo(w, 0)
+				g, _ := os.Create(f + ".goroutines")
+				_ = pprof.Lookup("goroutine").WriteTo(g, 1)
+				g.Close()
 				w.Close()
 			}
 			bytes += float64(heap1-heap0) / benchHeld

@@ -518,6 +518,7 @@ type Driver struct {
 	parents map[uint64]struct{} // key nodes known to exist, by parentHash
 	seed    maphash.Seed        // of parentHash
 	beating bool                // a heartbeat is in flight
+	round   *confirmRound       // the shared read that RefreshBatch calls join, until sent (confirm.go)
 
 	// The heartbeat chain (session.go): the send and answer times of its last
 	// answered link, not yet credited, and when the next may be sent after a
