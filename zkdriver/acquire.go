@@ -132,7 +132,7 @@ func (d *Driver) list(ctx context.Context, parent string) *listing {
 // (no session change in between), that session owns it.
 func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 	d.mu.Lock()
-	name, createdIn := h.name(), h.createdIn
+	name, createdIn := h.name(), h.a().createdIn
 	d.mu.Unlock()
 	if errors.Is(lst.err, zk.ErrNoNode) {
 		d.forget(h, name) // gone with its key node, or deleted
@@ -155,10 +155,10 @@ func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 	d.mu.Lock()
 	if h.name() == name {
 		if createdIn != 0 && lst.session == createdIn {
-			h.owner = createdIn
+			h.a().owner = createdIn
 		}
 		if lst.stat != nil {
-			h.pzxid, h.viewed = lst.stat.Pzxid, true
+			h.a().pzxid, h.a().viewed = lst.stat.Pzxid, true
 		}
 	}
 	d.mu.Unlock()
@@ -179,7 +179,7 @@ func (d *Driver) readOwner(ctx context.Context, h *holding, name string) error {
 	}
 	d.mu.Lock()
 	if h.name() == name {
-		h.owner = st.EphemeralOwner
+		h.a().owner = st.EphemeralOwner
 	}
 	d.mu.Unlock()
 	return nil
@@ -222,13 +222,13 @@ const maxCreateAttempts = 8
 // seen it also lists the queue in the same round trip (createFresh), and
 // returns that listing.
 //
-// A create whose reply was lost leaves h.unsure set; the next call looks for a
+// A create whose reply was lost leaves unsure set; the next call looks for a
 // node with h's marker before creating another, so the lost node is used rather
 // than orphaned.
 func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 	for attempt := 1; ; attempt++ {
 		d.mu.Lock()
-		parent, marker, unsure := h.parent, h.marker, h.unsure
+		parent, marker, unsure := h.parent, h.a().marker, h.a().unsure
 		d.mu.Unlock()
 		if unsure {
 			name, err := d.findMarked(ctx, parent, marker)
@@ -236,11 +236,11 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 				return nil, d.closedOr(err)
 			}
 			d.mu.Lock()
-			h.unsure = false
+			h.a().unsure = false
 			if name != "" {
 				h.setName(name)
-				h.createdIn, h.owner, h.viewed = 0, 0, false // its owner is unknown: read it
-				h.fence = 0
+				a := h.a()
+				a.createdIn, a.owner, a.viewed, a.fence = 0, 0, false, 0 // its owner is unknown: read it
 				d.mu.Unlock()
 				return nil, nil
 			}
@@ -249,7 +249,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		} else {
 			marker = newMarker()
 			d.mu.Lock()
-			h.marker = marker
+			h.a().marker = marker
 			d.mu.Unlock()
 		}
 
@@ -279,8 +279,8 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		case err == nil:
 			d.mu.Lock()
 			h.setNode(path)
-			h.createdIn, h.owner, h.viewed = session, 0, false
-			h.fence = 0
+			a := h.a()
+			a.createdIn, a.owner, a.viewed, a.fence = session, 0, false, 0
 			d.mu.Unlock()
 			d.rememberParent(parent)
 			return lst, nil
@@ -296,7 +296,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			}
 		case ambiguous(err):
 			d.mu.Lock()
-			h.unsure = true
+			h.a().unsure = true
 			d.mu.Unlock()
 			return nil, d.closedOr(err)
 		default:
@@ -313,7 +313,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 // the create did.
 func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
 	d.mu.Lock()
-	h.sent = true
+	h.a().sent = true
 	var data []byte
 	if h.req.Label != "" {
 		// The holder's label, for Inspect: Curator writes its client's
@@ -328,7 +328,7 @@ func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker 
 	})
 	if !errors.As(err, new(abandonedError)) {
 		d.mu.Lock()
-		h.sent = false // returned while we waited; else createAbandoned clears it
+		h.a().sent = false // returned while we waited; else createAbandoned clears it
 		d.mu.Unlock()
 	}
 	return path, err
@@ -401,19 +401,19 @@ var errNotSent = errors.New("zkdriver: lock node create not sent")
 func (d *Driver) createAbandoned(h *holding, marker string, session int64, path string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h.sent = false
+	h.a().sent = false
 	if d.closed {
 		return // the session ends, or Close deleted what it could
 	}
-	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.marker == marker && h.name() == ""
+	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.a().marker == marker && h.name() == ""
 	switch {
 	case err == nil && wanted:
 		h.setNode(path)
-		h.unsure = false
+		h.a().unsure = false
 	case err == nil:
 		d.orphans = append(d.orphans, orphan{path: path, session: d.conn.SessionID()})
 	case ambiguous(err) && wanted:
-		h.unsure = true
+		h.a().unsure = true
 	case ambiguous(err):
 		d.orphans = append(d.orphans, orphan{parent: h.parent, marker: marker, session: session})
 	default:
@@ -508,7 +508,7 @@ func (d *Driver) ensureRoot(ctx context.Context) error {
 // listing returns it.
 func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver.Grant, error) {
 	d.mu.Lock()
-	name, known := h.name(), h.owner != 0
+	name, known := h.name(), h.a().owner != 0
 	d.mu.Unlock()
 	if !known {
 		err := d.readOwner(ctx, h, name)
@@ -526,21 +526,25 @@ func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver
 	if d.closed {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	if h.name() != name || !h.viewed {
+	if h.name() != name || !h.a().viewed {
 		return driver.Grant{}, errVanished
 	}
-	if h.owner != live {
+	if h.a().owner != live {
 		// A node of a session that ended (the server deletes it any moment):
 		// not a lock. Queue again in the live session.
 		h.setName("")
-		h.marker, h.unsure, h.createdIn, h.owner, h.viewed = "", false, 0, 0, false
-		h.fence = 0
+		a := h.a()
+		*a = acquiring{sent: a.sent}
 		return driver.Grant{}, errVanished
 	}
 	h.state = stateGranted
-	h.token, h.session, h.start = uint64(h.pzxid), h.owner, d.at(start)
-	if h.fence != 0 {
-		h.token = uint64(h.fence)
+	a := h.a()
+	h.token, h.session, h.start = uint64(a.pzxid), a.owner, d.at(start)
+	if a.fence != 0 {
+		h.token = uint64(a.fence)
+	}
+	if !a.sent {
+		h.acq = nil // a held lock keeps no acquisition state
 	}
 	first := len(d.byPath) == 0
 	d.byPath[h.path()] = h
@@ -586,8 +590,8 @@ func (d *Driver) forget(h *holding, name string) {
 	d.mu.Lock()
 	if h.name() == name {
 		h.setName("")
-		h.marker, h.unsure, h.createdIn, h.owner, h.viewed = "", false, 0, 0, false
-		h.fence = 0
+		a := h.a()
+		*a = acquiring{sent: a.sent}
 	}
 	d.mu.Unlock()
 }

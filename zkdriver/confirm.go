@@ -14,8 +14,8 @@ import (
 // began proves that, as of that request, the session was alive and no deletion
 // of the node had been reported; had one been, the lock would already be
 // removed. One such read confirms every watched lock of a batch at once
-// (RefreshBatch), which keeps the refresh traffic of many held locks at one
-// request per batch, not one per lock.
+// (RefreshBatch), so the refresh traffic of many held locks is not one
+// request per lock.
 
 // Automatic refresh confirms locks in batches of those due together (the
 // portable layer gathers what falls due within a few milliseconds), so locks

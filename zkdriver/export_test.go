@@ -86,3 +86,11 @@ func (d *Driver) HeldForTest() (held, watched int) {
 	}
 	return held, watched
 }
+
+// RoundOpenForTest reports whether a shared confirmation read is waiting to
+// be sent.
+func (d *Driver) RoundOpenForTest() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.round != nil
+}

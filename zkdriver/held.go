@@ -292,15 +292,15 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 	d.removeLocked(h)
 	var o orphan
 	switch {
-	case h.sent:
+	case h.a().sent:
 		// A create is still in flight (its Acquire gave up waiting for it):
 		// createAbandoned deletes what it makes, once it returns.
 		d.mu.Unlock()
 		return driver.ErrNotHeld
 	case h.name() != "":
 		o = orphan{path: h.path()}
-	case h.unsure:
-		o = orphan{parent: h.parent, marker: h.marker}
+	case h.a().unsure:
+		o = orphan{parent: h.parent, marker: h.a().marker}
 	default:
 		d.mu.Unlock()
 		return driver.ErrNotHeld

@@ -244,7 +244,7 @@ func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
 		}
 		d.mu.Lock()
 		if h.name() == name {
-			h.fence = st.Mzxid
+			h.a().fence = st.Mzxid
 		}
 		d.mu.Unlock()
 		return nil
