@@ -25,7 +25,10 @@ const benchHeld = 10_000
 // lock (measured once every node carries its watch, the steady state) and,
 // for the driver, the requests it writes per second while only holding
 // (pings aside), with the bench harness's TTL of 3s. Run it with
-// -benchtime=1x: each iteration takes and releases benchHeld locks.
+// -benchtime=1x: each iteration takes and releases benchHeld locks. With
+// HEAPPROF=file (and -memprofilerate=1) the driver's iteration writes the
+// heap profile at the moment it measures to file, and the goroutines to
+// file.goroutines.
 func BenchmarkHeldLocks(b *testing.B) {
 	url := testserver.ZooKeeper(b)
 	prefix := fmt.Sprintf("bench-%d", benchRun)
@@ -55,13 +58,8 @@ func BenchmarkHeldLocks(b *testing.B) {
 			}
 			heap1, g1 := footprint()
 			if f := os.Getenv("HEAPPROF"); f != "" {
-				w, _ := os.Create(f)
-				runtime.MemProfileRate = 1
-				_ = pprof.Lookup("heap").WriteTo(w, 0)
-				g, _ := os.Create(f + ".goroutines")
-				_ = pprof.Lookup("goroutine").WriteTo(g, 1)
-				g.Close()
-				w.Close()
+				writeProfile(b, "heap", f)
+				writeProfile(b, "goroutine", f+".goroutines")
 			}
 			bytes += float64(heap1-heap0) / benchHeld
 			goroutines += float64(g1-g0) / benchHeld
@@ -101,6 +99,24 @@ func BenchmarkHeldLocks(b *testing.B) {
 		b.ReportMetric(bytes/float64(b.N), "B/lock")
 		b.ReportMetric(goroutines/float64(b.N), "goroutines/lock")
 	})
+}
+
+// writeProfile writes the named runtime profile to file.
+func writeProfile(b *testing.B, name, file string) {
+	w, err := os.Create(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	debug := 0
+	if name == "goroutine" {
+		debug = 1 // text, grouped by stack
+	}
+	if err := pprof.Lookup(name).WriteTo(w, debug); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // footprint is the live heap after a collection, and the goroutines.
