@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"path"
 	"slices"
 	"time"
@@ -55,7 +56,7 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 	if held || err != nil {
 		return g, err
 	}
-	if h.permits > 1 {
+	if h.permits() > 1 {
 		return d.acquirePermit(ctx, h, wait)
 	}
 	for {
@@ -71,7 +72,7 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 // called again.
 func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant, error) {
 	d.mu.Lock()
-	hasNode := h.name != ""
+	hasNode := h.name() != ""
 	d.mu.Unlock()
 	var lst *listing
 	start := time.Now()
@@ -131,7 +132,7 @@ func (d *Driver) list(ctx context.Context, parent string) *listing {
 // (no session change in between), that session owns it.
 func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 	d.mu.Lock()
-	name, createdIn := h.name, h.createdIn
+	name, createdIn := h.name(), h.a().createdIn
 	d.mu.Unlock()
 	if errors.Is(lst.err, zk.ErrNoNode) {
 		d.forget(h, name) // gone with its key node, or deleted
@@ -152,11 +153,13 @@ func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 		return "", errVanished
 	}
 	d.mu.Lock()
-	if h.name == name {
+	if h.name() == name {
 		if createdIn != 0 && lst.session == createdIn {
-			h.owner = createdIn
+			h.a().owner = createdIn
 		}
-		h.view = lst.stat
+		if lst.stat != nil {
+			h.a().pzxid, h.a().viewed = lst.stat.Pzxid, true
+		}
 	}
 	d.mu.Unlock()
 	return pred, nil
@@ -175,8 +178,8 @@ func (d *Driver) readOwner(ctx context.Context, h *holding, name string) error {
 		return err
 	}
 	d.mu.Lock()
-	if h.name == name {
-		h.owner = st.EphemeralOwner
+	if h.name() == name {
+		h.a().owner = st.EphemeralOwner
 	}
 	d.mu.Unlock()
 	return nil
@@ -194,7 +197,7 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 	if h := d.holds[k]; h != nil {
 		h.req = req
 		if h.state == stateGranted || h.state == stateReleasing {
-			return h, driver.Grant{Token: h.token, Start: h.start}, true, nil
+			return h, driver.Grant{Token: h.token, Start: d.timeAt(h.start)}, true, nil
 		}
 		return h, driver.Grant{}, false, nil
 	}
@@ -203,7 +206,7 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 	case req.Shared:
 		h.kind = readName
 	case req.Permits > 1:
-		h.kind, h.permits = leaseName, req.Permits
+		h.kind = leaseName
 		h.parent += "/" + leasesNode
 	}
 	d.holds[k] = h
@@ -219,13 +222,13 @@ const maxCreateAttempts = 8
 // seen it also lists the queue in the same round trip (createFresh), and
 // returns that listing.
 //
-// A create whose reply was lost leaves h.unsure set; the next call looks for a
+// A create whose reply was lost leaves unsure set; the next call looks for a
 // node with h's marker before creating another, so the lost node is used rather
 // than orphaned.
 func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 	for attempt := 1; ; attempt++ {
 		d.mu.Lock()
-		parent, marker, unsure := h.parent, h.marker, h.unsure
+		parent, marker, unsure := h.parent, h.a().marker, h.a().unsure
 		d.mu.Unlock()
 		if unsure {
 			name, err := d.findMarked(ctx, parent, marker)
@@ -233,10 +236,11 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 				return nil, d.closedOr(err)
 			}
 			d.mu.Lock()
-			h.unsure = false
+			h.a().unsure = false
 			if name != "" {
-				h.name, h.createdIn, h.owner, h.view = name, 0, 0, nil // its owner is unknown: read it
-				h.fence = 0
+				h.setName(name)
+				a := h.a()
+				a.createdIn, a.owner, a.viewed, a.fence = 0, 0, false, 0 // its owner is unknown: read it
 				d.mu.Unlock()
 				return nil, nil
 			}
@@ -245,7 +249,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		} else {
 			marker = newMarker()
 			d.mu.Lock()
-			h.marker = marker
+			h.a().marker = marker
 			d.mu.Unlock()
 		}
 
@@ -274,8 +278,9 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			return nil, d.closedOr(fmt.Errorf("zkdriver: create key node: %w", parentErr))
 		case err == nil:
 			d.mu.Lock()
-			h.name, h.createdIn, h.owner, h.view = path[len(parent)+1:], session, 0, nil
-			h.fence = 0
+			h.setNode(path)
+			a := h.a()
+			a.createdIn, a.owner, a.viewed, a.fence = session, 0, false, 0
 			d.mu.Unlock()
 			d.rememberParent(parent)
 			return lst, nil
@@ -291,7 +296,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 			}
 		case ambiguous(err):
 			d.mu.Lock()
-			h.unsure = true
+			h.a().unsure = true
 			d.mu.Unlock()
 			return nil, d.closedOr(err)
 		default:
@@ -308,7 +313,7 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 // the create did.
 func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
 	d.mu.Lock()
-	h.sent = true
+	h.a().sent = true
 	var data []byte
 	if h.req.Label != "" {
 		// The holder's label, for Inspect: Curator writes its client's
@@ -323,7 +328,7 @@ func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker 
 	})
 	if !errors.As(err, new(abandonedError)) {
 		d.mu.Lock()
-		h.sent = false // returned while we waited; else createAbandoned clears it
+		h.a().sent = false // returned while we waited; else createAbandoned clears it
 		d.mu.Unlock()
 	}
 	return path, err
@@ -396,19 +401,19 @@ var errNotSent = errors.New("zkdriver: lock node create not sent")
 func (d *Driver) createAbandoned(h *holding, marker string, session int64, path string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h.sent = false
+	h.a().sent = false
 	if d.closed {
 		return // the session ends, or Close deleted what it could
 	}
-	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.marker == marker && h.name == ""
+	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.a().marker == marker && h.name() == ""
 	switch {
 	case err == nil && wanted:
-		h.name = path[len(h.parent)+1:]
-		h.unsure = false
+		h.setNode(path)
+		h.a().unsure = false
 	case err == nil:
 		d.orphans = append(d.orphans, orphan{path: path, session: d.conn.SessionID()})
 	case ambiguous(err) && wanted:
-		h.unsure = true
+		h.a().unsure = true
 	case ambiguous(err):
 		d.orphans = append(d.orphans, orphan{parent: h.parent, marker: marker, session: session})
 	default:
@@ -503,7 +508,7 @@ func (d *Driver) ensureRoot(ctx context.Context) error {
 // listing returns it.
 func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver.Grant, error) {
 	d.mu.Lock()
-	name, known := h.name, h.owner != 0
+	name, known := h.name(), h.a().owner != 0
 	d.mu.Unlock()
 	if !known {
 		err := d.readOwner(ctx, h, name)
@@ -521,20 +526,25 @@ func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver
 	if d.closed {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	if h.name != name || h.view == nil {
+	if h.name() != name || !h.a().viewed {
 		return driver.Grant{}, errVanished
 	}
-	if h.owner != live {
+	if h.a().owner != live {
 		// A node of a session that ended (the server deletes it any moment):
 		// not a lock. Queue again in the live session.
-		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
-		h.fence = 0
+		h.setName("")
+		a := h.a()
+		*a = acquiring{sent: a.sent}
 		return driver.Grant{}, errVanished
 	}
 	h.state = stateGranted
-	h.token, h.session, h.start = uint64(h.view.Pzxid), h.owner, start
-	if h.fence != 0 {
-		h.token = uint64(h.fence)
+	a := h.a()
+	h.token, h.session, h.start = uint64(a.pzxid), a.owner, d.at(start)
+	if a.fence != 0 {
+		h.token = uint64(a.fence)
+	}
+	if !a.sent {
+		h.acq = nil // a held lock keeps no acquisition state
 	}
 	first := len(d.byPath) == 0
 	d.byPath[h.path()] = h
@@ -578,9 +588,10 @@ func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 // forget notes that h's node name is gone, so the next step queues again.
 func (d *Driver) forget(h *holding, name string) {
 	d.mu.Lock()
-	if h.name == name {
-		h.name, h.marker, h.unsure, h.createdIn, h.owner, h.view = "", "", false, 0, 0, nil
-		h.fence = 0
+	if h.name() == name {
+		h.setName("")
+		a := h.a()
+		*a = acquiring{sent: a.sent}
 	}
 	d.mu.Unlock()
 }
@@ -608,7 +619,7 @@ func (d *Driver) removeLocked(h *holding) {
 	if d.holds[k] == h {
 		delete(d.holds, k)
 	}
-	if h.name != "" && d.byPath[h.path()] == h {
+	if h.name() != "" && d.byPath[h.path()] == h {
 		delete(d.byPath, h.path())
 	}
 	h.state = stateDone
@@ -617,28 +628,37 @@ func (d *Driver) removeLocked(h *holding) {
 // maxKnownParents bounds the memory of key nodes known to exist.
 const maxKnownParents = 4096
 
+// The key nodes known to exist are remembered by a hash of their path, which
+// keeps no path alive. Two paths that share a hash (odds of 2^-64 a pair)
+// cost the second a failed create (zk.ErrNoNode), after which create forgets
+// it and makes the key node.
+func (d *Driver) parentHash(parent string) uint64 { return maphash.String(d.seed, parent) }
+
 // knownParent reports whether the key node parent was seen to exist, so a
 // create can go straight to the lock node (the common case for a busy key).
 func (d *Driver) knownParent(parent string) bool {
+	k := d.parentHash(parent)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, ok := d.parents[parent]
+	_, ok := d.parents[k]
 	return ok
 }
 
 func (d *Driver) rememberParent(parent string) {
+	k := d.parentHash(parent)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.parents) >= maxKnownParents {
 		clear(d.parents) // crude, but bounded; a miss costs one round trip
 	}
-	d.parents[parent] = struct{}{}
+	d.parents[k] = struct{}{}
 }
 
 func (d *Driver) forgetParent(parent string) {
+	k := d.parentHash(parent)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.parents, parent)
+	delete(d.parents, k)
 }
 
 func (d *Driver) isClosed() bool {

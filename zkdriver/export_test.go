@@ -70,3 +70,27 @@ var (
 	WithToken  = withToken
 	SplitToken = splitToken
 )
+
+// HeldForTest counts the locks held, and of them those with a watch on their
+// node.
+func (d *Driver) HeldForTest() (held, watched int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.byPath {
+		if h.state == stateGranted {
+			held++
+			if h.watched {
+				watched++
+			}
+		}
+	}
+	return held, watched
+}
+
+// RoundOpenForTest reports whether a shared confirmation read is waiting to
+// be sent.
+func (d *Driver) RoundOpenForTest() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.round != nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -51,13 +52,19 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	d.mu.Unlock()
 	var st *zk.Stat
 	var err error
-	switch {
-	case watched:
+	if watched {
 		// The watch reports a deletion; confirm.go says why a shared read
 		// is enough.
 		if err = d.confirm(ctx); err == nil {
-			return d.confirmedByWatch(ctx, h, session)
+			recheck, err := d.confirmedByWatch(ctx, h, session)
+			if !recheck {
+				return err
+			}
+			watched = false // used up meanwhile: read the node
 		}
+	}
+	switch {
+	case watched:
 	case arm:
 		st, err = d.watchNode(ctx, h)
 	default:
@@ -82,18 +89,24 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 
 // confirmedByWatch answers a Refresh of a watched lock after a shared read
 // succeeded: held, unless the session changed or the watch reported the
-// node's deletion before the read's answer.
-func (d *Driver) confirmedByWatch(ctx context.Context, h *holding, session int64) error {
+// node's deletion before the read's answer. recheck is true, with no answer,
+// when the watch was used up by a change of the node's data (rewatch) before
+// the answer: a deletion after that would have gone unreported, so the lock
+// needs a read of its own node.
+func (d *Driver) confirmedByWatch(ctx context.Context, h *holding, session int64) (recheck bool, err error) {
 	if d.conn.SessionID() != session {
-		return d.lose(ctx, h, errSessionEnded)
+		return false, d.lose(ctx, h, errSessionEnded)
 	}
 	d.mu.Lock()
-	state := h.state
+	state, watched := h.state, h.watched
 	d.mu.Unlock()
-	if state == stateDone {
-		return d.lose(ctx, h, errNodeDeleted)
+	switch {
+	case state == stateDone:
+		return false, d.lose(ctx, h, errNodeDeleted)
+	case state == stateGranted && !watched:
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // lose ends h with cause after Refresh found it gone, and returns cause. A
@@ -146,9 +159,12 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 		}
 	}
 	if len(watched) > 0 {
-		if err := d.confirm(ctx); err == nil {
+		if err := d.confirmShared(ctx, shareBy(ctx, reqs)); err == nil {
 			for _, w := range watched {
-				errs[w.i] = d.confirmedByWatch(ctx, w.h, w.session)
+				var recheck bool
+				if recheck, errs[w.i] = d.confirmedByWatch(ctx, w.h, w.session); recheck {
+					rest = append(rest, w.i)
+				}
 			}
 		} else {
 			for _, w := range watched {
@@ -169,6 +185,23 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	}
 	wg.Wait()
 	return errs
+}
+
+// shareBy is when a shared read must go out at the latest to confirm reqs:
+// half a refresh interval of the shortest TTL among them (see confirm.go),
+// and no later than a third of the way to ctx's deadline.
+func shareBy(ctx context.Context, reqs []*driver.Request) time.Time {
+	now := time.Now()
+	wait := time.Duration(-1)
+	for _, r := range reqs {
+		if w := driver.RefreshInterval(r.TTL) / 2; wait < 0 || w < wait {
+			wait = w
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, dl.Sub(now)/3)
+	}
+	return now.Add(max(wait, 0))
 }
 
 // Release deletes req.Owner's node. For a held lock that hands the lock to the
@@ -259,15 +292,15 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 	d.removeLocked(h)
 	var o orphan
 	switch {
-	case h.sent:
+	case h.a().sent:
 		// A create is still in flight (its Acquire gave up waiting for it):
 		// createAbandoned deletes what it makes, once it returns.
 		d.mu.Unlock()
 		return driver.ErrNotHeld
-	case h.name != "":
+	case h.name() != "":
 		o = orphan{path: h.path()}
-	case h.unsure:
-		o = orphan{parent: h.parent, marker: h.marker}
+	case h.a().unsure:
+		o = orphan{parent: h.parent, marker: h.a().marker}
 	default:
 		d.mu.Unlock()
 		return driver.ErrNotHeld

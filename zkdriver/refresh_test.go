@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +86,69 @@ func TestBatchRefreshOfWatchedLocksIsOneRequest(t *testing.T) {
 	}
 	for _, r := range reqs {
 		_ = d.Release(ctx, r)
+	}
+}
+
+// Refresh batches that overlap share one read, however many there are: the
+// portable layer sends what falls due within a few milliseconds as a batch,
+// and locks taken over a second would otherwise cost a read per batch.
+func TestOverlappingRefreshBatchesShareOneRead(t *testing.T) {
+	url := testserver.ZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A long session timeout spaces the driver's heartbeats beyond the test;
+	// a 30s TTL lets the first batch wait 5s for the others.
+	d, err := openDriver(ctx, url+"?session_timeout=40s&prefix="+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const batches, each = 4, 5
+	var reqs [batches][]*driver.Request
+	for b := range reqs {
+		for i := range each {
+			key := fmt.Sprintf("k%d-%d", b, i)
+			r := &driver.Request{Key: key, Owner: "o" + key, TTL: 30 * time.Second, Lost: func(error) {}}
+			if _, err := d.TryAcquire(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			reqs[b] = append(reqs[b], r)
+		}
+	}
+	waitUntil(t, 10*time.Second, "every held node watched", func() bool {
+		held, watched := d.HeldForTest()
+		return held == batches*each && watched == held
+	})
+
+	before := d.RequestsForTest()
+	errs := make(chan error, batches*each)
+	var wg sync.WaitGroup
+	for b := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, err := range d.RefreshBatch(ctx, reqs[b]) {
+				errs <- err
+			}
+		}()
+		if b == 0 {
+			waitUntil(t, 10*time.Second, "the first batch's read scheduled", d.RoundOpenForTest)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("refresh: %v", err)
+		}
+	}
+	if sent := d.RequestsForTest() - before; sent != 1 {
+		t.Fatalf("%d overlapping refresh batches sent %d requests, want 1", batches, sent)
+	}
+	for _, rs := range reqs {
+		for _, r := range rs {
+			_ = d.Release(ctx, r)
+		}
 	}
 }
 

@@ -316,7 +316,7 @@ func (d *Driver) check(now time.Time) time.Duration {
 			if h.state != stateGranted || h.watched || h.arming {
 				continue
 			}
-			if due := h.start.Add(watchDelay); now.Before(due) {
+			if due := d.timeAt(h.start).Add(watchDelay); now.Before(due) {
 				soon(due)
 				d.armWake = true
 			} else {

@@ -48,7 +48,7 @@ func parsePermits(b []byte) (n int, ok bool) {
 	return n, err == nil && n > 0
 }
 
-// acquirePermit takes one of h.permits permits. Both TryAcquire and Acquire
+// acquirePermit takes one of h's n permits. Both TryAcquire and Acquire
 // first make a lease without the locks mutex and keep it only if at most n
 // leases exist: the count alone keeps the holders to n (whichever of n+1
 // holders listed last would have seen all n+1), and the mutex only orders
@@ -125,7 +125,7 @@ func (d *Driver) openGate(m *holding) {
 		return
 	}
 	d.mu.Lock()
-	if d.holds[holdKey{m.req.Key, m.req.Owner}] != m || m.name == "" {
+	if d.holds[holdKey{m.req.Key, m.req.Owner}] != m || m.name() == "" {
 		d.mu.Unlock()
 		return
 	}
@@ -136,12 +136,12 @@ func (d *Driver) openGate(m *holding) {
 }
 
 // leaseStep makes sure h has a lease node and holds with it if at most
-// h.permits leases exist. Otherwise TryAcquire (gate nil) gives up, and
+// n leases exist. Otherwise TryAcquire (gate nil) gives up, and
 // Acquire, which holds the locks mutex gate, waits for the leases to change.
 // It returns errVanished to be called again.
 func (d *Driver) leaseStep(ctx context.Context, h *holding, gate *holding) (driver.Grant, error) {
 	d.mu.Lock()
-	hasNode := h.name != ""
+	hasNode := h.name() != ""
 	d.mu.Unlock()
 	start := time.Now()
 	var lst *listing
@@ -160,7 +160,7 @@ func (d *Driver) leaseStep(ctx context.Context, h *holding, gate *holding) (driv
 		return driver.Grant{}, err
 	}
 	// Curator's rule: hold when the leases, ours among them, are at most n.
-	if len(lst.children) <= h.permits {
+	if len(lst.children) <= h.permits() {
 		if err := d.fence(ctx, h, lst.children); err != nil {
 			return driver.Grant{}, err
 		}
@@ -209,15 +209,15 @@ func (d *Driver) listWatch(ctx context.Context, parent string, watch bool) (*lis
 // goes.
 func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
 	d.mu.Lock()
-	name, keyNode := h.name, h.parent
+	name, keyNode := h.name(), h.parent
 	d.mu.Unlock()
-	if h.permits > 1 {
+	if h.permits() > 1 {
 		keyNode = path.Dir(h.parent)
 	}
 	for {
 		version := int32(-1)
 		var data []byte
-		if h.permits > 1 {
+		if h.permits() > 1 {
 			type answer struct {
 				data []byte
 				st   *zk.Stat
@@ -229,11 +229,11 @@ func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
 			if err != nil {
 				return d.fenceError(h, name, err)
 			}
-			if n, ok := parsePermits(a.data); ok && n != h.permits && len(leases) > 1 {
+			if n, ok := parsePermits(a.data); ok && n != h.permits() && len(leases) > 1 {
 				d.drop(ctx, h)
-				return fmt.Errorf("%w: zkdriver: the semaphore is in use with %d permits, not %d", driver.ErrInvalidArgument, n, h.permits)
+				return fmt.Errorf("%w: zkdriver: the semaphore is in use with %d permits, not %d", driver.ErrInvalidArgument, n, h.permits())
 			}
-			version, data = a.st.Version, permitsData(h.permits)
+			version, data = a.st.Version, permitsData(h.permits())
 		}
 		st, err := call(d, ctx, func() (*zk.Stat, error) { return d.conn.Set(keyNode, data, version) }, nil)
 		if errors.Is(err, zk.ErrBadVersion) {
@@ -243,8 +243,8 @@ func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
 			return d.fenceError(h, name, err)
 		}
 		d.mu.Lock()
-		if h.name == name {
-			h.fence = st.Mzxid
+		if h.name() == name {
+			h.a().fence = st.Mzxid
 		}
 		d.mu.Unlock()
 		return nil
