@@ -83,7 +83,7 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 		e = d.enterLocked(s, req)
 	case e.state == stateHeld:
 		// A retry after a lost reply: the same grant.
-		g := driver.Grant{Token: uint64(e.rev), Start: e.since}
+		g := driver.Grant{Token: uint64(e.rev), Start: d.epoch.Add(e.since)}
 		d.mu.Unlock()
 		return g, nil
 	case e.s != s:
@@ -110,9 +110,9 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 	for round := 0; ; round++ {
 		sent := time.Now()
 		resp, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
-			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng(), clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
@@ -124,7 +124,7 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(mine) == 0 {
 			d.forget(e)
-			if err := mismatch(e.rng, shapeExclusive, first); err != nil {
+			if err := mismatch(e.rng(), shapeExclusive, first); err != nil {
 				return driver.Grant{}, err
 			}
 			return driver.Grant{}, driver.ErrLocked
@@ -169,10 +169,10 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		queue := clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)},
 			[]clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id)),
-				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
+				clientv3.OpGet(e.rng(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
 			[]clientv3.Op{clientv3.OpGet(e.key)})
 		outer, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
 			Else(queue).
 			Commit()
@@ -231,8 +231,8 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 	for {
 		// A writer behind a semaphore's permit: the key is in use as a
 		// semaphore (only the key just before ours is seen, so only then).
-		if keyShape(e.rng, pred.Key) > 0 {
-			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng, shapeExclusive, []*mvccpb.KeyValue{pred}))
+		if keyShape(e.rng(), pred.Key) > 0 {
+			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng(), shapeExclusive, []*mvccpb.KeyValue{pred}))
 		}
 		if err := d.waitDelete(ctx, e, pred, known); err != nil {
 			return driver.Grant{}, waitFailed(err)
@@ -292,7 +292,7 @@ func (d *Driver) check(ctx context.Context, e *entry, after *mvccpb.KeyValue) (p
 		resp, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
 				clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
-			Then(clientv3.OpGet(e.rng, opts...)).
+			Then(clientv3.OpGet(e.rng(), opts...)).
 			Commit()
 		if err != nil {
 			return nil, 0, sent, false, err
@@ -464,8 +464,9 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		if s := e.s.deadlineLocked().Add(-(e.req.TTL - driver.Drift(e.req.TTL))); s.Before(start) {
 			start = s
 		}
-		e.since = start
-		e.paidUntil = start.Add(e.req.TTL)
+		e.since = start.Sub(d.epoch)
+		e.paidUntil = e.since + e.req.TTL
+		e.value = "" // compared only while acquiring (see deleteIf)
 		d.mu.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: start}, nil
 	case d.closed:
@@ -563,10 +564,14 @@ func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
 	return err
 }
 
+// deleteIf deletes e's key if it has the create revision rev, or, while rev
+// is unknown (zero: e never held, so its value is still kept), e's value.
 func (d *Driver) deleteIf(ctx context.Context, e *entry, rev int64) (bool, error) {
-	same := clientv3.Compare(clientv3.Value(e.key), "=", e.value)
+	var same clientv3.Cmp
 	if rev > 0 {
 		same = clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev)
+	} else {
+		same = clientv3.Compare(clientv3.Value(e.key), "=", e.value)
 	}
 	resp, err := d.c.Txn(ctx).If(same).Then(clientv3.OpDelete(e.key)).Commit()
 	if err != nil {
