@@ -480,8 +480,8 @@ type Driver struct {
 	mu      sync.Mutex
 	closed  bool
 	leases  map[int64]*session // the live session per lease TTL in seconds
-	entries map[string]*entry // by user key, chained through entry.next
-	epoch   time.Time         // entries keep their times as offsets from it
+	entries map[string]*entry  // by user key, chained through entry.next
+	epoch   time.Time          // entries keep their times as offsets from it
 }
 
 var (

@@ -49,8 +49,8 @@ type session struct {
 	drift    time.Duration
 
 	// Guarded by d.mu.
-	dead      error     // why the session ended; nil while live
-	confirmed time.Time // when the last confirmed grant or keepalive was sent
+	dead      error              // why the session ended; nil while live
+	confirmed time.Time          // when the last confirmed grant or keepalive was sent
 	entries   int                // entries of this session in Driver.entries
 	orphans   []*entry           // keys to delete whose delete failed
 	reserved  map[string][]int32 // name indexes, by user key, kept out of use after a release whose outcome is unknown
