@@ -112,7 +112,7 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		resp, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
-			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng(), clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng(), firstKey...)).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
@@ -162,36 +162,28 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 	)
 	for round := 0; ; round++ {
 		sent = time.Now()
-		// When nobody holds or waits (the common case) the lock is simply
-		// written; otherwise the nested transaction, concurrency.Mutex's,
-		// queues our key (or finds it from an earlier attempt) and reads the
-		// key before it.
-		queue := clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id)),
-				clientv3.OpGet(e.rng(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
-			[]clientv3.Op{clientv3.OpGet(e.key)})
-		outer, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
-			Else(queue).
+		// concurrency.Mutex's transaction: queue our key (or find it from an
+		// earlier attempt) and read, keys only, the last two keys of the range
+		// by create revision: ours and the one before it, if any. When nobody
+		// holds or waits (the common case) that is our key alone, and the
+		// lock is held.
+		key := e.key
+		resp, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, e.value, clientv3.WithLease(e.s.id)),
+				clientv3.OpGet(e.rng(), lastTwoKeys...)).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
 		}
-		if outer.Succeeded {
-			rev := outer.Header.Revision
-			d.setRev(e, rev)
-			return d.hold(e, rev, sent)
-		}
-		resp := outer.Responses[0].GetResponseTxn()
 		if resp.Succeeded {
-			rev := outer.Header.Revision
-			d.setRev(e, rev)
+			rev := resp.Header.Revision
 			last := resp.Responses[1].GetResponseRange().Kvs // ours, then the one before
 			if len(last) < 2 {
 				return d.hold(e, rev, sent)
 			}
+			d.setRev(e, rev)
 			pred, known = last[1], rev
 			break
 		}
@@ -254,6 +246,15 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		}
 	}
 }
+
+// lastTwoKeys reads the last two keys of a range by create revision, names
+// and revisions only (built once: each option is an allocation).
+var lastTwoKeys = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+	clientv3.WithLimit(2), clientv3.WithKeysOnly()}
+
+// firstKey reads the first key of a range by create revision, name and
+// revision only.
+var firstKey = append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
 
 // untilClosed returns a context that also ends when the driver closes.
 func (d *Driver) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
