@@ -471,9 +471,11 @@ func phaseDistinct(b *testing.B, d time.Duration, workers int, acquire func(ctx 
 	return int(count.Load()), time.Since(start)
 }
 
-// The memory a held lock costs: 2000 locks held at once, by the driver alone
-// and through a Locker (with its automatic refresh), measured as the live heap
-// after a collection, per lock. One op is one round of both.
+// The memory a held lock costs: 2000 locks held at once, by the driver alone,
+// through a Locker (with its automatic refresh), and as concurrency.Mutexes
+// on one session, measured as the live heap after a collection, per lock
+// (the benchmark's own request, key and release closure included). One op is
+// one round of the three.
 func BenchmarkHeldLockMemory(b *testing.B) {
 	url := testserver.Etcd(b)
 	const n, ttl = 2000, 10 * time.Second
@@ -511,7 +513,7 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 			}
 		}
 	}
-	var driverBytes, lockerBytes float64
+	var driverBytes, lockerBytes, mutexBytes float64
 	for i := 0; i < b.N; i++ {
 		d := newDriver(b, url, etcddriver.WithPrefix(testPrefix(b)+"-direct"))
 		base := benchKey()
@@ -537,10 +539,29 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 		})
 		lockerBytes += float64(heap()-before) / n
 		release()
+
+		// concurrency.Mutex on one session (the keys are distinct), as
+		// bench/contestants holds them.
+		s, err := concurrency.NewSession(benchClient(b, url), concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		before = heap()
+		release = holdAll(func(i int) (func(), error) {
+			m := concurrency.NewMutex(s, testPrefix(b)+"-mutex/"+fmt.Sprintf("%s-%d", base, i))
+			if err := m.TryLock(ctx); err != nil {
+				return nil, err
+			}
+			return func() { _ = m.Unlock(ctx) }, nil
+		})
+		mutexBytes += float64(heap()-before) / n
+		release()
+		_ = s.Close()
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(driverBytes/float64(b.N), "driver-B/lock")
 	b.ReportMetric(lockerBytes/float64(b.N), "locker-B/lock")
+	b.ReportMetric(mutexBytes/float64(b.N), "mutex-B/lock")
 }
 
 // The distinct-keys load of one contestant alone, for profiles of the client
@@ -559,7 +580,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
-		server0 := serverCPU()
+		server0, client0 := serverCPU(), clientCPU()
 		for w := 0; w < goroutines; w++ {
 			wg.Add(1)
 			go func() {
@@ -581,6 +602,9 @@ func BenchmarkDistinctKeys(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 		if server0 >= 0 {
 			b.ReportMetric(float64((serverCPU()-server0).Microseconds())/float64(b.N), "server-cpu-µs/op")
+		}
+		if client0 >= 0 {
+			b.ReportMetric(float64((clientCPU()-client0).Microseconds())/float64(b.N), "client-cpu-µs/op")
 		}
 	}
 	url := testserver.Etcd(b)
@@ -654,4 +678,25 @@ func serverCPU() time.Duration {
 		return -1
 	}
 	return total
+}
+
+// clientCPU is the CPU time this process used so far (the clients, without
+// the servers), or -1 where it cannot be read.
+func clientCPU() time.Duration {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 }
