@@ -83,7 +83,7 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 		e = d.enterLocked(s, req)
 	case e.state == stateHeld:
 		// A retry after a lost reply: the same grant.
-		g := driver.Grant{Token: uint64(e.rev), Start: e.since}
+		g := driver.Grant{Token: uint64(e.rev), Start: d.epoch.Add(e.since)}
 		d.mu.Unlock()
 		return g, nil
 	case e.s != s:
@@ -110,9 +110,9 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 	for round := 0; ; round++ {
 		sent := time.Now()
 		resp, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
-			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng(), firstKey...)).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
@@ -124,7 +124,7 @@ func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(mine) == 0 {
 			d.forget(e)
-			if err := mismatch(e.rng, shapeExclusive, first); err != nil {
+			if err := mismatch(e.rng(), shapeExclusive, first); err != nil {
 				return driver.Grant{}, err
 			}
 			return driver.Grant{}, driver.ErrLocked
@@ -162,36 +162,28 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 	)
 	for round := 0; ; round++ {
 		sent = time.Now()
-		// When nobody holds or waits (the common case) the lock is simply
-		// written; otherwise the nested transaction, concurrency.Mutex's,
-		// queues our key (or finds it from an earlier attempt) and reads the
-		// key before it.
-		queue := clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id)),
-				clientv3.OpGet(e.rng, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))},
-			[]clientv3.Op{clientv3.OpGet(e.key)})
-		outer, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
-			Else(queue).
+		// concurrency.Mutex's transaction: queue our key (or find it from an
+		// earlier attempt) and read, keys only, the last two keys of the range
+		// by create revision: ours and the one before it, if any. When nobody
+		// holds or waits (the common case) that is our key alone, and the
+		// lock is held.
+		key := e.key
+		resp, err := d.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, e.value, clientv3.WithLease(e.s.id)),
+				clientv3.OpGet(e.rng(), lastTwoKeys...)).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
 		}
-		if outer.Succeeded {
-			rev := outer.Header.Revision
-			d.setRev(e, rev)
-			return d.hold(e, rev, sent)
-		}
-		resp := outer.Responses[0].GetResponseTxn()
 		if resp.Succeeded {
-			rev := outer.Header.Revision
-			d.setRev(e, rev)
+			rev := resp.Header.Revision
 			last := resp.Responses[1].GetResponseRange().Kvs // ours, then the one before
 			if len(last) < 2 {
 				return d.hold(e, rev, sent)
 			}
+			d.setRev(e, rev)
 			pred, known = last[1], rev
 			break
 		}
@@ -231,8 +223,8 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 	for {
 		// A writer behind a semaphore's permit: the key is in use as a
 		// semaphore (only the key just before ours is seen, so only then).
-		if keyShape(e.rng, pred.Key) > 0 {
-			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng, shapeExclusive, []*mvccpb.KeyValue{pred}))
+		if keyShape(e.rng(), pred.Key) > 0 {
+			return driver.Grant{}, d.withdraw(ctx, e, mismatch(e.rng(), shapeExclusive, []*mvccpb.KeyValue{pred}))
 		}
 		if err := d.waitDelete(ctx, e, pred, known); err != nil {
 			return driver.Grant{}, waitFailed(err)
@@ -254,6 +246,15 @@ func (d *Driver) enqueue(ctx context.Context, e *entry) (driver.Grant, error) {
 		}
 	}
 }
+
+// lastTwoKeys reads the last two keys of a range by create revision, names
+// and revisions only (built once: each option is an allocation).
+var lastTwoKeys = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+	clientv3.WithLimit(2), clientv3.WithKeysOnly()}
+
+// firstKey reads the first key of a range by create revision, name and
+// revision only.
+var firstKey = append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
 
 // untilClosed returns a context that also ends when the driver closes.
 func (d *Driver) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -292,7 +293,7 @@ func (d *Driver) check(ctx context.Context, e *entry, after *mvccpb.KeyValue) (p
 		resp, err := d.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
 				clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
-			Then(clientv3.OpGet(e.rng, opts...)).
+			Then(clientv3.OpGet(e.rng(), opts...)).
 			Commit()
 		if err != nil {
 			return nil, 0, sent, false, err
@@ -464,8 +465,9 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		if s := e.s.deadlineLocked().Add(-(e.req.TTL - driver.Drift(e.req.TTL))); s.Before(start) {
 			start = s
 		}
-		e.since = start
-		e.paidUntil = start.Add(e.req.TTL)
+		e.since = start.Sub(d.epoch)
+		e.paidUntil = e.since + e.req.TTL
+		e.value = "" // compared only while acquiring (see deleteIf)
 		d.mu.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: start}, nil
 	case d.closed:
@@ -563,10 +565,14 @@ func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
 	return err
 }
 
+// deleteIf deletes e's key if it has the create revision rev, or, while rev
+// is unknown (zero: e never held, so its value is still kept), e's value.
 func (d *Driver) deleteIf(ctx context.Context, e *entry, rev int64) (bool, error) {
-	same := clientv3.Compare(clientv3.Value(e.key), "=", e.value)
+	var same clientv3.Cmp
 	if rev > 0 {
 		same = clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev)
+	} else {
+		same = clientv3.Compare(clientv3.Value(e.key), "=", e.value)
 	}
 	resp, err := d.c.Txn(ctx).If(same).Then(clientv3.OpDelete(e.key)).Commit()
 	if err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -468,9 +471,11 @@ func phaseDistinct(b *testing.B, d time.Duration, workers int, acquire func(ctx 
 	return int(count.Load()), time.Since(start)
 }
 
-// The memory a held lock costs: 2000 locks held at once, by the driver alone
-// and through a Locker (with its automatic refresh), measured as the live heap
-// after a collection, per lock. One op is one round of both.
+// The memory a held lock costs: 2000 locks held at once, by the driver alone,
+// through a Locker (with its automatic refresh), and as concurrency.Mutexes
+// on one session, measured as the live heap after a collection, per lock
+// (the benchmark's own request, key and release closure included). One op is
+// one round of the three.
 func BenchmarkHeldLockMemory(b *testing.B) {
 	url := testserver.Etcd(b)
 	const n, ttl = 2000, 10 * time.Second
@@ -508,7 +513,7 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 			}
 		}
 	}
-	var driverBytes, lockerBytes float64
+	var driverBytes, lockerBytes, mutexBytes float64
 	for i := 0; i < b.N; i++ {
 		d := newDriver(b, url, etcddriver.WithPrefix(testPrefix(b)+"-direct"))
 		base := benchKey()
@@ -534,8 +539,164 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 		})
 		lockerBytes += float64(heap()-before) / n
 		release()
+
+		// concurrency.Mutex on one session (the keys are distinct), as
+		// bench/contestants holds them.
+		s, err := concurrency.NewSession(benchClient(b, url), concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		before = heap()
+		release = holdAll(func(i int) (func(), error) {
+			m := concurrency.NewMutex(s, testPrefix(b)+"-mutex/"+fmt.Sprintf("%s-%d", base, i))
+			if err := m.TryLock(ctx); err != nil {
+				return nil, err
+			}
+			return func() { _ = m.Unlock(ctx) }, nil
+		})
+		mutexBytes += float64(heap()-before) / n
+		release()
+		_ = s.Close()
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(driverBytes/float64(b.N), "driver-B/lock")
 	b.ReportMetric(lockerBytes/float64(b.N), "locker-B/lock")
+	b.ReportMetric(mutexBytes/float64(b.N), "mutex-B/lock")
+}
+
+// The distinct-keys load of one contestant alone, for profiles of the client
+// (-cpuprofile, -memprofile; the server is another process): 16 goroutines
+// over 2 clients, each taking and giving back a key of its own, b.N rounds in
+// all. impl=driver calls the driver directly, impl=mutex is concurrency.Mutex
+// with one session per client, as in BenchmarkDistinctKeysInterleaved.
+func BenchmarkDistinctKeys(b *testing.B) {
+	const clients, goroutines, ttl = 2, 16, 10 * time.Second
+	run := func(b *testing.B, acquire func(ctx context.Context, w int) (func() error, error)) {
+		ctx := context.Background()
+		var (
+			next atomic.Int64
+			wg   sync.WaitGroup
+		)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		server0, client0 := serverCPU(), clientCPU()
+		for w := 0; w < goroutines; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(b.N) {
+					release, err := acquire(ctx, w)
+					if err == nil {
+						err = release()
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+		if server0 >= 0 {
+			b.ReportMetric(float64((serverCPU()-server0).Microseconds())/float64(b.N), "server-cpu-µs/op")
+		}
+		if client0 >= 0 {
+			b.ReportMetric(float64((clientCPU()-client0).Microseconds())/float64(b.N), "client-cpu-µs/op")
+		}
+	}
+	url := testserver.Etcd(b)
+	keys := make([]string, goroutines)
+	base := benchKey()
+	for g := range keys {
+		keys[g] = fmt.Sprintf("%s-%d", base, g)
+	}
+	b.Run("impl=driver", func(b *testing.B) {
+		var drivers []*etcddriver.Driver
+		for c := 0; c < clients; c++ {
+			drivers = append(drivers, newDriver(b, url, etcddriver.WithPrefix(testPrefix(b))))
+		}
+		var owners atomic.Int64
+		run(b, func(ctx context.Context, w int) (func() error, error) {
+			dr := drivers[w%clients]
+			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: func(error) {}}
+			if _, err := dr.Acquire(ctx, req); err != nil {
+				return nil, err
+			}
+			return func() error { return dr.Release(ctx, req) }, nil
+		})
+	})
+	b.Run("impl=mutex", func(b *testing.B) {
+		var sessions []*concurrency.Session
+		for c := 0; c < clients; c++ {
+			s, err := concurrency.NewSession(benchClient(b, url), concurrency.WithTTL(int(ttl/time.Second)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			sessions = append(sessions, s)
+		}
+		run(b, func(ctx context.Context, w int) (func() error, error) {
+			m := concurrency.NewMutex(sessions[w%clients], testPrefix(b)+"/"+keys[w])
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { return m.Unlock(ctx) }, nil
+		})
+	})
+}
+
+// serverCPU is the CPU time used so far by the etcd servers this process
+// started (testserver runs them as its children), or -1 where it cannot be
+// read (not Linux, or a server given in the environment).
+func serverCPU() time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	total, found := time.Duration(0), false
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime are fields 14 and 15.
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.HasSuffix(s[:i], "(etcd") {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) < 13 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+		found = true
+	}
+	if !found {
+		return -1
+	}
+	return total
+}
+
+// clientCPU is the CPU time this process used so far (the clients, without
+// the servers), or -1 where it cannot be read.
+func clientCPU() time.Duration {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 }

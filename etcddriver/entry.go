@@ -17,25 +17,34 @@ import (
 // any other key. Every request queues in etcd in arrival order, so waiters of one
 // process are served in turn with everyone else's, and each waiter's watch is in
 // place long before its turn comes.
+//
+// An entry is small on purpose: a Driver holding many locks keeps one per
+// lock. It keeps no copy of what it can derive: the owner and user key are
+// the request's, the range is a prefix of key, its times are offsets from the
+// Driver's epoch, and the value it wrote is dropped once it holds (only an
+// acquisition in progress compares it, and a held entry's delete compares the
+// create revision instead).
 type entry struct {
-	req   *driver.Request
-	owner string
-	value string // what the acquisition writes as the key's value: keyValue(req)
-	s     *session
-	key   string // <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<n>]
-	rng   string // <prefix>/<escaped key>/
-	name  nameKey
-	index int // n of the key's name; 0 for the plain lease name
+	req    *driver.Request
+	value  string // what the acquisition writes as the key's value, keyValue(req); "" once held
+	s      *session
+	key    string // <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<n>]
+	next   *entry // the next entry of the same user key (Driver.entries)
+	rngLen int32  // key[:rngLen] is <prefix>/<escaped key>/
+	index  int32  // n of the key's name; 0 for the plain lease name
 
 	// Guarded by Driver.mu.
 	state     entryState
-	rev       int64     // create revision of key, the fencing token; 0 while unknown
-	since     time.Time // when the request that granted the lock was sent
-	paidUntil time.Time // a held lock not refreshed by then is deleted
-	uncertain bool      // a plain delete of key failed: it may yet be applied, so the name is never reused on s
+	uncertain bool          // a plain delete of key failed: it may yet be applied, so the name is never reused on s
+	rev       int64         // create revision of key, the fencing token; 0 while unknown
+	since     time.Duration // when the request that granted the lock was sent, after Driver.epoch
+	paidUntil time.Duration // a held lock not refreshed by then (after Driver.epoch) is deleted
 }
 
-type entryState int
+// rng is the lock's range, <prefix>/<escaped key>/.
+func (e *entry) rng() string { return e.key[:e.rngLen] }
+
+type entryState uint8
 
 const (
 	stateActive  entryState = iota // its etcd key exists or may exist; not the holder yet
@@ -43,67 +52,51 @@ const (
 	stateRemoved                   // forgotten by the driver
 )
 
-type ownerKey struct{ key, owner string }
-
-// nameKey identifies the names in use for one lease and user key.
-type nameKey struct {
-	s   *session
-	key string
-}
-
-// nameSet is the set of key-name indexes in use for one lease and user key:
-// the first 64 in a bitmask kept in the map's own slot (almost always only
-// index 0 is in use, and a lock then costs no allocation here), any further
-// ones in a map made only when 64 requests of one lease wait on one key.
-type nameSet struct {
-	low  uint64
-	more map[int]bool
-}
-
-func (n *nameSet) has(i int) bool {
-	if i < 64 {
-		return n.low&(1<<i) != 0
-	}
-	return n.more[i]
-}
-
-func (n *nameSet) add(i int) {
-	if i < 64 {
-		n.low |= 1 << i
-		return
-	}
-	if n.more == nil {
-		n.more = map[int]bool{}
-	}
-	n.more[i] = true
-}
-
-func (n *nameSet) remove(i int) {
-	if i < 64 {
-		n.low &^= 1 << i
-		return
-	}
-	delete(n.more, i)
-}
-
-func (n *nameSet) empty() bool { return n.low == 0 && len(n.more) == 0 }
-
 // enterLocked registers a new entry for req on s, under the first key name of
-// the lease that no other request of this driver uses.
+// the lease that no other request of this driver uses (nor a name reserved
+// after a release whose outcome is unknown).
 func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
-	nk := nameKey{s, req.Key}
-	used := d.names[nk]
-	index := 0
-	for used.has(index) {
-		index++
-	}
-	used.add(index)
-	d.names[nk] = used
+	index := d.freeIndexLocked(s, req.Key)
 	key, rngLen := keyName(d.prefix, req, s.hex, index)
-	e := &entry{req: req, owner: req.Owner, value: keyValue(req.Label, req.Owner), s: s, key: key, rng: key[:rngLen], name: nk, index: index}
-	d.entries[ownerKey{req.Key, req.Owner}] = e
-	s.members[e] = struct{}{}
+	e := &entry{req: req, value: keyValue(req.Label, req.Owner), s: s, key: key, rngLen: int32(rngLen), index: int32(index)}
+	e.next = d.entries[req.Key]
+	d.entries[req.Key] = e
+	s.entries++
 	return e
+}
+
+// freeIndexLocked is the lowest name index that no entry of s on key uses and
+// that is not reserved on s. Almost always only index 0 is in use, or none:
+// the first 64 indexes are counted in a bitmask, any further ones in a map
+// made only when 64 requests of one lease wait on one key.
+func (d *Driver) freeIndexLocked(s *session, key string) int {
+	var (
+		low  uint64
+		more map[int]bool
+	)
+	mark := func(i int) {
+		if i < 64 {
+			low |= 1 << i
+			return
+		}
+		if more == nil {
+			more = map[int]bool{}
+		}
+		more[i] = true
+	}
+	for e := d.entries[key]; e != nil; e = e.next {
+		if e.s == s {
+			mark(int(e.index))
+		}
+	}
+	for _, i := range s.reserved[key] {
+		mark(int(i))
+	}
+	i := 0
+	for (i < 64 && low&(1<<i) != 0) || (i >= 64 && more[i]) {
+		i++
+	}
+	return i
 }
 
 // removeLocked forgets e and frees its key name.
@@ -112,30 +105,55 @@ func (d *Driver) removeLocked(e *entry) {
 		return
 	}
 	e.state = stateRemoved
-	if k := (ownerKey{e.req.Key, e.owner}); d.entries[k] == e {
-		delete(d.entries, k)
+	key := e.req.Key
+	for p, prev := d.entries[key], (*entry)(nil); p != nil; prev, p = p, p.next {
+		if p != e {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = e.next
+		case e.next != nil:
+			d.entries[key] = e.next
+		default:
+			delete(d.entries, key)
+		}
+		break
 	}
-	delete(e.s.members, e)
-	if len(e.s.members) == 0 {
+	e.next = nil
+	e.s.entries--
+	if e.s.entries == 0 {
 		e.s.idleSince = time.Now()
 	}
 	if e.uncertain && e.s.dead == nil {
 		// A plain delete of this name may still be in flight: keep the name
 		// out of use until the lease ends (endLocked frees it then).
-		e.s.reserved = append(e.s.reserved, e.name)
-		return
-	}
-	if used, ok := d.names[e.name]; ok {
-		used.remove(e.index)
-		if used.empty() {
-			delete(d.names, e.name)
-		} else {
-			d.names[e.name] = used
+		if e.s.reserved == nil {
+			e.s.reserved = map[string][]int32{}
 		}
+		e.s.reserved[key] = append(e.s.reserved[key], e.index)
 	}
 }
 
 // lookupLocked returns the entry of req, or nil.
 func (d *Driver) lookupLocked(req *driver.Request) *entry {
-	return d.entries[ownerKey{req.Key, req.Owner}]
+	for e := d.entries[req.Key]; e != nil; e = e.next {
+		if e.req.Owner == req.Owner {
+			return e
+		}
+	}
+	return nil
+}
+
+// eachLocked calls f for every entry of s; f may remove the entry.
+func (d *Driver) eachLocked(s *session, f func(e *entry)) {
+	for _, head := range d.entries {
+		for e := head; e != nil; {
+			next := e.next
+			if e.s == s {
+				f(e)
+			}
+			e = next
+		}
+	}
 }

@@ -480,8 +480,8 @@ type Driver struct {
 	mu      sync.Mutex
 	closed  bool
 	leases  map[int64]*session // the live session per lease TTL in seconds
-	entries map[ownerKey]*entry
-	names   map[nameKey]nameSet // key names in use, by lease and user key
+	entries map[string]*entry  // by user key, chained through entry.next
+	epoch   time.Time          // entries keep their times as offsets from it
 }
 
 var (
@@ -549,8 +549,8 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 		minTTL:  cfg.minTTL,
 		done:    make(chan struct{}),
 		leases:  map[int64]*session{},
-		entries: map[ownerKey]*entry{},
-		names:   map[nameKey]nameSet{},
+		entries: map[string]*entry{},
+		epoch:   time.Now(),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.revokeCtx, d.revokeCancel = context.WithCancel(context.Background())

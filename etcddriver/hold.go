@@ -324,7 +324,7 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 		}
 		return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
 	}
-	if paid := start.Add(e.req.TTL); paid.After(e.paidUntil) {
+	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
 		e.paidUntil = paid
 	}
 	return nil

@@ -299,7 +299,7 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 	resp, err := d.c.Txn(requireLeader(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev),
 			clientv3.Compare(clientv3.LeaseValue(e.key), "=", e.s.id)).
-		Then(clientv3.OpPut(e.key, keyValue(label, e.owner), clientv3.WithLease(e.s.id))).
+		Then(clientv3.OpPut(e.key, keyValue(label, e.req.Owner), clientv3.WithLease(e.s.id))).
 		Commit()
 	if err != nil {
 		return d.report(ctx, err)

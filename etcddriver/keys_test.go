@@ -1,6 +1,7 @@
 package etcddriver
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -78,27 +79,48 @@ func TestKeyNameIsRangePrefixShapeAndLease(t *testing.T) {
 	}
 }
 
-// The set of names in use keeps any number of indexes: past the 64 of its
-// bitmask too, as when 64 requests of one lease wait on one key.
-func TestNameSetHoldsIndexesPastItsBitmask(t *testing.T) {
-	var n nameSet
-	for i := range 130 {
-		n.add(i)
+// A request gets the lowest name index its lease does not use on its key:
+// past the 64 of the bitmask too (as when 64 requests of one lease wait on one
+// key), a freed index again, and never one reserved after a release whose
+// outcome is unknown; other keys and other leases do not count.
+func TestNameIndexesAreLowestFreeAndSkipReserved(t *testing.T) {
+	d := &Driver{prefix: "/p", entries: map[string]*entry{}}
+	s, other := &session{d: d, hex: "694d"}, &session{d: d, hex: "694e"}
+	enter := func(s *session, key string, n int) *entry {
+		return d.enterLocked(s, &driver.Request{Key: key, Owner: strconv.Itoa(n)})
 	}
+	var es []*entry
 	for i := range 130 {
-		if !n.has(i) {
-			t.Fatalf("index %d missing", i)
+		e := enter(s, "k", i)
+		if int(e.index) != i {
+			t.Fatalf("request %d got index %d", i, e.index)
+		}
+		es = append(es, e)
+	}
+	if e := enter(other, "k", 1000); e.index != 0 {
+		t.Fatalf("another lease's first request got index %d", e.index)
+	}
+	if e := enter(s, "j", 1001); e.index != 0 {
+		t.Fatalf("another key's first request got index %d", e.index)
+	}
+	d.removeLocked(es[3])
+	es[100].uncertain = true
+	d.removeLocked(es[100])
+	d.removeLocked(es[101])
+	for _, want := range []int32{3, 101, 130} {
+		if e := enter(s, "k", int(2000+want)); e.index != want {
+			t.Fatalf("got index %d, want %d", e.index, want)
 		}
 	}
-	n.remove(3)
-	n.remove(100)
-	if n.has(3) || n.has(100) || !n.has(4) || !n.has(101) || n.empty() {
-		t.Fatal("remove took the wrong indexes")
+	if got := d.lookupLocked(es[50].req); got != es[50] {
+		t.Fatal("lookup lost an entry")
 	}
-	for i := range 130 {
-		n.remove(i)
+	if d.lookupLocked(es[3].req) != nil {
+		t.Fatal("a removed entry is still found")
 	}
-	if !n.empty() {
-		t.Fatal("not empty after removing every index")
+	n := 0
+	d.eachLocked(s, func(*entry) { n++ })
+	if n != s.entries || n != 130+1+3-3 {
+		t.Fatalf("%d entries of the session, count %d", n, s.entries)
 	}
 }

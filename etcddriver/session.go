@@ -49,11 +49,11 @@ type session struct {
 	drift    time.Duration
 
 	// Guarded by d.mu.
-	dead      error     // why the session ended; nil while live
-	confirmed time.Time // when the last confirmed grant or keepalive was sent
-	members   map[*entry]struct{}
-	orphans   []*entry  // keys to delete whose delete failed
-	reserved  []nameKey // names kept out of use after a release whose outcome is unknown
+	dead      error              // why the session ended; nil while live
+	confirmed time.Time          // when the last confirmed grant or keepalive was sent
+	entries   int                // entries of this session in Driver.entries
+	orphans   []*entry           // keys to delete whose delete failed
+	reserved  map[string][]int32 // name indexes, by user key, kept out of use after a release whose outcome is unknown
 	idleSince time.Time
 	renewing  *renewal // the keepalive refreshes are waiting for, if any (renewFor)
 }
@@ -78,7 +78,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		}
 		s := d.leases[secs]
 		if s == nil {
-			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1), members: map[*entry]struct{}{}}
+			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1)}
 			d.leases[secs] = s
 			d.mu.Unlock()
 			if err := d.grant(ctx, s); err != nil {
@@ -205,7 +205,7 @@ func (s *session) keep() {
 		expired, earliest := s.expiredLocked(now)
 		s.orphans = append(s.orphans, expired...)
 		cleanup := len(s.orphans) > 0
-		if len(s.members) > 0 || cleanup {
+		if s.entries > 0 || cleanup {
 			s.idleSince = now
 		} else if now.Sub(s.idleSince) >= s.ttl {
 			lost := s.endLocked(errIdle)
@@ -297,18 +297,24 @@ func (s *session) keepaliveCtx(parent context.Context) error {
 // expiredLocked removes the held entries whose TTL passed without a refresh and
 // returns them, with the earliest expiry among those left.
 func (s *session) expiredLocked(now time.Time) (expired []*entry, earliest time.Time) {
-	for e := range s.members {
+	d := s.d
+	at := now.Sub(d.epoch)
+	first := time.Duration(-1)
+	d.eachLocked(s, func(e *entry) {
 		if e.state != stateHeld {
-			continue
+			return
 		}
-		if !now.Before(e.paidUntil) {
-			s.d.removeLocked(e)
+		if at >= e.paidUntil {
+			d.removeLocked(e)
 			expired = append(expired, e)
-			continue
+			return
 		}
-		if earliest.IsZero() || e.paidUntil.Before(earliest) {
-			earliest = e.paidUntil
+		if first < 0 || e.paidUntil < first {
+			first = e.paidUntil
 		}
+	})
+	if first >= 0 {
+		earliest = d.epoch.Add(first)
 	}
 	return expired, earliest
 }
@@ -366,17 +372,14 @@ func (s *session) endLocked(cause error) lostSet {
 	}
 	close(s.lost)
 	var held []*entry
-	for e := range s.members {
+	d.eachLocked(s, func(e *entry) {
 		if e.state == stateHeld {
 			held = append(held, e)
 		}
 		d.removeLocked(e)
-	}
-	s.orphans = nil // the lease takes its keys with it
-	for _, nk := range s.reserved {
-		delete(d.names, nk) // every name of a dead lease is free: no key can have it any more
-	}
-	s.reserved = nil
+	})
+	s.orphans = nil  // the lease takes its keys with it
+	s.reserved = nil // every name of a dead lease is free: no key can have it any more
 	return lostSet{held: held, err: fmt.Errorf("%w: lease %s: %w", driver.ErrNotHeld, s.hex, cause)}
 }
 

@@ -135,13 +135,13 @@ func blockerOps(e *entry, shape int, rev int64, serializable bool) []clientv3.Op
 		return o
 	}
 	if shape == shapeShared {
-		s1, e1, s2, e2 := readerRanges(e.rng)
+		s1, e1, s2, e2 := readerRanges(e.rng())
 		last := func(end string) []clientv3.OpOption {
 			return opts(clientv3.WithRange(end), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 		}
 		return []clientv3.Op{clientv3.OpGet(s1, last(e1)...), clientv3.OpGet(s2, last(e2)...)}
 	}
-	return []clientv3.Op{clientv3.OpGet(e.rng, opts(clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	return []clientv3.Op{clientv3.OpGet(e.rng(), opts(clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...)}
 }
 
@@ -189,7 +189,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 		put := clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))
 		txn := d.c.Txn(ctx)
 		if shape == shapeShared {
-			s1, e1, s2, e2 := readerRanges(e.rng)
+			s1, e1, s2, e2 := readerRanges(e.rng())
 			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s1), "=", 0).WithRange(e1),
 				clientv3.Compare(clientv3.CreateRevision(s2), "=", 0).WithRange(e2)).
 				Then(put).
@@ -210,7 +210,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 				return d.hold(e, rev, sent)
 			}
 			blockers := blockersOf(resp.Responses[1:], shape, rev)
-			if err := mismatch(e.rng, shape, blockers); err != nil {
+			if err := mismatch(e.rng(), shape, blockers); err != nil {
 				return driver.Grant{}, d.withdraw(ctx, e, err)
 			}
 			if admitted(shape, blockers) {
@@ -222,7 +222,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 		if len(mine) == 0 {
 			// Only a reader gets here: a writer holds or waits.
 			d.forget(e)
-			if err := mismatch(e.rng, shape, blockersOf(resp.Responses[1:], shape, math.MaxInt64)); err != nil {
+			if err := mismatch(e.rng(), shape, blockersOf(resp.Responses[1:], shape, math.MaxInt64)); err != nil {
 				return driver.Grant{}, err
 			}
 			return driver.Grant{}, driver.ErrLocked
@@ -246,7 +246,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 		if err != nil {
 			return driver.Grant{}, d.failed(e, err)
 		}
-		if err := mismatch(e.rng, shape, blockers); err != nil {
+		if err := mismatch(e.rng(), shape, blockers); err != nil {
 			return driver.Grant{}, d.withdraw(ctx, e, err)
 		}
 		if admitted(shape, blockers) {
@@ -325,7 +325,7 @@ func (d *Driver) enqueueShaped(ctx context.Context, e *entry) (driver.Grant, err
 		return err
 	}
 	for {
-		if err := mismatch(e.rng, shape, blockers); err != nil {
+		if err := mismatch(e.rng(), shape, blockers); err != nil {
 			return driver.Grant{}, d.withdraw(ctx, e, err)
 		}
 		if admitted(shape, blockers) {
@@ -396,7 +396,7 @@ func (d *Driver) checkShaped(ctx context.Context, e *entry, shape int, woken boo
 func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := d.c.Watch(wctx, e.rng, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	wch := d.c.Watch(wctx, e.rng(), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
 	need := count - n + 1 // deletes of older keys that admit us
 	var (
 		step    = recheckFirst
@@ -410,7 +410,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 		if !linearizable {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		resp, err := d.c.Get(ctx, e.rng, opts...)
+		resp, err := d.c.Get(ctx, e.rng(), opts...)
 		if err != nil {
 			return false, err
 		}
