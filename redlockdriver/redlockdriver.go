@@ -578,11 +578,15 @@ type Driver struct {
 	workers sync.WaitGroup     // one per server
 	wg      sync.WaitGroup     // inbox readers
 
+	epoch time.Time // the origin of since
+
 	mu       sync.Mutex
 	closed   bool
 	groups   map[string]*group // Acquire calls waiting, by lock key
 	sub      subscription
-	held     map[*request]*heldLock // locks granted and not yet ended
+	held     map[*request]heldLock // locks granted and not yet ended
+	idSets   map[string]*[]string  // the interned run_id slices (see intern)
+	lastIDs  *[]string             // the one interned last
 	checking checkState
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.
@@ -630,7 +634,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
-		held:    map[*request]*heldLock{},
+		held:    map[*request]heldLock{},
+		idSets:  map[string]*[]string{},
+		epoch:   time.Now(),
 
 		undecided: map[*request]*releaseTally{},
 	}
