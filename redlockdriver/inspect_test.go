@@ -15,7 +15,7 @@ import (
 )
 
 // The holder's record lies beside the lock on every server, in the grant key
-// with the lock's TTL ("owner 0 since-µs label"), while the lock key holds
+// ("owner 0 since-µs label", outliving the lock by at most recordKeep), while the lock key holds
 // nothing but the owner, as any Redlock client writes it; a shared hold's
 // record is its entry in the labels hash; both go with the hold.
 func TestRecordLiesBesideTheLockAndGoesWithIt(t *testing.T) {

@@ -51,7 +51,6 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		ok, not   int
 		forced    int    // of not: servers where an operator evicted the owner
 		okBy      []bool // by server, whether it extended the lock
-		answered  int    // servers that answered (held or not)
 		firstErr  error
 		permanent bool // a server refused for a reason that will not pass
 	}
@@ -120,15 +119,12 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 				}
 				x.permanent = x.permanent || !isTransient(err)
 			case codes[n] == refHeld:
-				x.answered++
 				x.ok++
 				x.okBy[rep.server] = true
 			case codes[n] == refForced:
-				x.answered++
 				x.not++
 				x.forced++
 			default:
-				x.answered++
 				x.not++
 			}
 			if !before && (x.ok >= d.quorum || x.not > len(d.servers)-d.quorum) {
@@ -160,12 +156,17 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 			}
 		}
 	}
-	// A record extended on every server (where the owner held the lock:
-	// elsewhere it does not matter) now lives recordTTL from the sending.
-	// Where a server did not answer it may not have been: it stays due.
+	// A record extended with its lock by a majority now lives recordTTL
+	// from the sending there. A server that did not answer extended both or
+	// neither (one script), so there the lock still ends before the record,
+	// unless it missed this refresh and takes later ones that are not due:
+	// then its record may end before its lock until the next due refresh
+	// (at most half of recordKeep), and Inspect reads the majority's.
+	// Waiting for every server instead would keep the round open for the
+	// slowest and, when one is down, make every refresh due.
 	var renewed []*request
 	for i, x := range t {
-		if due[i] && x.answered == len(d.servers) && x.ok >= d.quorum && !reqs[i].Shared {
+		if due[i] && x.ok >= d.quorum && !reqs[i].Shared {
 			renewed = append(renewed, reqs[i])
 		}
 	}
