@@ -629,7 +629,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 			return nil, fmt.Errorf("redlockdriver: clients %d and %d are the same server %s; Redlock needs independent servers", j+1, i+1, name)
 		}
 		seen[name] = i
-		servers[i] = &server{idx: i, client: c, name: name, jobs: make(chan job, queueLen)}
+		servers[i] = &server{idx: i, client: c, name: name, queue: newQueue()}
 	}
 	var id [12]byte
 	if _, err := rand.Read(id[:]); err != nil {
