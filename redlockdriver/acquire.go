@@ -49,6 +49,9 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 	// The holder's record: no token, the round's start, the label.
 	rec := "0 " + strconv.FormatInt(start.UnixMicro(), 10) + " " + req.Label
 	args := []any{req.Owner, millis(req.TTL), rec}
+	if !req.Shared {
+		args = append(args, millis(recordTTL(req.TTL)))
+	}
 	if register {
 		args = append(args, d.inbox, millis(lease))
 	}

@@ -9,30 +9,32 @@
 -- shared.lua); release.lua removes it when the request ends.
 --
 -- Taking the lock also writes the holder's record beside it, in the grant key
--- with the lock's TTL: "owner 0 since-µs label" (0: no fencing token; since
+-- with a TTL longer than the lock's (ARGV[4], so refreshes need not extend it
+-- each time: see recordDue in refresh.go): "owner 0 since-µs label" (0: no fencing token; since
 -- by the holder's clock, when its round began: the server's TIME would cost
 -- the hot path a call), which Inspect reads. The lock key itself stays what
 -- any Redlock client writes.
 --
 -- KEYS: 1 lock, 2 waiters, 3 writers, 4 grant
 -- ARGV: 1 owner, 2 TTL ms, 3 the record less the owner, "0 since-µs label",
---       4 inbox channel (absent: do not register), 5 registration lease ms
+--       4 the record's TTL ms, 5 inbox channel (absent: do not register),
+--       6 registration lease ms
 -- Returns 1: taken now
 --         {2, pttl}: already held by owner (a retry after a lost reply)
 --         {0, holder, pttl}: held by another owner
 --         {-1}: the lock key holds a value that is not a string, not a lock
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('SET', KEYS[4], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('SET', KEYS[4], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[4])
   return 1
 end
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then return {-1} end
 if holder == ARGV[1] then return {2, redis.call('PTTL', KEYS[1])} end
-if ARGV[4] then
-  local lease = tonumber(ARGV[5])
+if ARGV[5] then
+  local lease = tonumber(ARGV[6])
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if type(redis.pcall('HSET', KEYS[2], ARGV[4], string.format('%.0f', ms + lease))) == 'table' then
+  if type(redis.pcall('HSET', KEYS[2], ARGV[5], string.format('%.0f', ms + lease))) == 'table' then
     return {-3}
   end
   if redis.call('PTTL', KEYS[2]) < 2 * lease then redis.call('PEXPIRE', KEYS[2], 2 * lease) end

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,8 +13,8 @@ import (
 )
 
 // Fan-out: every request of a Redlock round goes to all N servers at once. Each
-// server has one long-lived worker goroutine per Driver, fed by a channel; a
-// round puts one job on each worker's channel and waits on one reply channel
+// server has one long-lived worker goroutine per Driver, fed by a queue; a
+// round puts one job on each worker's queue and waits on one reply channel
 // with one timer. So a round costs no goroutine, a paused server delays only
 // its own worker, and a worker that finds several jobs queued sends them in one
 // pipeline (one round trip for a burst of acquires or a batch of refreshes).
@@ -84,7 +85,7 @@ type server struct {
 	idx    int
 	client redis.UniversalClient
 	name   string // for errors: its address, never its password
-	jobs   chan job
+	queue  queue
 	dials  *redisproto.DialWatch
 	// Under Driver.mu: identify says that INFO reaches the one server
 	// process behind the client, so that its run_id tells a restart (see
@@ -106,36 +107,77 @@ var (
 	errQueueFull = errors.New("too many requests queued for this server")
 )
 
+// A queue holds the jobs waiting for one server's worker. It is a slice that
+// grows with what waits (up to queueLen) rather than a channel of queueLen
+// jobs: a channel's buffer is allocated whole, over 400 KB per server, which a
+// Driver holding a few locks would carry for nothing.
+type queue struct {
+	mu    sync.Mutex
+	jobs  []job
+	ready chan struct{} // holds a token while jobs is not empty
+}
+
+func newQueue() queue { return queue{ready: make(chan struct{}, 1)} }
+
+// push adds j, or reports false when queueLen jobs already wait.
+func (q *queue) push(j job) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.jobs) >= queueLen {
+		return false
+	}
+	q.jobs = append(q.jobs, j)
+	if len(q.jobs) == 1 {
+		select {
+		case q.ready <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// take moves up to maxBatch waiting jobs, oldest first, into batch (emptied
+// first) and returns it; the token stays while jobs are left.
+func (q *queue) take(batch []job) []job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.jobs), maxBatch)
+	batch = append(batch[:0], q.jobs[:n]...)
+	rest := copy(q.jobs, q.jobs[n:])
+	clear(q.jobs[rest:]) // let the jobs' slices go
+	q.jobs = q.jobs[:rest]
+	switch {
+	case rest > 0:
+		select {
+		case q.ready <- struct{}{}:
+		default:
+		}
+	case cap(q.jobs) > 4*maxBatch:
+		q.jobs = nil // a burst is over: give its memory back
+	}
+	return batch
+}
+
 // work runs s's jobs until Close, then runs those still queued and returns.
 func (d *Driver) work(s *server) {
 	defer d.workers.Done()
 	batch := make([]job, 0, maxBatch)
 	for {
-		var j job
 		select {
-		case j = <-s.jobs:
+		case <-s.queue.ready:
 		case <-d.quit:
 			for {
-				select {
-				case j := <-s.jobs:
-					d.run(s, append(batch[:0], j))
-				default:
+				if batch = s.queue.take(batch); len(batch) == 0 {
 					return
 				}
+				d.run(s, batch)
+				clear(batch)
 			}
 		}
-		batch = append(batch[:0], j)
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case j := <-s.jobs:
-				batch = append(batch, j)
-			default:
-				break fill
-			}
+		if batch = s.queue.take(batch); len(batch) > 0 {
+			d.run(s, batch)
+			clear(batch) // let the jobs' slices go
 		}
-		d.run(s, batch)
-		clear(batch) // let the jobs' slices go
 	}
 }
 
@@ -256,9 +298,7 @@ func (d *Driver) sendTo(o op, deadline time.Time, pick func(server int) bool, ke
 
 // enqueue gives a job to a server's worker, or answers errQueueFull at once.
 func (d *Driver) enqueue(s *server, j job) {
-	select {
-	case s.jobs <- j:
-	default:
+	if !s.queue.push(j) {
 		j.reply <- reply{server: s.idx, call: j.call, err: errQueueFull}
 	}
 }

@@ -3,6 +3,8 @@ package redlockdriver
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,12 +30,49 @@ import (
 // the lock's last extension), or were replaced.
 var ErrForgotten = errors.New("redlockdriver: a majority of the servers forgot the lock (restarted or replaced)")
 
-// A heldLock is what the driver remembers of a lock it holds: by server, the
+// A heldLock is what the driver remembers of a lock it holds, kept by value
+// in Driver.held (16 bytes a lock, beside the map's own): ids, by server, the
 // run_id of the process that granted or last extended it there ("" when not
 // known: the server did not say yes, is not a plain *redis.Client, or did not
-// tell its run_id in time).
+// tell its run_id in time), interned (see intern: locks granted by the same
+// processes share one slice, which is never changed in place); and when its
+// grant record ends at the earliest (see recordDue).
 type heldLock struct {
-	ids []string
+	ids         *[]string
+	recordUntil int32 // whole seconds by Driver.since; 0: unknown
+}
+
+// maxIDSets bounds Driver.idSets: past it the table starts again (the locks
+// keep their slices; only the sharing of new ones restarts). Each restart of
+// a server adds a few combinations: this is reached, if ever, over years.
+const maxIDSets = 1024
+
+// intern returns the shared copy of ids. Under Driver.mu.
+func (d *Driver) intern(ids []string) *[]string {
+	if p := d.lastIDs; p != nil && slices.Equal(*p, ids) {
+		return p // the common case: the same processes as the last grant
+	}
+	k := strings.Join(ids, "\x00")
+	p, ok := d.idSets[k]
+	if !ok {
+		if len(d.idSets) >= maxIDSets {
+			clear(d.idSets)
+		}
+		c := slices.Clone(ids)
+		p = &c
+		d.idSets[k] = p
+	}
+	d.lastIDs = p
+	return p
+}
+
+// since is the driver's monotonic clock, for heldLock.recordUntil.
+func (d *Driver) since() time.Duration { return time.Since(d.epoch) }
+
+// recordSecs is until (by since) in whole seconds, rounded down so that it is
+// never later than the time it stands for; 68 years of a driver's life fit.
+func recordSecs(until time.Duration) int32 {
+	return int32(max(min(until/time.Second, math.MaxInt32), 1))
 }
 
 // A seenID is the run_id last read from a server, with the number of
@@ -81,8 +120,14 @@ func (d *Driver) record(req *request, v vote) {
 			ask = true
 		}
 	}
+	// Each server that granted it wrote the record to live recordTTL from
+	// when it ran the script, after the round's start.
+	until := recordSecs(v.start.Sub(d.epoch) + recordTTL(req.TTL))
+	if req.Shared {
+		until = 0 // no grant record: its record lives in the labels hash
+	}
 	if !ask {
-		d.held[req] = &heldLock{ids: ids}
+		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until}
 	}
 	subscribed := d.sub.started
 	d.mu.Unlock()
@@ -94,7 +139,7 @@ func (d *Driver) record(req *request, v vote) {
 			}
 		}
 		d.mu.Lock()
-		d.held[req] = &heldLock{ids: ids}
+		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until}
 		d.mu.Unlock()
 	}
 	if !subscribed {
@@ -120,38 +165,63 @@ func (d *Driver) forget(req *request) {
 func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 	asked := make([]bool, len(d.servers))
 	ask := false
+	ids := make([]string, len(d.servers))
 	d.mu.Lock()
 	for c, req := range reqs {
-		h := d.held[req]
-		if h == nil {
+		h, held := d.held[req]
+		if !held {
 			continue
 		}
+		copy(ids, *h.ids)
 		for i, yes := range ok[c] {
 			switch s := d.servers[i]; {
 			case !yes:
 			case !s.identify:
-				h.ids[i] = ""
+				ids[i] = ""
 			case d.trusted(s):
-				h.ids[i] = s.seen.id
+				ids[i] = s.seen.id
 			default:
 				asked[i], ask = true, true
 			}
+		}
+		if !slices.Equal(ids, *h.ids) {
+			h.ids = d.intern(ids)
+			d.held[req] = h
 		}
 	}
 	d.mu.Unlock()
 	if !ask {
 		return
 	}
-	ids := d.identities(asked, deadline, d.ctx.Done())
+	got := d.identities(asked, deadline, d.ctx.Done())
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for c, req := range reqs {
-		if h := d.held[req]; h != nil {
+		if h, held := d.held[req]; held {
+			copy(ids, *h.ids)
 			for i, yes := range ok[c] {
 				if yes && asked[i] {
-					h.ids[i] = ids[i]
+					ids[i] = got[i]
 				}
 			}
+			h.ids = d.intern(ids)
+			d.held[req] = h
+		}
+	}
+}
+
+// recordExtended notes that the grant records of reqs were extended by a
+// refresh sent at sent (by since), if they are still held.
+func (d *Driver) recordExtended(reqs []*request, sent time.Duration) {
+	if len(reqs) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range reqs {
+		if h, held := d.held[r]; held {
+			h.recordUntil = recordSecs(sent + recordTTL(r.TTL))
+			d.held[r] = h
 		}
 	}
 }
@@ -165,12 +235,12 @@ func (d *Driver) readmitting(reqs []*request) []bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, req := range reqs {
-		h := d.held[req]
-		if h == nil {
+		h, held := d.held[req]
+		if !held {
 			continue
 		}
 		for i, s := range d.servers {
-			if h.ids[i] != "" && s.seen.id != "" && h.ids[i] != s.seen.id {
+			if (*h.ids)[i] != "" && s.seen.id != "" && (*h.ids)[i] != s.seen.id {
 				out[i] = true
 			}
 		}
@@ -324,7 +394,7 @@ func (d *Driver) checkHeld() {
 	ids := make([][]string, 0, len(d.held))
 	for r, h := range d.held {
 		reqs = append(reqs, r)
-		ids = append(ids, append([]string(nil), h.ids...))
+		ids = append(ids, *h.ids) // never changed in place
 	}
 	d.mu.Unlock()
 	defer func() {

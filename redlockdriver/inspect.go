@@ -468,7 +468,7 @@ func (d *Driver) Relabel(ctx context.Context, req *request, label string) error 
 		yes, no := count(replies)
 		return yes >= d.quorum || no > len(d.servers)-d.quorum
 	}
-	replies := d.ask(ctx, opRelabel, []string{k.lock, k.grant, k.holders, k.labels}, []any{req.Owner, label}, decided)
+	replies := d.ask(ctx, opRelabel, []string{k.lock, k.grant, k.holders, k.labels}, []any{req.Owner, label, millis(recordKeep(req.TTL))}, decided)
 	yes, no := count(replies)
 	switch {
 	case yes >= d.quorum:

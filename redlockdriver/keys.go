@@ -13,7 +13,8 @@ import "github.com/distlock/lock/internal/redisproto"
 //	esc(P):{esc(K)}:writers  hash: owner -> registration deadline (ms, server
 //	                         clock) of a waiting exclusive request
 //	esc(P):{esc(K)}:grant    the exclusive holder's record, "owner 0 since-µs
-//	                         label", with the lock's TTL (0: no fencing token)
+//	                         label" (0: no fencing token), outliving the
+//	                         lock by up to ten TTLs (recordKeep)
 //	esc(P):{esc(K)}:labels   hash: shared holder -> its record, "0 since-µs label"
 //	esc(P):{esc(K)}:forced   hash: owner evicted by ForceRelease -> "1", for a
 //	                         few TTLs

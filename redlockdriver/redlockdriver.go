@@ -26,8 +26,10 @@
 // Automatic refresh is batched: package lock hands the locks due together to
 // RefreshBatch, which sends each server one script call per 256 exclusive
 // locks (per hash slot, where a server is a Cluster; a shared hold has a call
-// of its own), pipelined: three server commands per lock (GET, and PEXPIRE of
-// the lock and of its grant record). The per-server timeout bounds each call
+// of its own), pipelined: two server commands per lock (GET, PEXPIRE), and
+// rarely a third that extends its grant record, which outlives the lock by
+// ten TTLs (at least a minute, at most a day) and is extended only when the
+// lock would come within half of that of it. The per-server timeout bounds each call
 // from when it is sent to that server, after the calls before it in the
 // pipeline, so a batch of tens of thousands of locks, or batches queued
 // behind each other on a loaded machine, are not cut by a timeout meant for
@@ -98,8 +100,8 @@
 //	                exclusive request's registration, which holds new
 //	                readers back
 //	P:{K}:grant     the exclusive holder's record, "owner 0 since-µs label",
-//	                with the lock's TTL (see Inspection, eviction and
-//	                leader election)
+//	                outliving the lock by up to ten TTLs (see Inspection,
+//	                eviction and leader election)
 //	P:{K}:labels    hash: shared holder -> its record, "0 since-µs label"
 //	P:{K}:forced    hash: owner evicted by ForceRelease -> "1", for a few TTLs
 //
@@ -272,9 +274,14 @@
 //
 // Layout. Beside the lock key, on each server, the acquire script writes the
 // holder's record in the same step as its SET NX: P:{K}:grant, "owner 0
-// since-µs label" with the lock's TTL, extended by each refresh and deleted
-// by the release (for a shared hold: the owner's entry in the hash
-// P:{K}:labels, which lives as long as the holders set). 0 stands for the
+// since-µs label", whose TTL is the lock's plus ten TTLs (at least a minute,
+// at most a day), extended by a refresh only when the lock would come within
+// half of that margin of it (so most refreshes cost two commands a lock, not
+// three), and deleted by the release (for a shared hold: the owner's entry in
+// the hash P:{K}:labels, which lives as long as the holders set). A holder
+// that dies without releasing leaves its record up to that margin after its
+// lock; Inspect reads a record only beside a lock key that holds the record's
+// owner, and the next holder's grant overwrites it. 0 stands for the
 // token (there is none); since is the holder's clock at the start of the
 // round that won the lock; label is what package lock publishes (the owner
 // name, the time it asked, a leader's value). It is redisdriver's record,
@@ -578,11 +585,15 @@ type Driver struct {
 	workers sync.WaitGroup     // one per server
 	wg      sync.WaitGroup     // inbox readers
 
+	epoch time.Time // the origin of since
+
 	mu       sync.Mutex
 	closed   bool
 	groups   map[string]*group // Acquire calls waiting, by lock key
 	sub      subscription
-	held     map[*request]*heldLock // locks granted and not yet ended
+	held     map[*request]heldLock // locks granted and not yet ended
+	idSets   map[string]*[]string  // the interned run_id slices (see intern)
+	lastIDs  *[]string             // the one interned last
 	checking checkState
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.
@@ -618,7 +629,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 			return nil, fmt.Errorf("redlockdriver: clients %d and %d are the same server %s; Redlock needs independent servers", j+1, i+1, name)
 		}
 		seen[name] = i
-		servers[i] = &server{idx: i, client: c, name: name, jobs: make(chan job, queueLen)}
+		servers[i] = &server{idx: i, client: c, name: name, queue: newQueue()}
 	}
 	var id [12]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -630,7 +641,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
-		held:    map[*request]*heldLock{},
+		held:    map[*request]heldLock{},
+		idSets:  map[string]*[]string{},
+		epoch:   time.Now(),
 
 		undecided: map[*request]*releaseTally{},
 	}

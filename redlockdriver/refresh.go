@@ -60,7 +60,8 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		okBy[i] = make([]bool, len(d.servers))
 		t[i].okBy = okBy[i]
 	}
-	calls := d.refreshCalls(reqs)
+	now := d.since() // before sending: each record's expiry is later
+	calls, due := d.refreshCalls(reqs, now)
 	timeout := time.Duration(0)
 	minTTL := reqs[0].TTL
 	for _, r := range reqs {
@@ -155,6 +156,21 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 			}
 		}
 	}
+	// A record extended with its lock by a majority now lives recordTTL
+	// from the sending there. A server that did not answer extended both or
+	// neither (one script), so there the lock still ends before the record,
+	// unless it missed this refresh and takes later ones that are not due:
+	// then its record may end before its lock until the next due refresh
+	// (at most half of recordKeep), and Inspect reads the majority's.
+	// Waiting for every server instead would keep the round open for the
+	// slowest and, when one is down, make every refresh due.
+	var renewed []*request
+	for i, x := range t {
+		if due[i] && x.ok >= d.quorum && !reqs[i].Shared {
+			renewed = append(renewed, reqs[i])
+		}
+	}
+	d.recordExtended(renewed, now)
 	d.extended(reqs, okBy, time.Now().Add(timeout))
 	// A lost lock may still hold a minority of servers: give them back, so it
 	// does not weigh on the next holder's majority.
@@ -163,6 +179,40 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
 	return errs
+}
+
+// recordKeep is how much longer than its lock a holder's grant record is
+// made to live, when the acquire writes it and when a refresh extends it:
+// ten TTLs, at least a minute and at most a day. So most refreshes leave the
+// record alone (two commands a lock on each server, not three: see
+// recordDue), and the record of a holder that died without releasing stays
+// at most that long after its lock.
+func recordKeep(ttl time.Duration) time.Duration {
+	if ttl > 24*time.Hour/10 {
+		return 24 * time.Hour
+	}
+	return max(10*ttl, time.Minute)
+}
+
+// recordTTL is the TTL a grant record is given: the lock's plus recordKeep
+// (the lock's alone where the sum would overflow).
+func recordTTL(ttl time.Duration) time.Duration {
+	if t := ttl + recordKeep(ttl); t > ttl {
+		return t
+	}
+	return ttl
+}
+
+// recordDue reports whether a refresh sent at now (by since) of a lock with
+// h must extend the lock's grant record too: when the record's expiry is
+// unknown, or the lock, extended to now+ttl, would come within half of
+// recordKeep of it. Half of recordKeep (at least five TTLs) leaves room for
+// a refresh answered late: its round ends within a TTL of its start, so the
+// lock on a server it extended still ends before the record there. The
+// record's expiry is a lower bound, from the start of the round that wrote
+// it (a server runs the script after).
+func recordDue(h heldLock, now, ttl time.Duration) bool {
+	return h.recordUntil == 0 || now+ttl > time.Duration(h.recordUntil)*time.Second-recordKeep(ttl)/2
 }
 
 // A refreshCall is one script call of a refresh, sent to every server:
@@ -177,15 +227,24 @@ type refreshCall struct {
 
 // refreshCalls groups reqs into script calls: the exclusive locks in batches
 // (by slot when a server is a Cluster, whose script calls must not cross
-// slots), each shared hold alone.
-func (d *Driver) refreshCalls(reqs []*request) []refreshCall {
+// slots), each shared hold alone. due[i] says whether the call extends
+// reqs[i]'s grant record (see recordDue), at now by since.
+func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refreshCall, due []bool) {
+	due = make([]bool, len(reqs))
+	d.mu.Lock()
+	for i, r := range reqs {
+		if !r.Shared {
+			h, held := d.held[r]
+			due[i] = !held || recordDue(h, now, r.TTL)
+		}
+	}
+	d.mu.Unlock()
 	clustered := false
 	for _, s := range d.servers {
 		if _, ok := s.client.(*redis.ClusterClient); ok {
 			clustered = true
 		}
 	}
-	var calls []refreshCall
 	open := map[int]int{} // the open batch of each slot: its index in calls
 	for i, r := range reqs {
 		k := d.keys(r.Key)
@@ -210,9 +269,13 @@ func (d *Driver) refreshCalls(reqs []*request) []refreshCall {
 			calls = append(calls, refreshCall{op: opRefreshBatch})
 		}
 		c := &calls[j]
+		keep := int64(0)
+		if due[i] {
+			keep = millis(recordTTL(r.TTL))
+		}
 		c.keys = append(c.keys, k.lock, k.grant, k.forced)
-		c.args = append(c.args, r.Owner, ttl)
+		c.args = append(c.args, r.Owner, ttl, keep)
 		c.reqs = append(c.reqs, i)
 	}
-	return calls
+	return calls, due
 }

@@ -1,5 +1,5 @@
 -- Extends the lock to a new TTL if owner holds it on this server: the key
--- holds the owner (its grant record is extended with it), or (KEYS[4] given:
+-- holds the owner (its grant record is extended with it if it would end sooner), or (KEYS[4] given:
 -- a shared hold) the key holds the shared marker and the holders set a live
 -- hold of owner, which is extended, and the marker, holders set and labels
 -- with it when they would end sooner.
@@ -19,7 +19,9 @@ end
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  -- The grant record outlives the lock (see acquire.lua): never shorten it.
+  local rt = redis.call('PTTL', KEYS[2])
+  if rt >= 0 and rt < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return 1
 end
 if not KEYS[4] or holder ~= '\0shared' then return gone() end

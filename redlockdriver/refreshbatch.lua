@@ -3,21 +3,24 @@
 -- lock, and the shared holds). The keys of one call share a Cluster slot when
 -- the server is a Cluster (the driver groups them).
 --
--- Per lock, three commands: GET to compare the owner, PEXPIRE on the lock and
--- on its grant record. A missing key is never re-created: whether the lock is
--- still held is decided by the majority, not by one server.
+-- Per lock, two commands: GET to compare the owner, PEXPIRE on the lock; and
+-- rarely a third, PEXPIRE on its grant record, which outlives the lock and is
+-- extended only when the driver finds it due (recordDue in refresh.go). A
+-- missing key is never re-created: whether the lock is still held is decided
+-- by the majority, not by one server.
 --
 -- KEYS: per lock, 3: lock, grant, forced.
--- ARGV: per lock, 2: owner, TTL ms.
+-- ARGV: per lock, 3: owner, TTL ms, the grant record's new TTL ms ('0': leave
+--       it).
 -- Returns per lock, in order, refresh.lua's answer: 1 if its owner holds it
 -- here (extended); 0 if not (another owner, no key, or a value that is not a
 -- string); 2 if not because an operator evicted the owner here.
 local out = {}
 for i = 0, #KEYS / 3 - 1 do
-  local lock, owner = KEYS[3 * i + 1], ARGV[2 * i + 1]
+  local lock, owner = KEYS[3 * i + 1], ARGV[3 * i + 1]
   if redis.pcall('GET', lock) == owner then
-    redis.call('PEXPIRE', lock, ARGV[2 * i + 2])
-    redis.call('PEXPIRE', KEYS[3 * i + 2], ARGV[2 * i + 2])
+    redis.call('PEXPIRE', lock, ARGV[3 * i + 2])
+    if ARGV[3 * i + 3] ~= '0' then redis.call('PEXPIRE', KEYS[3 * i + 2], ARGV[3 * i + 3]) end
     out[#out + 1] = 1
   elseif redis.pcall('HEXISTS', KEYS[3 * i + 3], owner) == 1 then
     out[#out + 1] = 2

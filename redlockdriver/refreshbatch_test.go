@@ -68,9 +68,10 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 			t.Fatal(err)
 		}
 		all -= 2 // CONFIG RESETSTAT counts itself, and settle's PING
-		// The scripts' commands, the script calls, an INFO that may
-		// confirm the server's run_id.
-		if want := 3*n + batches + 1; all > want || scripts != batches {
+		// The scripts' commands (two a lock: its grant record, written
+		// at the acquire to outlive it, is not due), the script calls, an
+		// INFO that may confirm the server's run_id.
+		if want := 2*n + batches + 1; all > want || scripts != batches {
 			t.Errorf("server %d: a refresh of %d locks ran %d commands (%d script calls), want at most %d (%d)", s+1, n, all, scripts, want, batches)
 		}
 		for _, r := range reqs[:3] {
@@ -101,5 +102,98 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 				t.Errorf("release %s: %v", r.Key, err)
 			}
 		}
+	}
+}
+
+// A refresh leaves the grant record alone while it outlives the lock by more
+// than half of recordKeep, and extends it (to recordTTL) once it is due; the
+// record never ends before the lock.
+func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	admin := admins(t, servers)
+	d, err := openURL(ctx, redlockURL(servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := &driver.Request{Key: "due", Owner: "owner-1", TTL: 10 * time.Second, Lost: func(error) {}}
+	if _, err := d.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Release(ctx, req) }()
+	d.settle()
+	k := d.keys(req.Key)
+	// A record shortened by hand (still longer than the lock) shows whether
+	// a refresh touched it.
+	short := 2 * req.TTL
+	for _, a := range admin {
+		if err := a.PExpire(ctx, k.grant, short).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func() {
+		t.Helper()
+		if err := d.RefreshBatch(ctx, []*driver.Request{req})[0]; err != nil {
+			t.Fatal(err)
+		}
+		d.settle()
+	}
+	refresh()
+	for i, a := range admin {
+		if pt := a.PTTL(ctx, k.grant).Val(); pt > short {
+			t.Errorf("server %d: a refresh that was not due extended the record to %v", i+1, pt)
+		}
+	}
+	// The record's expiry as the driver knows it, moved to where the next
+	// refresh finds it due.
+	d.mu.Lock()
+	h := d.held[req]
+	h.recordUntil = recordSecs(d.since() + req.TTL)
+	d.held[req] = h
+	d.mu.Unlock()
+	sent := time.Now()
+	refresh()
+	for i, a := range admin {
+		lockTTL := a.PTTL(ctx, k.lock).Val()
+		pt := a.PTTL(ctx, k.grant).Val()
+		if pt <= short || pt > recordTTL(req.TTL) || pt < lockTTL {
+			t.Errorf("server %d: after a due refresh the record lives %v, want more than %v, at least the lock's %v, at most %v", i+1, pt, short, lockTTL, recordTTL(req.TTL))
+		}
+	}
+	d.mu.Lock()
+	h = d.held[req]
+	d.mu.Unlock()
+	if until := time.Duration(h.recordUntil) * time.Second; until > sent.Sub(d.epoch)+recordTTL(req.TTL) || recordDue(h, d.since(), req.TTL) {
+		t.Errorf("after a due refresh the record's noted expiry is %v (driver clock), want by the refresh's sending plus %v, and not due", until, recordTTL(req.TTL))
+	}
+}
+
+func TestRecordKeepIsTenTTLsFromAMinuteToADay(t *testing.T) {
+	for _, c := range []struct{ ttl, keep time.Duration }{
+		{time.Second, time.Minute},
+		{10 * time.Second, 100 * time.Second},
+		{time.Hour, 10 * time.Hour},
+		{time.Duration(1<<63 - 1), 24 * time.Hour},
+	} {
+		if got := recordKeep(c.ttl); got != c.keep {
+			t.Errorf("recordKeep(%v) = %v, want %v", c.ttl, got, c.keep)
+		}
+	}
+	if got := recordTTL(time.Duration(1<<63 - 1)); got != time.Duration(1<<63-1) {
+		t.Errorf("recordTTL of the largest TTL = %v, want that TTL (no overflow)", got)
+	}
+	// Right after the grant the record is not due; it is once the lock
+	// would come within half of recordKeep of it.
+	ttl := 3 * time.Second
+	h := heldLock{recordUntil: recordSecs(100*time.Second + recordTTL(ttl))}
+	if recordDue(h, 100*time.Second, ttl) {
+		t.Error("a record just written is due")
+	}
+	if !recordDue(h, 100*time.Second+recordKeep(ttl)/2+time.Second, ttl) {
+		t.Error("a record within half of recordKeep of the lock's end is not due")
+	}
+	if !recordDue(heldLock{}, 0, ttl) {
+		t.Error("a record of unknown expiry is not due")
 	}
 }

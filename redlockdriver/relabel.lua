@@ -2,8 +2,13 @@
 -- server, keeping the record's since (or starting it now, by the server's
 -- clock, when the record is missing).
 --
+-- The grant record keeps its TTL when it is the owner's (it outlives the
+-- lock: see acquire.lua); a missing one is written to live the lock's time
+-- left plus ARGV[3].
+--
 -- KEYS: 1 lock, 2 grant, 3 holders, 4 labels
--- ARGV: 1 owner, 2 label
+-- ARGV: 1 owner, 2 label, 3 how much longer than the lock a new grant record
+--       lives, ms
 -- Returns 1 if owner holds the lock here (the label is replaced), 0 if not.
 local holder = redis.pcall('GET', KEYS[1])
 local t = redis.call('TIME')
@@ -21,6 +26,12 @@ if holder == ARGV[1] then
     rec = nil
   end
   local pt = redis.call('PTTL', KEYS[1])
+  if rec then
+    local rt = redis.call('PTTL', KEYS[2])
+    if rt < 0 or pt < 0 then pt = -1 elseif rt > pt then pt = rt end
+  elseif pt > 0 then
+    pt = pt + tonumber(ARGV[3])
+  end
   local v = holder .. ' 0 ' .. since(rec) .. ' ' .. ARGV[2]
   if pt > 0 then redis.call('SET', KEYS[2], v, 'PX', pt) else redis.call('SET', KEYS[2], v) end
   return 1

@@ -62,8 +62,13 @@ local tell = free and ARGV[2] == '1'
 if ARGV[5] == '1' and redis.pcall('HDEL', KEYS[4], ARGV[1]) == 1 then
   -- A waiting writer that ended (gave up, or released after its turn): the
   -- readers it held back may go, unless the key is held exclusively.
-  local h = redis.pcall('GET', KEYS[1])
-  tell = tell or not h or h == '\0shared'
+  -- A key this call freed needs no second look.
+  if not (tell or free) then
+    local h = redis.pcall('GET', KEYS[1])
+    tell = not h or h == '\0shared'
+  else
+    tell = true
+  end
 end
 if tell then
   local w = redis.pcall('HGETALL', KEYS[2])
