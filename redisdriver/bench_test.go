@@ -186,11 +186,17 @@ if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset
 //     compare-and-delete script), with a 22-byte random token as it draws;
 //   - lock: lock.Locker's Acquire and Release on this driver, fencing on,
 //     the Lockers opened as lock.Open opens them;
-//   - driver: the driver's Acquire and Release without the portable layer.
+//   - driver: the driver's Acquire and Release without the portable layer;
+//   - lock-try: lock.Locker's TryAcquire and Release (the uncontended
+//     scenario's calls).
 //
 // It reports each one's acquire+release operations per second and the
-// ratios. Run it as bench does, with GOMAXPROCS=1 (-cpu 1) and the server on
-// another CPU (see above).
+// ratios; and, since on a shared machine the rates move with the load, what
+// they come from: the CPU time per operation of this process (client-µs) and,
+// when the server runs on this machine, of the server (server-µs), which
+// bounds the rate when the server's CPU is saturated (as in bench, where it
+// has one). Run it as bench does, with GOMAXPROCS=1 (-cpu 1) and the server
+// on another CPU (see above).
 func BenchmarkDistinctKeys(b *testing.B) {
 	for _, goroutines := range []int{16, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) { benchDistinctKeys(b, goroutines) })
@@ -231,7 +237,8 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 		reqs[g] = &driver.Request{Key: keys[g], TTL: ttl, Lost: func(error) {}}
 	}
 	ttlMillis := strconv.FormatInt(ttl.Milliseconds(), 10)
-	contestants := [4]func(g, j int) error{
+	names := [...]string{"floor", "redislock", "lock", "driver", "lock-try"}
+	contestants := [len(names)]func(g, j int) error{
 		func(g, j int) error {
 			c, owner := raw[g%clients], randomHex(11)
 			ok, err := c.SetNX(ctx, keys[g], owner, ttl).Result()
@@ -265,8 +272,16 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 			}
 			return d.Release(ctx, req)
 		},
+		func(g, j int) error {
+			l, err := lockers[g%clients].TryAcquire(ctx, keys[g])
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		},
 	}
-	var spent [len(contestants)]time.Duration
+	serverCPU := serverCPUClock(ctx, raw[0])
+	var spent, clientCPU, serverSpent [len(contestants)]time.Duration
 	var failed atomic.Value
 	burstOf := func(k, i int) {
 		var wg sync.WaitGroup
@@ -287,20 +302,34 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, k := range rand.Perm(len(contestants)) {
-			t := time.Now()
+			var s0 time.Duration
+			if serverCPU != nil {
+				s0 = serverCPU()
+			}
+			c0, t := processCPU(), time.Now()
 			burstOf(k, i)
 			spent[k] += time.Since(t)
+			clientCPU[k] += processCPU() - c0
+			if serverCPU != nil {
+				serverSpent[k] += serverCPU() - s0
+			}
 		}
 		if err, _ := failed.Load().(error); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	rate := func(k int) float64 { return float64(b.N*goroutines*burst) / spent[k].Seconds() }
-	b.ReportMetric(rate(0), "floor-ops/s")
-	b.ReportMetric(rate(1), "redislock-ops/s")
-	b.ReportMetric(rate(2), "lock-ops/s")
-	b.ReportMetric(rate(3), "driver-ops/s")
+	ops := float64(b.N * goroutines * burst)
+	rate := func(k int) float64 { return ops / spent[k].Seconds() }
+	for k, name := range names {
+		b.ReportMetric(rate(k), name+"-ops/s")
+		if c := clientCPU[k]; c > 0 {
+			b.ReportMetric(float64(c.Nanoseconds())/1e3/ops, name+"-client-µs")
+		}
+		if serverCPU != nil {
+			b.ReportMetric(float64(serverSpent[k].Nanoseconds())/1e3/ops, name+"-server-µs")
+		}
+	}
 	b.ReportMetric(rate(2)/rate(0), "lock/floor")
 	b.ReportMetric(rate(2)/rate(1), "lock/redislock")
 	b.ReportMetric(rate(3)/rate(1), "driver/redislock")
