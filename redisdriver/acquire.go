@@ -35,15 +35,6 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 	if n := shape(req); n >= 0 {
 		return d.runShaped(ctx, k, req, n, mode, lease)
 	}
-	var args []any
-	switch mode {
-	case tryMode:
-		args = []any{req.Owner, millis(req.TTL), req.Label}
-	case probeMode:
-		args = []any{req.Owner, millis(req.TTL), req.Label, ""}
-	default:
-		args = []any{req.Owner, millis(req.TTL), req.Label, d.inbox, millis(lease)}
-	}
 	script := acquireScript
 	plain := !d.fencing && plainOwner(req.Owner)
 	if plain {
@@ -54,12 +45,24 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 		}
 		script = plainScript
 	}
-	all := k.all()
-	v, err := script.Run(ctx, d.client, all, args...).Result()
+	call := newHotCall(script, k)
+	call.owner, call.ttl, call.label = req.Owner, millis(req.TTL), req.Label
+	call.add(&call.owner)
+	call.add(&call.ttl)
+	call.add(&call.label)
+	switch mode {
+	case probeMode:
+		call.add("")
+	case waitMode:
+		call.inbox, call.lease = d.inbox, millis(lease)
+		call.add(&call.inbox)
+		call.add(&call.lease)
+	}
+	v, err := call.run(ctx, d.client, script).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	r, err := decodeAcquire(v, k, all)
+	r, err := decodeAcquire(v, k)
 	r.token = d.token(r.token)
 	// plain.lua's fast path answers with a bare 0: the lock's value carries
 	// the label.
@@ -126,19 +129,18 @@ func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n i
 	if mode == waitMode {
 		inbox = d.inbox
 	}
-	all := k.all()
-	v, err := shapedScript.Run(ctx, d.client, all, req.Owner, millis(req.TTL), n, inbox, millis(lease), req.Label).Result()
+	v, err := shapedScript.Run(ctx, d.client, k.all(), req.Owner, millis(req.TTL), n, inbox, millis(lease), req.Label).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	r, err := decodeAcquire(v, k, all)
+	r, err := decodeAcquire(v, k)
 	r.token = d.token(r.token)
 	return r, err
 }
 
-// decodeAcquire reads a reply of acquire.lua or shaped.lua; names are the
-// script's KEYS.
-func decodeAcquire(v any, k keys, names []string) (acquireResult, error) {
+// decodeAcquire reads a reply of acquire.lua or shaped.lua, whose KEYS are
+// k.all().
+func decodeAcquire(v any, k keys) (acquireResult, error) {
 	if tok, ok := v.(int64); ok { // the uncontended path answers with the token alone
 		return acquireResult{status: acqTaken, token: uint64(tok)}, nil
 	}
@@ -164,8 +166,8 @@ func decodeAcquire(v any, k keys, names []string) (acquireResult, error) {
 		r.wait = redisproto.FromMillis(ints[1])
 	case r.status == acqWrongType:
 		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
-	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= int64(len(names)):
-		return r, fmt.Errorf("%w: key %q", ErrForeignData, names[ints[1]-1])
+	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= hotKeys:
+		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.all()[ints[1]-1])
 	case r.status == acqMismatch:
 		return r, fmt.Errorf("%w: redisdriver: key %q is in use as another shape (exclusive or shared lock, or a semaphore of another number of permits)", driver.ErrInvalidArgument, k.lock)
 	default:

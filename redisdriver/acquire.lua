@@ -27,12 +27,23 @@
 -- owner label"); KEEPTTL spares an expiry update, so the record keeps the
 -- expiry it was made with. Watchers, if any (their deadline in labels), are
 -- told.
-if (not ARGV[4] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+--
+-- On the server, each command a script calls costs about as much as the
+-- Lua around it, and string.format of a 16-digit number about as much as a
+-- command, so this path calls and formats as little as it can: a waiter's
+-- one EXISTS asks at once whether anyone queues or watches (labels also holds
+-- shaped holders' records and waiters' labels: when it exists, the queue is
+-- asked again alone, and the watchers' deadline read); the clock's digits are
+-- joined as TIME gives them (the seconds, then the microseconds padded to
+-- six) rather than formatted from a number.
+local quiet = ARGV[4] and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0
+if (not ARGV[4] or quiet or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
-  local us = t[1] * 1000000 + t[2]
+  local s = t[1] .. string.sub('00000' .. t[2], -6)
+  local us = tonumber(s)
   local tok = us
-  local rec = string.format(' %.0f ', us) .. ARGV[1] .. ' ' .. ARGV[3]
-  local last = redis.pcall('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL', 'GET')
+  local rec = ' ' .. s .. ' ' .. ARGV[1] .. ' ' .. ARGV[3]
+  local last = redis.pcall('SET', KEYS[2], s .. rec, 'KEEPTTL', 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return {-3, 2}
@@ -46,8 +57,10 @@ if (not ARGV[4] or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEY
       redis.call('SET', KEYS[2], string.format('%.0f', tok) .. rec, 'KEEPTTL')
     end
   end
-  local w = redis.pcall('HGET', KEYS[6], '\0watch')
-  if type(w) == 'string' and tonumber(w) * 1000 > us then redis.call('PUBLISH', KEYS[1] .. ':watch', '') end
+  if not quiet then
+    local w = redis.pcall('HGET', KEYS[6], '\0watch')
+    if type(w) == 'string' and tonumber(w) * 1000 > us then redis.call('PUBLISH', KEYS[1] .. ':watch', '') end
+  end
   return tok
 end
 

@@ -164,6 +164,177 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(per(4)/per(1), "plain/driver")
 }
 
+// redislockObtain is the obtain script of github.com/bsm/redislock v0.9.4,
+// as it sends it: BenchmarkDistinctKeys replays that library's protocol (its
+// module is not a dependency of this one; bench/ runs the library itself).
+var redislockObtain = redis.NewScript(`
+if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[3]) then return redis.status_reply("OK") end
+
+local offset = tonumber(ARGV[2])
+if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset) then return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[3]) end
+`)
+
+// BenchmarkDistinctKeys is bench's distinct-keys scenario in a form that
+// compares builds: 16 or 64 goroutines over 2 clients each take and give
+// back a key of their own (Acquire and Release, the blocking call), in
+// bursts of 8 per goroutine, by contestants that take turns within every
+// iteration, in a random order each time:
+//
+//   - floor: SET NX PX, then the compare-and-delete script by EVALSHA;
+//   - redislock: what bsm/redislock sends at its default (Obtain: its obtain
+//     script by EVALSHA under a context deadline of the TTL; Release: the
+//     compare-and-delete script), with a 22-byte random token as it draws;
+//   - lock: lock.Locker's Acquire and Release on this driver, fencing on,
+//     the Lockers opened as lock.Open opens them;
+//   - driver: the driver's Acquire and Release without the portable layer;
+//   - lock-try: lock.Locker's TryAcquire and Release (the uncontended
+//     scenario's calls).
+//
+// It reports each one's acquire+release operations per second and the
+// ratios; and, since on a shared machine the rates move with the load, what
+// they come from: the CPU time per operation of this process (client-µs) and,
+// when the server runs on this machine, of the server (server-µs), which
+// bounds the rate when the server's CPU is saturated (as in bench, where it
+// has one). Run it as bench does, with GOMAXPROCS=1 (-cpu 1) and the server
+// on another CPU (see above).
+func BenchmarkDistinctKeys(b *testing.B) {
+	for _, goroutines := range []int{16, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) { benchDistinctKeys(b, goroutines) })
+	}
+}
+
+func benchDistinctKeys(b *testing.B, goroutines int) {
+	const clients, burst = 2, 8
+	const ttl = 30 * time.Second
+	url := testserver.Redis(b)
+	ctx := context.Background()
+	prefix := "bench-" + randomHex(4)
+	var (
+		raw     [clients]*redis.Client
+		drivers [clients]*Driver
+		lockers [clients]*lock.Locker
+	)
+	for i := range clients {
+		raw[i] = benchClient(b, url)
+		if err := rawRelease.Load(ctx, raw[i]).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := redislockObtain.Load(ctx, raw[i]).Err(); err != nil {
+			b.Fatal(err)
+		}
+		drivers[i] = benchDriver(b, url)
+		lk, err := lock.Open(ctx, url+"?prefix="+prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lockers[i] = lk
+		defer lk.Close()
+	}
+	keys := make([]string, goroutines)
+	reqs := make([]*driver.Request, goroutines)
+	for g := range keys {
+		keys[g] = fmt.Sprintf("%s/distinct/%d", prefix, g)
+		reqs[g] = &driver.Request{Key: keys[g], TTL: ttl, Lost: func(error) {}}
+	}
+	ttlMillis := strconv.FormatInt(ttl.Milliseconds(), 10)
+	names := [...]string{"floor", "redislock", "lock", "driver", "lock-try"}
+	contestants := [len(names)]func(g, j int) error{
+		func(g, j int) error {
+			c, owner := raw[g%clients], randomHex(11)
+			ok, err := c.SetNX(ctx, keys[g], owner, ttl).Result()
+			if err != nil || !ok {
+				return fmt.Errorf("SET NX PX = %v, %v", ok, err)
+			}
+			return rawRelease.Run(ctx, c, []string{keys[g]}, owner).Err()
+		},
+		func(g, j int) error {
+			c, token := raw[g%clients], randomHex(11)
+			octx, cancel := context.WithDeadline(ctx, time.Now().Add(ttl))
+			err := redislockObtain.Run(octx, c, []string{keys[g]}, token, len(token), ttlMillis).Err()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("obtain: %w", err)
+			}
+			return rawRelease.Run(ctx, c, []string{keys[g]}, token).Err()
+		},
+		func(g, j int) error {
+			l, err := lockers[g%clients].Acquire(ctx, keys[g])
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		},
+		func(g, j int) error {
+			d, req := drivers[g%clients], reqs[g]
+			req.Owner = strconv.Itoa(j)
+			if _, err := d.Acquire(ctx, req); err != nil {
+				return err
+			}
+			return d.Release(ctx, req)
+		},
+		func(g, j int) error {
+			l, err := lockers[g%clients].TryAcquire(ctx, keys[g])
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		},
+	}
+	serverCPU := serverCPUClock(ctx, raw[0])
+	var spent, clientCPU, serverSpent [len(contestants)]time.Duration
+	var failed atomic.Value
+	burstOf := func(k, i int) {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range burst {
+					if err := contestants[k](g, i*burst+j); err != nil {
+						failed.CompareAndSwap(nil, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, k := range rand.Perm(len(contestants)) {
+			var s0 time.Duration
+			if serverCPU != nil {
+				s0 = serverCPU()
+			}
+			c0, t := processCPU(), time.Now()
+			burstOf(k, i)
+			spent[k] += time.Since(t)
+			clientCPU[k] += processCPU() - c0
+			if serverCPU != nil {
+				serverSpent[k] += serverCPU() - s0
+			}
+		}
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	ops := float64(b.N * goroutines * burst)
+	rate := func(k int) float64 { return ops / spent[k].Seconds() }
+	for k, name := range names {
+		b.ReportMetric(rate(k), name+"-ops/s")
+		if c := clientCPU[k]; c > 0 {
+			b.ReportMetric(float64(c.Nanoseconds())/1e3/ops, name+"-client-µs")
+		}
+		if serverCPU != nil {
+			b.ReportMetric(float64(serverSpent[k].Nanoseconds())/1e3/ops, name+"-server-µs")
+		}
+	}
+	b.ReportMetric(rate(2)/rate(0), "lock/floor")
+	b.ReportMetric(rate(2)/rate(1), "lock/redislock")
+	b.ReportMetric(rate(3)/rate(1), "driver/redislock")
+}
+
 // pollingOnly hides the driver's Acquirer, so the portable layer polls
 // TryAcquire with backoff as it does for backends that cannot wake waiters: the
 // way polling Redis lock libraries wait.

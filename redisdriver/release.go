@@ -31,7 +31,10 @@ func (d *Driver) release(ctx context.Context, req *driver.Request) (int64, error
 		n, err = shapedReleaseScript.Run(ctx, d.client, k.all(), req.Owner, s).Int64()
 	} else {
 		// The holders key too: the lock may go to shared or permit waiters.
-		n, err = releaseScript.Run(ctx, d.client, k.all(), req.Owner).Int64()
+		call := newHotCall(releaseScript, k)
+		call.owner = req.Owner
+		call.add(&call.owner)
+		n, err = call.run(ctx, d.client, releaseScript).Int64()
 	}
 	if err != nil {
 		return 0, err

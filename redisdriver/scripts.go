@@ -131,3 +131,45 @@ func evalPipelined(ctx context.Context, c redis.UniversalClient, scripts []*redi
 	_, _ = pipe.Exec(ctx)
 	return cmds
 }
+
+// hotKeys is how many keys (KEYS) a hotCall passes: keys.all's.
+const hotKeys = 6
+
+// A hotCall is the arguments of one call of acquire.lua (plain.lua without
+// fencing) or release.lua, the scripts every lock's uncontended path runs,
+// built in one allocation: go-redis writes a *string or *int64 argument as
+// the value it points to, so arguments that point into the call's own
+// fields need no allocation each, where redis.Script.Run boxes every key and
+// argument apart and copies them into a slice of its own.
+type hotCall struct {
+	k                        keys
+	sha, owner, label, inbox string
+	ttl, lease               int64
+	args                     [3 + hotKeys + 5]any // EVALSHA, its SHA1, the number of keys, the keys, the arguments
+	n                        int                  // args in use
+}
+
+// newHotCall starts a call of s on the keys k; add appends its arguments.
+func newHotCall(s *redis.Script, k keys) *hotCall {
+	c := &hotCall{k: k, sha: s.Hash()}
+	c.args = [len(c.args)]any{"evalsha", &c.sha, hotKeys, &c.k.lock, &c.k.fence, &c.k.queue, &c.k.waiters, &c.k.holders, &c.k.labels}
+	c.n = 3 + hotKeys
+	return c
+}
+
+// add appends an argument (ARGV): a pointer to one of c's fields, or a
+// constant (whose boxing allocates nothing).
+func (c *hotCall) add(arg any) { c.args[c.n] = arg; c.n++ }
+
+// run sends the call to s by EVALSHA, and again by EVAL if the server does
+// not have the script (NOSCRIPT: a restarted or failed-over server, or SCRIPT
+// FLUSH), as redis.Script.Run does.
+func (c *hotCall) run(ctx context.Context, client redis.UniversalClient, s *redis.Script) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, c.args[:c.n]...)
+	cmd.SetFirstKeyPos(3)        // routes it by its first key in a Cluster, as EvalSha does
+	_ = client.Process(ctx, cmd) // the error is cmd's
+	if isNoScript(cmd.Err()) {
+		return s.Eval(ctx, client, c.k.all(), c.args[3+hotKeys:c.n]...)
+	}
+	return cmd
+}
