@@ -149,11 +149,15 @@
 // interleaved with the previous version on a shared 2-core machine, medians
 // with benchstat's spread): 1.14× the floor (±2%) against 1.26× (±6%) with
 // the earlier acquire script; 0.86× the driver with fencing; through package
-// lock 1.22× against 1.32×. In a second interleaved series the path measured
-// 1.09×, and 1.05× without the HGET: that HGET, which keeps Watch's promise
-// to signal every change, costs about 4% on loopback; the rest is the release's
-// extra EXISTS and the driver's bookkeeping (the granting server, the held
-// lock's entry).
+// lock 1.22× against 1.32×. The acquire then also sent an HGET of the
+// watchers' deadline in the same round trip (a floor with that HGET measured
+// 1.085× the floor, ±10%, 8 runs); since Watch tracks the key instead (outside
+// a Cluster), the path measured 0.98× the floor (±30%) against 1.19× (±17%)
+// with the HGET, and 0.76× the driver with fencing against 0.95× (12 runs
+// interleaved with the previous version, p=0.014, on a machine so loaded that
+// the floor itself took 90–130µs). What remains above the floor is the
+// release's extra EXISTS and the driver's bookkeeping (the granting server,
+// the held lock's entry).
 //
 // # Waiting
 //
