@@ -18,8 +18,10 @@ import (
 // the client_name parameter), with Inspect, List, ForceRelease, Relabel and
 // Watch.
 var aclRules = []string{
-	"on", ">pw", "resetkeys", "resetchannels", "~app:*", "&app:inbox:*", "&app:{*}:watch", "-@all",
+	"on", ">pw", "resetkeys", "resetchannels", "~app:*", "&app:inbox:*", "&app:{*}:watch", "&__redis__:invalidate", "-@all",
 	"+evalsha", "+eval", "+info", "+ping", "+subscribe",
+	// Watch's tracking connection
+	"+client|id", "+client|tracking",
 	// called by the scripts
 	"+set", "+get", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
 	"+llen", "+lindex", "+lpop", "+rpush", "+lrem", "+hget", "+hset", "+hdel",

@@ -79,30 +79,37 @@ func (d *Driver) runAcquire(ctx context.Context, k keys, req *driver.Request, mo
 func plainOwner(owner string) bool { return owner != "" && strings.IndexByte(owner, 0) < 0 }
 
 // tryPlain is TryAcquire's path without fencing: one SET NX PX of the lock's
-// value (owner, NUL, label), the standard pattern's single command, with
-// the watchers' deadline read in the same round trip (HGET), so that the
-// watchers of a watched key are told of the grant (one more round trip, only
-// then; a watch that began after the HGET began after the grant, which it
-// need not report). ok is false when the key was taken: plain.lua then tells
-// a lock already ours (a retry after a lost reply) from another's, from a
-// semaphore and from a value that is not a string. Like acquire.lua's
-// TryAcquire, it takes any free lock (see Waiting in the package
-// documentation).
+// value (owner, NUL, label), the standard pattern's single command. Watchers
+// hear of the grant from the server's client-side tracking of the key (see
+// Watch), so the acquirer does not look for them; in a Cluster, where
+// watches do not track (see trackingClient), the watchers' deadline is read
+// in the same round trip (HGET), and the watchers of a watched key are told
+// of the grant (one more round trip, only then; a watch that began after the
+// HGET began after the grant, which it need not report). ok is false when
+// the key was taken: plain.lua then tells a lock already ours (a retry after
+// a lost reply) from another's, from a semaphore and from a value that is
+// not a string. Like acquire.lua's TryAcquire, it takes any free lock (see
+// Waiting in the package documentation).
 func (d *Driver) tryPlain(ctx context.Context, k keys, req *driver.Request) (r acquireResult, ok bool, err error) {
 	var set *redis.Cmd
 	var watched *redis.StringCmd
-	_, _ = d.client.Pipelined(ctx, func(p redis.Pipeliner) error { // errors are read per command
-		set = p.Do(ctx, "set", k.lock, req.Owner+"\x00"+req.Label, "px", millis(req.TTL), "nx")
-		watched = p.HGet(ctx, k.labels, "\x00watch")
-		return nil
-	})
+	value := req.Owner + "\x00" + req.Label
+	if d.cluster == nil {
+		set = d.client.Do(ctx, "set", k.lock, value, "px", millis(req.TTL), "nx")
+	} else {
+		_, _ = d.client.Pipelined(ctx, func(p redis.Pipeliner) error { // errors are read per command
+			set = p.Do(ctx, "set", k.lock, value, "px", millis(req.TTL), "nx")
+			watched = p.HGet(ctx, k.labels, "\x00watch")
+			return nil
+		})
+	}
 	switch err = set.Err(); {
 	case err == redis.Nil:
 		return acquireResult{}, false, nil
 	case err != nil:
 		return acquireResult{}, false, err
 	}
-	if watched.Err() == nil {
+	if watched != nil && watched.Err() == nil {
 		// A signal without a change is allowed: the deadline is not read.
 		// A failed PUBLISH loses no change a watcher can miss unknowingly:
 		// the watcher's own connection to this server failed too, and its

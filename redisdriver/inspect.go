@@ -248,9 +248,12 @@ const (
 // has not passed, the scripts that grant, release, force-release or relabel K
 // publish on the channel P:{K}:watch; Watch subscribes to it on a connection
 // of its own, then sets the deadline watchTTL ahead, and renews it every third
-// of that until ctx ends. A signal also comes when
-// the subscription is made again after its connection failed (changes may
-// have been missed meanwhile).
+// of that until ctx ends. Outside a Cluster that connection also has
+// client-side tracking in broadcasting mode for the prefix P:{K} (see
+// trackingClient), so that every write, deletion or expiry of the lock key
+// signals, whoever made it: TryAcquire without fencing (a bare SET NX PX)
+// publishes nothing. A signal also comes when the subscription is made again
+// after its connection failed (changes may have been missed meanwhile).
 func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, err
@@ -263,7 +266,13 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	}
 	d.wg.Add(1)
 	d.mu.Unlock()
-	ps, err := d.subscribeWatch(ctx, k.watch)
+	tc := d.trackingClient(k)
+	closeClient := func() {
+		if tc != nil {
+			_ = tc.Close()
+		}
+	}
+	ps, err := d.subscribeWatch(ctx, tc, k.watch)
 	if err == nil {
 		err = d.markWatched(ctx, k)
 		if err != nil {
@@ -271,6 +280,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		}
 	}
 	if err != nil {
+		closeClient()
 		d.wg.Done()
 		return nil, classify(err)
 	}
@@ -285,10 +295,58 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		defer cancel()
 		defer stop()
 		defer closeOnEnd()
+		defer closeClient()
 		defer ps.Close()
 		d.readWatch(wctx, ps, k, c)
 	}()
 	return c, nil
+}
+
+// invalidations is the channel on which a RESP2 connection that redirects
+// client-side tracking to itself receives the names of the keys changed.
+const invalidations = "__redis__:invalidate"
+
+// trackingClient returns a client of its own for a watch of k, whose every
+// connection (the watch's one, and the one go-redis dials again after a
+// failure, before it subscribes again) turns on client-side tracking in
+// broadcasting mode for the prefix of k's lock key (P:{K}, which only K's
+// own keys begin with, braces being escaped in K), redirected to itself:
+// from then on the server reports every key under the prefix that is
+// written, deleted or expires, by whatever client, on invalidations once
+// the connection has subscribed to it. It speaks RESP2, where those reports
+// are pub/sub messages that go-redis reads (on RESP3 they are push
+// messages). The client copies the driver's client's options (a failover
+// client's dialer follows the current primary) and calls its OnConnect
+// first.
+//
+// In a Cluster it returns nil: tracking reports the keys of the node the
+// connection talks to, and a slot that moves to another node (resharding, a
+// failover) would leave the watch on the old one; there the watch relies on
+// the scripts' messages, and TryAcquire without fencing reads the watchers'
+// deadline itself (see tryPlain).
+func (d *Driver) trackingClient(k keys) *redis.Client {
+	c, ok := d.client.(*redis.Client)
+	if !ok || d.cluster != nil {
+		return nil
+	}
+	o := *c.Options()
+	user := o.OnConnect
+	o.Protocol = 2
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 0, 0
+	prefix := k.lock
+	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		id, err := cn.ClientID(ctx).Result()
+		if err != nil {
+			return err
+		}
+		return cn.Do(ctx, "client", "tracking", "on", "redirect", id, "bcast", "prefix", prefix).Err()
+	}
+	return redis.NewClient(&o)
 }
 
 // markWatched makes the scripts that change k's holders publish for watchTTL.
@@ -296,21 +354,31 @@ func (d *Driver) markWatched(ctx context.Context, k keys) error {
 	return watchScript.Run(ctx, d.client, []string{k.labels}, millis(watchTTL)).Err()
 }
 
-// subscribeWatch subscribes to channel and waits for the server to confirm it.
-func (d *Driver) subscribeWatch(ctx context.Context, channel string) (*redis.PubSub, error) {
+// subscribeWatch subscribes to channel, and with a tracking client tc (see
+// trackingClient) to its invalidations too, on a connection of its own, and
+// waits for the server to confirm every subscription.
+func (d *Driver) subscribeWatch(ctx context.Context, tc *redis.Client, channel string) (*redis.PubSub, error) {
 	sctx, cancel := context.WithTimeout(ctx, inboxDialTimeout)
 	defer cancel()
-	ps := d.client.Subscribe(sctx, channel)
-	for {
+	var ps *redis.PubSub
+	want := map[string]bool{channel: true}
+	if tc != nil {
+		ps = tc.Subscribe(sctx, channel, invalidations)
+		want[invalidations] = true
+	} else {
+		ps = d.client.Subscribe(sctx, channel)
+	}
+	for len(want) > 0 {
 		msg, err := ps.ReceiveTimeout(sctx, inboxDialTimeout)
 		if err != nil {
 			_ = ps.Close()
 			return nil, err
 		}
-		if s, ok := msg.(*redis.Subscription); ok && s.Kind == "subscribe" && s.Channel == channel {
-			return ps, nil
+		if s, ok := msg.(*redis.Subscription); ok && s.Kind == "subscribe" {
+			delete(want, s.Channel)
 		}
 	}
+	return ps, nil
 }
 
 // readWatch signals c for every message on the watch channel and every
@@ -342,8 +410,11 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 		}
 		if err != nil {
 			if !isTimeout(err) {
-				// go-redis reconnects and subscribes again on the next
-				// Receive; the confirmation is the signal.
+				// A message go-redis cannot read is a tracking report of a
+				// flush (no key names): a change. Otherwise the connection
+				// failed: go-redis reconnects and subscribes again on the
+				// next Receive, and the confirmation signals too.
+				signal()
 				t := time.NewTimer(watchRetry)
 				select {
 				case <-ctx.Done():
@@ -356,7 +427,9 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			signal()
+			if m.Channel != invalidations || invalidates(m.PayloadSlice, k.lock) {
+				signal()
+			}
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				// Back after a broken connection: the server may have
@@ -366,4 +439,19 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 			}
 		}
 	}
+}
+
+// invalidates reports whether a tracking report of the keys changed concerns
+// the lock key: the exclusive holder's changes (the scripts' other changes
+// are announced on the watch channel). No names means a flush.
+func invalidates(changed []string, lockKey string) bool {
+	if len(changed) == 0 {
+		return true
+	}
+	for _, name := range changed {
+		if name == lockKey {
+			return true
+		}
+	}
+	return false
 }

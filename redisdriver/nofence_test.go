@@ -36,8 +36,8 @@ func TestFencingParameterIsReadOnEveryScheme(t *testing.T) {
 }
 
 // Without fencing an uncontended TryAcquire is the standard pattern's single
-// SET NX PX (with the watchers' HGET in the same round trip: 2 server
-// commands, no script), the lock's value carries the owner, a NUL and the
+// SET NX PX (1 server command, no script: watchers hear of it by the
+// server's tracking of the key, see Watch), the lock's value carries the owner, a NUL and the
 // label, and nothing is written beside it; no token is reported, Inspect,
 // Relabel, refresh and release read the value, and a waiter handed the lock
 // gets no token either.
@@ -76,8 +76,8 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if acquired-1 != 2 || scripts != 0 { // CONFIG RESETSTAT counts itself
-		t.Errorf("an uncontended acquire ran %d commands on the server (%d scripts), want 2 (SET NX PX, HGET of the watchers) and no script", acquired-1, scripts)
+	if acquired-1 != 1 || scripts != 0 { // CONFIG RESETSTAT counts itself
+		t.Errorf("an uncontended acquire ran %d commands on the server (%d scripts), want 1 (SET NX PX) and no script", acquired-1, scripts)
 	}
 	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner+"\x00"+req.Label {
 		t.Errorf("lock key %q, want the owner, a NUL and the label", v)
@@ -343,6 +343,145 @@ func TestWithoutFencingWatchersAreToldOfATryAcquireGrant(t *testing.T) {
 	case <-c:
 	case <-ctx.Done():
 		t.Fatal("no signal of the release")
+	}
+	wcancel()
+	for range c {
+	}
+}
+
+// A watch outside a Cluster hears of every change of the lock key on the
+// server, also those no script announces: a grant and a release by a
+// standard SET NX client, and the expiry of a lock.
+func TestWatchHearsOfStandardClientsAndExpiries(t *testing.T) {
+	url := testserver.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, url)
+	d, err := New(adminClient(t, url), WithPrefix("plain-"+randomHex(4)), WithFencing(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	c, err := d.Watch(wctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := d.keys("watched")
+	// Drains a signal that may be pending (spurious ones are allowed), then
+	// makes the change and waits for a signal after it.
+	hears := func(what string, change func()) {
+		t.Helper()
+		select {
+		case <-c:
+		default:
+		}
+		change()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			t.Fatalf("no signal of %s", what)
+		}
+	}
+	hears("a standard client's grant", func() {
+		if err := admin.SetNX(ctx, k.lock, "standard", 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	hears("a standard client's release", func() {
+		if err := admin.Del(ctx, k.lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The expiry is the server's own: nobody touches the key after the SET.
+	// A signal received while the key still exists is the grant's; the
+	// next one must come once it has expired.
+	for {
+		select {
+		case <-c:
+		default:
+		}
+		if err := admin.SetNX(ctx, k.lock, "standard", 300*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-c:
+		case <-ctx.Done():
+			t.Fatal("no signal of the grant")
+		}
+		if admin.Exists(ctx, k.lock).Val() == 0 {
+			continue // too slow to tell the grant's signal from the expiry's: again
+		}
+		break
+	}
+	for admin.Exists(ctx, k.lock).Val() != 0 {
+		select {
+		case <-c: // a signal before the expiry is allowed; wait for another
+		case <-ctx.Done():
+			t.Fatal("no signal of the expiry")
+		}
+	}
+	wcancel()
+	for range c {
+	}
+}
+
+// A watch tracks its key again on the connection go-redis dials after a
+// restart of the server, before it subscribes again: the server then has a
+// broadcasting tracker for the key redirected to itself and subscribed to
+// the invalidations, and a TryAcquire without fencing signals.
+func TestWatchTracksAgainAfterARestart(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := openURL(ctx, srv.URL()+"?fencing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	c, err := d.Watch(wctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminClient(t, srv.URL())
+	waitFor(t, ctx, "a tracker redirected to itself and subscribed", func() bool {
+		list, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(list, "\n") {
+			f := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				k, v, _ := strings.Cut(kv, "=")
+				f[k] = v
+			}
+			if strings.Contains(f["flags"], "t") && strings.Contains(f["flags"], "B") && f["redir"] == f["id"] && f["sub"] == "2" {
+				return true
+			}
+		}
+		return false
+	})
+	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: func(error) {}}
+	select {
+	case <-c: // the signal of the reconnection, if not read yet
+	default:
+	}
+	if _, err := d.TryAcquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c:
+	case <-ctx.Done():
+		t.Fatal("no signal of the grant after the restart")
+	}
+	if err := d.Release(ctx, req); err != nil {
+		t.Fatal(err)
 	}
 	wcancel()
 	for range c {

@@ -110,10 +110,12 @@
 // NUL byte and the label ("owner\x00label"; owners are never empty and hold
 // no NUL, and a shaped hold's marker starts with one), so nothing is written
 // beside it. An uncontended TryAcquire is the standard pattern's single
-// command, SET key value NX PX ttl, sent in one round trip with an HGET of
-// the watchers' deadline so that a watched key's watchers are told of the
-// grant (by a PUBLISH, one more round trip, only then); only when the key is
-// taken does a script (plain.lua, then acquire.lua's slow path) tell another
+// command, SET key value NX PX ttl, and nothing else: watchers hear of it
+// from the server's client-side tracking of the key (see Watch below). In a
+// Cluster, where watches do not track, an HGET of the watchers' deadline
+// goes in the same round trip, so that a watched key's watchers are told of
+// the grant (by a PUBLISH, one more round trip, only then). Only when the
+// key is taken does a script (plain.lua, then acquire.lua's slow path) tell another
 // owner's lock from a lock already ours (a retry), a semaphore or a value of
 // another type. Acquire's first try stays a script (plain.lua), since it must
 // not pass a queued waiter: EXISTS of the queue, the same SET NX PX, the
@@ -147,11 +149,15 @@
 // interleaved with the previous version on a shared 2-core machine, medians
 // with benchstat's spread): 1.14× the floor (±2%) against 1.26× (±6%) with
 // the earlier acquire script; 0.86× the driver with fencing; through package
-// lock 1.22× against 1.32×. In a second interleaved series the path measured
-// 1.09×, and 1.05× without the HGET: that HGET, which keeps Watch's promise
-// to signal every change, costs about 4% on loopback; the rest is the release's
-// extra EXISTS and the driver's bookkeeping (the granting server, the held
-// lock's entry).
+// lock 1.22× against 1.32×. The acquire then also sent an HGET of the
+// watchers' deadline in the same round trip (a floor with that HGET measured
+// 1.085× the floor, ±10%, 8 runs); since Watch tracks the key instead (outside
+// a Cluster), the path measured 0.98× the floor (±30%) against 1.19× (±17%)
+// with the HGET, and 0.76× the driver with fencing against 0.95× (12 runs
+// interleaved with the previous version, p=0.014, on a machine so loaded that
+// the floor itself took 90–130µs). What remains above the floor is the
+// release's extra EXISTS and the driver's bookkeeping (the granting server,
+// the held lock's entry).
 //
 // # Waiting
 //
@@ -286,9 +292,19 @@
 // then writes the watchers' deadline (30s ahead by the server's clock,
 // renewed every 10s while watched) in P:{K}:labels. Until that deadline the
 // scripts that grant, release, hand over, force-release or relabel K publish
-// on the channel. Not announced: expiries (Observe looks again when the
-// leader's Expires passes), and grants and releases by standard SET NX
-// clients; both are found by Observe's safety poll (every 2s) at worst. The
+// on the channel. Outside a Cluster the connection also turns on client-side
+// tracking (CLIENT TRACKING ON REDIRECT <its own id> BCAST PREFIX P:{K}, on
+// RESP2, subscribed to __redis__:invalidate; again on every reconnection,
+// before it subscribes again), so that every change of the lock key signals,
+// whoever makes it: TryAcquire without fencing (a bare SET NX PX), a
+// standard SET NX client's grant and release, an expiry (when the server
+// expires the key: at once with few keys, possibly later on a server with
+// very many expiring keys), a flush. A refresh (PEXPIRE of the key) signals
+// too, a signal without a change. In a Cluster, tracking would report only
+// the node the connection talks to, which a slot can leave (resharding,
+// failover); there expiries and standard clients' grants and releases are
+// not announced (Observe looks again when the leader's Expires passes, and
+// its safety poll, every 2s, finds the rest at worst). The
 // channel is a plain PUBLISH channel (Redis 6.2 has no sharded pub/sub),
 // which a Cluster broadcasts to every node; since only watched keys publish,
 // that costs nothing to others. A watch whose connection breaks subscribes
@@ -299,7 +315,9 @@
 // acquire script takes the label as an argument and two more keys (holders
 // and labels, 6 in all), writes a longer fence record in the SET ... GET it
 // did before, and reads the watchers' deadline (one HGET); the release's
-// fast path checks labels in the EXISTS it did for the queue. Measured on the
+// fast path checks labels in the EXISTS it did for the queue (TryAcquire
+// without fencing reads nothing, outside a Cluster: see Without fencing).
+// Measured on the
 // server (INFO commandstats, uncontended TryAcquire and Release with a 60-byte
 // label, Redis 7.0 on a shared 2-core machine): 7.8–8.1µs of server time per
 // acquire and release against 5.7–6.6µs before, about 2µs more on a round
@@ -438,9 +456,11 @@
 //
 // Redis 6.2 or later, or any Valkey (the scripts use SET with GET and KEEPTTL).
 // A user limited by ACLs needs, for the prefix P: keys ~P:*, channels
-// &P:inbox:* (and &P:{*}:watch for Watch), and the commands EVALSHA, EVAL,
-// INFO, PING and SUBSCRIBE, plus those the scripts call (and, without
-// fencing, TryAcquire sends SET, HGET and PUBLISH itself): SET, GET, DEL,
+// &P:inbox:* (and for Watch &P:{*}:watch, and outside a Cluster
+// &__redis__:invalidate with the commands CLIENT|ID and CLIENT|TRACKING),
+// and the commands EVALSHA, EVAL, INFO, PING and SUBSCRIBE, plus those the
+// scripts call (and, without fencing, TryAcquire sends SET, and in a
+// Cluster HGET and PUBLISH, itself): SET, GET, DEL,
 // EXISTS, TYPE, TIME, PTTL, PEXPIRE, PEXPIREAT, PUBLISH, LLEN, LINDEX, LRANGE,
 // LPOP, RPUSH, LREM, HGET, HSET, HDEL, HEXISTS, ZADD, ZREM, ZSCORE, ZCARD,
 // ZRANGE, ZRANGEBYSCORE and ZREMRANGEBYSCORE (and CLIENT SETNAME with the

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -137,4 +138,84 @@ func TestSentinelFailoverCountsAsLost(t *testing.T) {
 		t.Errorf("token %d on the new primary, not above %d", l2.Token(), before)
 	}
 	_ = l2.Release(ctx)
+}
+
+// Through Sentinel a watch tracks its key on the primary, and after a
+// failover on the new one (Sentinel disconnects the old primary's clients;
+// the watch's client dials the primary Sentinel names): a TryAcquire without
+// fencing, which publishes nothing, signals before and after.
+func TestSentinelWatchTracksThePrimaryAcrossAFailover(t *testing.T) {
+	url, sentinel := startSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := openURL(ctx, url+"&fencing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	c, err := d.Watch(wctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hearsAGrant := func(when string) {
+		t.Helper()
+		req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+		select {
+		case <-c:
+		default:
+		}
+		var err error
+		waitFor(t, ctx, "a grant "+when, func() bool {
+			_, err = d.TryAcquire(ctx, req)
+			return err == nil
+		})
+		select {
+		case <-c:
+		case <-ctx.Done():
+			t.Fatalf("no signal of a grant %s", when)
+		}
+		if err := d.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hearsAGrant("before the failover")
+	old, err := sentinel.GetMasterAddrByName(ctx, "mymaster").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sentinel.Failover(ctx, "mymaster").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var primary *redis.Client
+	waitFor(t, ctx, "the watch tracking on the new primary", func() bool {
+		addr, err := sentinel.GetMasterAddrByName(ctx, "mymaster").Result()
+		if err != nil || addr[1] == old[1] {
+			return false
+		}
+		if primary == nil {
+			primary = redis.NewClient(&redis.Options{Addr: net.JoinHostPort(addr[0], addr[1])})
+			t.Cleanup(func() { _ = primary.Close() })
+		}
+		list, err := primary.ClientList(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(list, "\n") {
+			f := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				k, v, _ := strings.Cut(kv, "=")
+				f[k] = v
+			}
+			if strings.Contains(f["flags"], "B") && f["redir"] == f["id"] && f["sub"] == "2" {
+				return true
+			}
+		}
+		return false
+	})
+	hearsAGrant("after the failover")
+	wcancel()
+	for range c {
+	}
 }

@@ -15,6 +15,7 @@ import (
 func redisContestants(url string, srv *harness.Server) []*harness.Contestant {
 	return []*harness.Contestant{
 		oursContestant(Redis, url, srv, true),
+		oursWithoutFencing(url, srv),
 		rawRedisContestant(url, srv),
 		redisRWContestant(url, srv),
 		redisSemContestant(url, srv),
@@ -23,6 +24,24 @@ func redisContestants(url string, srv *harness.Server) []*harness.Contestant {
 		redsyncContestant(Redis, []string{url}, srv, false),
 		redsyncContestant(Redis, []string{url}, srv, true),
 	}
+}
+
+// oursWithoutFencing is our Redis driver with fencing=false (issue 23: the
+// faster, weaker choice, without tokens), beside the default in every
+// scenario but failover, where a leader's term is what it gives up.
+func oursWithoutFencing(url string, srv *harness.Server) *harness.Contestant {
+	c := oursContestant(Redis, withQuery(url, "fencing=false"), srv, true)
+	c.Setting = noFenceSetting
+	c.Elector = nil
+	return c
+}
+
+// withQuery appends a query parameter to url.
+func withQuery(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
 }
 
 // redlockContestants run Redlock over three independent servers: ours, then

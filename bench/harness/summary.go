@@ -56,7 +56,7 @@ func (r *Results) WriteReadmeSection(w io.Writer, m Machine) error {
 	p.f("![handoffs per second and uncontended latency, distlock beside each library](bench/results/chart.png)\n\n")
 	p.f("Each distlock driver against the raw protocol and the Go libraries people use for the same server, ")
 	p.f("measured in one run against the same private servers: uncontended acquire+release p50, and handoffs per second between %d goroutines over 2 clients contending for one key. ", r.Config.Contenders)
-	p.f("Figures are medians over %d repeats with the range in brackets; \"ours ÷ it\" is taken within each repeat (below 1 is better for latency, above 1 for handoffs). ", r.Config.Repeats)
+	p.f("Figures are medians over %d repeats with the range in brackets; \"ours ÷ it\" is taken within each repeat (below 1 is better for latency, above 1 for handoffs), ours being the first distlock row of the backend (its default; the other rows' ratios are in RESULTS.md). ", r.Config.Repeats)
 	p.f("Polling libraries run at their documented default and at a tuned 1 ms retry; etcd's concurrency.Mutex and go-zookeeper's zk.Lock wait on watches and have no speed setting, so they run once, at their defaults. ")
 	p.f("Every scenario, the held-locks and many-keys (scale) figures, the targets of the driver issues and the settings of each library are in [bench/results/RESULTS.md](bench/results/RESULTS.md).\n\n")
 	p.summary(r)

@@ -86,8 +86,16 @@ func (v Verdict) String() string {
 }
 
 func (r *Results) find(backend, label string) *Contestant {
+	// The full label first: two contestants may share a name ("distlock" and
+	// "distlock (fencing=false)"), and the name alone means the one without
+	// a setting, or else the first.
 	for _, c := range r.Contestants {
-		if c.Backend == backend && (c.Label() == label || c.Name == label) {
+		if c.Backend == backend && c.Label() == label {
+			return c
+		}
+	}
+	for _, c := range r.Contestants {
+		if c.Backend == backend && c.Name == label {
 			return c
 		}
 	}
