@@ -621,7 +621,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 		var owners atomic.Int64
 		run(b, func(ctx context.Context, w int) (func() error, error) {
 			dr := drivers[w%clients]
-			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: func(error) {}}
+			req := &driver.Request{Key: keys[w], Owner: strconv.FormatInt(owners.Add(1), 36), TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 			if _, err := dr.Acquire(ctx, req); err != nil {
 				return nil, err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
+	"github.com/distlock/lock/internal/waketest"
 	"github.com/distlock/lock/pgadvisory"
 )
 
@@ -177,9 +178,9 @@ func TestPermitGivenBackToAQueuedWaiterWakesNoOtherWaiter(t *testing.T) {
 		gotA <- grant{l, err}
 	}()
 	slotA := queuedOn(t, probe, dA, slots)
-	var wakesB wakeLog
+	var wakesB waketest.Log
 	go func() {
-		l, err := lkB.Acquire(wakesB.ctx(ctx), key)
+		l, err := lkB.Acquire(wakesB.Context(ctx), key)
 		gotB <- grant{l, err}
 	}()
 	slotB := queuedOn(t, probe, dB, slots)
@@ -218,9 +219,7 @@ func TestPermitGivenBackToAQueuedWaiterWakesNoOtherWaiter(t *testing.T) {
 	if b.err != nil {
 		t.Fatalf("B: %v", b.err)
 	}
-	wakesB.mu.Lock()
-	wakes := append([]driver.WakeSource(nil), wakesB.wakes...)
-	wakesB.mu.Unlock()
+	wakes := wakesB.Wakes()
 	if len(wakes) != 1 || wakes[0] != driver.WakeNotified {
 		t.Fatalf("B's wake-ups %v, want only the server's grant of its own slot: the permit given back to A woke it", wakes)
 	}

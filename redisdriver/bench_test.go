@@ -234,7 +234,7 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 	reqs := make([]*driver.Request, goroutines)
 	for g := range keys {
 		keys[g] = fmt.Sprintf("%s/distinct/%d", prefix, g)
-		reqs[g] = &driver.Request{Key: keys[g], TTL: ttl, Lost: func(error) {}}
+		reqs[g] = &driver.Request{Key: keys[g], TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	}
 	ttlMillis := strconv.FormatInt(ttl.Milliseconds(), 10)
 	names := [...]string{"floor", "redislock", "lock", "driver", "lock-try"}

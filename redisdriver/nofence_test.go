@@ -467,7 +467,7 @@ func TestWatchTracksAgainAfterARestart(t *testing.T) {
 		}
 		return false
 	})
-	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: func(error) {}}
+	req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Label: "x", Lost: driver.LostFunc(func(error) {})}
 	select {
 	case <-c: // the signal of the reconnection, if not read yet
 	default:

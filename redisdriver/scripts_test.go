@@ -30,7 +30,7 @@ func TestEveryCallWorksAfterTheServerForgetsItsScripts(t *testing.T) {
 	}
 	var last uint64
 	for name, acquire := range acquires {
-		req := &driver.Request{Key: "forgotten-" + name, Owner: randomHex(16), TTL: time.Minute, Lost: func(error) {}}
+		req := &driver.Request{Key: "forgotten-" + name, Owner: randomHex(16), TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}

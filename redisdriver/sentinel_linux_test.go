@@ -161,7 +161,7 @@ func TestSentinelWatchTracksThePrimaryAcrossAFailover(t *testing.T) {
 	}
 	hearsAGrant := func(when string) {
 		t.Helper()
-		req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Lost: func(error) {}}
+		req := &driver.Request{Key: "watched", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
 		select {
 		case <-c:
 		default:

@@ -117,7 +117,7 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	req := &driver.Request{Key: "due", Owner: "owner-1", TTL: 10 * time.Second, Lost: func(error) {}}
+	req := &driver.Request{Key: "due", Owner: "owner-1", TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
 	if _, err := d.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestOverlappingRefreshBatchesShareOneRead(t *testing.T) {
 	for b := range reqs {
 		for i := range each {
 			key := fmt.Sprintf("k%d-%d", b, i)
-			r := &driver.Request{Key: key, Owner: "o" + key, TTL: 30 * time.Second, Lost: func(error) {}}
+			r := &driver.Request{Key: key, Owner: "o" + key, TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
 			if _, err := d.TryAcquire(ctx, r); err != nil {
 				t.Fatal(err)
 			}
