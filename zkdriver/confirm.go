@@ -22,10 +22,13 @@ import (
 // taken over a second make a hundred batches a refresh interval, each of
 // which would cost a read of its own. RefreshBatch shares the read instead:
 // a batch joins the next read not yet sent, and the first batch to find none
-// schedules one half a refresh interval (RefreshInterval of its TTL) later.
-// Every batch that arrived before the read was sent is confirmed by its
-// answer, so the reads come at most about twice per refresh interval,
-// however many locks and batches there are. A batch's confirmation arrives
+// schedules one half a refresh interval (RefreshInterval of its TTL) later,
+// or maxShareWait later if that is sooner. Every batch that arrived before
+// the read was sent is confirmed by its answer, so the reads come at most
+// once per maxShareWait, however many locks and batches there are. The cap
+// keeps few batches waiting at once: each waits in a goroutine of the
+// portable layer, and locks taken over a second on a Locker of many shards
+// make hundreds of batches a refresh interval. A batch's confirmation arrives
 // that much later, which takes nothing from its validity: the portable layer
 // measures the new deadline from the moment it called RefreshBatch, before
 // the read was sent, and the old deadline, a TTL after the previous refresh,
@@ -38,6 +41,11 @@ type confirmRound struct {
 	err    error
 	sendAt time.Time
 }
+
+// maxShareWait is the longest a batch waits for a shared read to go out: at
+// most 40 reads a second for any number of held locks, and a batch's
+// goroutine free again within that.
+const maxShareWait = 25 * time.Millisecond
 
 // roundTimeout bounds a shared read; each batch waits for it only within its
 // own context.

@@ -61,6 +61,10 @@ func (d *Driver) WatchedForTest(req *driver.Request) bool {
 // ConnStateForTest returns the state of the driver's go-zookeeper connection.
 func (d *Driver) ConnStateForTest() zk.State { return d.conn.State() }
 
+// SetShareWaitForTest sets the longest a refresh batch waits for a shared
+// read to go out (maxShareWait).
+func (d *Driver) SetShareWaitForTest(w time.Duration) { d.shareWait = w }
+
 // SetTombstoneLifeForTest shortens how long ForceRelease keeps tombstones
 // nobody read.
 func (d *Driver) SetTombstoneLifeForTest(life time.Duration) { d.tombLife = life }

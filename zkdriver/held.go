@@ -159,7 +159,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 		}
 	}
 	if len(watched) > 0 {
-		if err := d.confirmShared(ctx, shareBy(ctx, reqs)); err == nil {
+		if err := d.confirmShared(ctx, d.shareBy(ctx, reqs)); err == nil {
 			for _, w := range watched {
 				var recheck bool
 				if recheck, errs[w.i] = d.confirmedByWatch(ctx, w.h, w.session); recheck {
@@ -189,14 +189,13 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 
 // shareBy is when a shared read must go out at the latest to confirm reqs:
 // half a refresh interval of the shortest TTL among them (see confirm.go),
-// and no later than a third of the way to ctx's deadline.
-func shareBy(ctx context.Context, reqs []*driver.Request) time.Time {
+// at most d.shareWait, and no later than a third of the way to ctx's
+// deadline.
+func (d *Driver) shareBy(ctx context.Context, reqs []*driver.Request) time.Time {
 	now := time.Now()
-	wait := time.Duration(-1)
+	wait := d.shareWait
 	for _, r := range reqs {
-		if w := driver.RefreshInterval(r.TTL) / 2; wait < 0 || w < wait {
-			wait = w
-		}
+		wait = min(wait, driver.RefreshInterval(r.TTL)/2)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, dl.Sub(now)/3)

@@ -103,6 +103,7 @@ func TestOverlappingRefreshBatchesShareOneRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	d.SetShareWaitForTest(time.Minute) // the wait is the TTL's, not the cap's
 	const batches, each = 4, 5
 	var reqs [batches][]*driver.Request
 	for b := range reqs {

@@ -538,6 +538,7 @@ type Driver struct {
 	session    sessionInfo   // learnt by tapConn (own connection only)
 	pre        *tapConn      // Open's first session, until go-zookeeper dials it
 	tombLife   time.Duration // tombstoneLife; shorter in tests
+	shareWait  time.Duration // maxShareWait; longer in tests
 }
 
 // sessionInfo is the session as the last connect handshake told it.
@@ -705,6 +706,7 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		parents:   map[uint64]struct{}{},
 		seed:      maphash.MakeSeed(),
 		tombLife:  tombstoneLife,
+		shareWait: maxShareWait,
 	}
 	for i := 1; i < len(d.root); i++ {
 		if d.root[i] == '/' {
