@@ -23,7 +23,7 @@ var aclRules = []string{
 	// Watch's tracking connection
 	"+client|id", "+client|tracking",
 	// called by the scripts
-	"+set", "+get", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
+	"+set", "+get", "+getex", "+del", "+exists", "+time", "+pttl", "+pexpire", "+publish",
 	"+llen", "+lindex", "+lpop", "+rpush", "+lrem", "+hget", "+hset", "+hdel",
 	"+pexpireat", "+lrange", "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore",
 	"+zrangebyscore", "+type", "+hexists",

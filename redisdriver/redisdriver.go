@@ -382,16 +382,20 @@
 //
 // Automatic refresh of many locks is batched: RefreshBatch sends one pipeline
 // (one round trip per node in a Cluster) in which one refresh.lua call
-// checks and extends up to 256 exclusive locks, GET to compare the owner and
-// PEXPIRE to extend each (a shaped hold is one shapedrefresh.lua call of its
-// own). In a Cluster a script's keys must share a slot, so the locks are
-// grouped by slot: locks spread over many slots get about one call each.
-// Two commands per lock per refresh is the floor on the Redis versions this
-// driver supports: none checks the owner and extends in one command (SET
-// ... IFEQ arrives with Redis 8.4 and Valkey 8.1). 10,000 locks with a TTL of
-// 3s, refreshed every second by package lock, cost the server about 20,000
-// commands a second (BenchmarkHeldLocks: 20,081/s, against 40,032/s with a
-// script call and a fence PEXPIRE per lock).
+// checks and extends up to 256 exclusive locks with one GETEX each, which
+// extends the key and returns its owner to compare (a shaped hold is one
+// shapedrefresh.lua call of its own). In a Cluster a script's keys must
+// share a slot, so the locks are grouped by slot: locks spread over many
+// slots get about one call each. None of the Redis versions this driver
+// supports checks the owner and extends in one command (SET ... IFEQ
+// arrives with Redis 8.4 and Valkey 8.1); GET then PEXPIRE costs the server
+// about 1.6 times GETEX's time per lock. GETEX's price: a refresh that finds
+// another owner in the key (the lock was already lost) has extended that
+// owner's key to its TTL, once; it never lets in a second holder (every
+// holder counts its validity from its own requests), it only keeps others
+// out up to one TTL longer should that owner die holding. 10,000 locks with
+// a TTL of 3s, refreshed every second by package lock, cost the server about
+// 10,000 commands a second (BenchmarkHeldLocks).
 //
 // The cause of a loss (lock.Err and Do's context.Cause match it):
 //
@@ -460,7 +464,7 @@
 // &__redis__:invalidate with the commands CLIENT|ID and CLIENT|TRACKING),
 // and the commands EVALSHA, EVAL, INFO, PING and SUBSCRIBE, plus those the
 // scripts call (and, without fencing, TryAcquire sends SET, and in a
-// Cluster HGET and PUBLISH, itself): SET, GET, DEL,
+// Cluster HGET and PUBLISH, itself): SET, GET, GETEX, DEL,
 // EXISTS, TYPE, TIME, PTTL, PEXPIRE, PEXPIREAT, PUBLISH, LLEN, LINDEX, LRANGE,
 // LPOP, RPUSH, LREM, HGET, HSET, HDEL, HEXISTS, ZADD, ZREM, ZSCORE, ZCARD,
 // ZRANGE, ZRANGEBYSCORE and ZREMRANGEBYSCORE (and CLIENT SETNAME with the

@@ -42,8 +42,8 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // RefreshBatch refreshes every request in one pipeline (one round trip per
 // Cluster node) and returns one error per request, as Refresh would. The
 // exclusive locks of one slot (all of them, on a single server) are
-// refreshed by one script call per 256 locks: two commands per lock on the
-// server (GET, PEXPIRE), plus rarely one that extends the fence record.
+// refreshed by one script call per 256 locks: one command per lock on the
+// server (GETEX), plus rarely one that extends the fence record.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	if err := d.usable(ctx); err != nil {
 		errs := make([]error, len(reqs))

@@ -26,8 +26,11 @@
 // Automatic refresh is batched: package lock hands the locks due together to
 // RefreshBatch, which sends each server one script call per 256 exclusive
 // locks (per hash slot, where a server is a Cluster; a shared hold has a call
-// of its own), pipelined: two server commands per lock (GET, PEXPIRE), and
-// rarely a third that extends its grant record, which outlives the lock by
+// of its own), pipelined: one server command per lock (GETEX, which extends
+// the key and returns its owner to compare; where the key holds another
+// owner, the lock is lost there and that owner's key has been extended once,
+// which keeps others out longer but never lets a second holder in), and
+// rarely a second that extends its grant record, which outlives the lock by
 // ten TTLs (at least a minute, at most a day) and is extended only when the
 // lock would come within half of that of it. The per-server timeout bounds each call
 // from when it is sent to that server, after the calls before it in the
