@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/etcddriver"
+	"github.com/distlock/lock/internal/testserver"
 )
 
 // Many locks refreshed together are confirmed in batches of at most 128 keys per
@@ -190,6 +191,64 @@ func TestRefreshBatchAmongManyOtherKeysConfirmsEachLock(t *testing.T) {
 	for i, want := range []error{nil, driver.ErrNotHeld, nil, driver.ErrNotHeld} {
 		if want == nil && errs[i] != nil || want != nil && !errors.Is(errs[i], want) {
 			t.Errorf("lock k%d: %v, want %v", i, errs[i], want)
+		}
+	}
+}
+
+// A batch that holds few of a Driver's locks is spread over the key space
+// among the others: it is read key by key (no range read, which would walk
+// every lock's key in between), and each lock is still confirmed on its own.
+func TestSparseRefreshBatchIsReadKeyByKeyAndConfirmsEachLock(t *testing.T) {
+	s := testserver.StartEtcd(t) // a private server: the Range count is ours
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := newDriver(t, s.URL(), etcddriver.WithPrefix(testPrefix(t)))
+	const n = 600
+	reqs := make([]*driver.Request, n)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batch []*driver.Request
+	for i := 0; i < n; i += 50 {
+		batch = append(batch, reqs[i])
+	}
+	const ranges = `grpc_server_handled_total{grpc_code="OK",grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"}`
+	before := metric(t, s, ranges)
+	for i, err := range d.RefreshBatch(ctx, batch) {
+		if err != nil {
+			t.Fatalf("lock %s: %v", batch[i].Key, err)
+		}
+	}
+	if got := metric(t, s, ranges) - before; got != 0 {
+		t.Errorf("a batch of %d of %d locks sent %v range reads, want none (key by key)", len(batch), n, got)
+	}
+
+	// Deleted and replaced keys fail only their own locks.
+	admin := newClient(t, s.URL())
+	deleted, replaced := batch[1], batch[5]
+	if _, err := admin.Delete(ctx, d.LockPrefix(deleted.Key)+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := admin.Get(ctx, d.LockPrefix(replaced.Key)+"/", clientv3.WithPrefix())
+	if err != nil || len(kv.Kvs) != 1 {
+		t.Fatalf("the replaced lock's key: %v %v", kv, err)
+	}
+	if _, err := admin.Put(ctx, string(kv.Kvs[0].Key), "an operator's value"); err != nil { // no lease: not ours
+		t.Fatal(err)
+	}
+	for i, err := range d.RefreshBatch(ctx, batch) {
+		switch batch[i] {
+		case deleted, replaced:
+			if !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("lock %s, whose key was deleted or replaced: %v, want ErrNotHeld", batch[i].Key, err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("lock %s: %v", batch[i].Key, err)
+			}
 		}
 	}
 }
