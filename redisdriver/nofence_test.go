@@ -119,8 +119,8 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if refreshed-1 != 4 { // EVALSHA, GET, PEXPIRE, INFO
-		t.Errorf("a refresh ran %d commands on the server, want 4 (EVALSHA, GET, PEXPIRE, INFO): no fence record to extend", refreshed-1)
+	if refreshed-1 != 3 { // EVALSHA, GETEX, INFO
+		t.Errorf("a refresh ran %d commands on the server, want 3 (EVALSHA, GETEX, INFO): no fence record to extend", refreshed-1)
 	}
 	if err := d.Release(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Release by another owner = %v, want ErrNotHeld", err)

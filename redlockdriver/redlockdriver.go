@@ -279,8 +279,8 @@
 // holder's record in the same step as its SET NX: P:{K}:grant, "owner 0
 // since-µs label", whose TTL is the lock's plus ten TTLs (at least a minute,
 // at most a day), extended by a refresh only when the lock would come within
-// half of that margin of it (so most refreshes cost two commands a lock, not
-// three), and deleted by the release (for a shared hold: the owner's entry in
+// half of that margin of it (so most refreshes cost one command a lock, not
+// two), and deleted by the release (for a shared hold: the owner's entry in
 // the hash P:{K}:labels, which lives as long as the holders set). A holder
 // that dies without releasing leaves its record up to that margin after its
 // lock; Inspect reads a record only beside a lock key that holds the record's

@@ -184,7 +184,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 // recordKeep is how much longer than its lock a holder's grant record is
 // made to live, when the acquire writes it and when a refresh extends it:
 // ten TTLs, at least a minute and at most a day. So most refreshes leave the
-// record alone (two commands a lock on each server, not three: see
+// record alone (one command a lock on each server, not two: see
 // recordDue), and the record of a holder that died without releasing stays
 // at most that long after its lock.
 func recordKeep(ttl time.Duration) time.Duration {
