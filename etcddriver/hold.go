@@ -46,8 +46,9 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // RefreshBatch implements driver.BatchRefresher: it reads the batch's keys,
 // sorted, as key ranges of up to 2,048 of them (readKeys) when the batch
 // holds most of the Driver's locks, else key by key in transactions
-// (getKeys, see denseBatch), up to maxReadsInFlight segments at once, with at most one lease keepalive per
-// session, shared with concurrent refreshes (see renewFor).
+// (getKeys, see denseBatch), up to maxReadsInFlight segments at once, with
+// at most one lease keepalive per session, shared with concurrent refreshes
+// (see renewFor).
 //
 // Why a read, when concurrency.Mutex relies on the lease keepalive alone: a
 // keepalive proves the lease alive, not that our key is still on it
