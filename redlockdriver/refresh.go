@@ -247,9 +247,9 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 	}
 	open := map[int]int{} // the open batch of each slot: its index in calls
 	for i, r := range reqs {
-		k := d.keys(r.Key)
 		ttl := millis(r.TTL)
 		if r.Shared {
+			k := d.keys(r.Key)
 			calls = append(calls, refreshCall{
 				op:   opRefresh,
 				keys: []string{k.lock, k.grant, k.forced, k.holders, k.labels},
@@ -258,9 +258,10 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			})
 			continue
 		}
+		lock, grant, forced := d.refreshKeys(r.Key)
 		slot := 0
 		if clustered {
-			slot = redisproto.Slot(k.lock)
+			slot = redisproto.Slot(lock)
 		}
 		j, ok := open[slot]
 		if !ok || len(calls[j].reqs) == redisproto.RefreshBatch {
@@ -273,7 +274,7 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		if due[i] {
 			keep = millis(recordTTL(r.TTL))
 		}
-		c.keys = append(c.keys, k.lock, k.grant, k.forced)
+		c.keys = append(c.keys, lock, grant, forced)
 		c.args = append(c.args, r.Owner, ttl, keep)
 		c.reqs = append(c.reqs, i)
 	}
