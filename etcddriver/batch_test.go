@@ -24,13 +24,7 @@ func TestRefreshBatchConfirmsEachLock(t *testing.T) {
 	defer cancel()
 	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
 	const n = 300
-	reqs := make([]*driver.Request, n)
-	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
-		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reqs := holdMany(ctx, t, d, n)
 	gone := map[int]bool{7: true, 150: true, 299: true}
 	admin := newClient(t, url)
 	for i := range gone {
@@ -204,13 +198,7 @@ func TestSparseRefreshBatchIsReadKeyByKeyAndConfirmsEachLock(t *testing.T) {
 	defer cancel()
 	d := newDriver(t, s.URL(), etcddriver.WithPrefix(testPrefix(t)))
 	const n = 600
-	reqs := make([]*driver.Request, n)
-	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
-		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reqs := holdMany(ctx, t, d, n)
 	var batch []*driver.Request
 	for i := 0; i < n; i += 50 {
 		batch = append(batch, reqs[i])
@@ -251,4 +239,17 @@ func TestSparseRefreshBatchIsReadKeyByKeyAndConfirmsEachLock(t *testing.T) {
 			}
 		}
 	}
+}
+
+// holdMany takes n locks, keys k0… with owners o0…, TTL 5s, on d.
+func holdMany(ctx context.Context, t *testing.T, d *etcddriver.Driver, n int) []*driver.Request {
+	t.Helper()
+	reqs := make([]*driver.Request, n)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reqs
 }
