@@ -468,6 +468,8 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		e.since = start.Sub(d.epoch)
 		e.paidUntil = e.since + e.req.TTL
 		e.value = "" // compared only while acquiring (see deleteIf)
+		d.watchingLocked()
+		d.coverLocked(e, rev)
 		d.mu.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: start}, nil
 	case d.closed:

@@ -215,8 +215,15 @@ func TestSparseRefreshBatchIsReadKeyByKeyAndConfirmsEachLock(t *testing.T) {
 	}
 
 	// Deleted and replaced keys fail only their own locks.
-	admin := newClient(t, s.URL())
-	deleted, replaced := batch[1], batch[5]
+	refreshFailsOnlyDeletedAndReplaced(ctx, t, s.URL(), d, batch, batch[1], batch[5])
+}
+
+// refreshFailsOnlyDeletedAndReplaced deletes deleted's key, puts another
+// value without a lease on replaced's (an operator's doing), and checks that
+// a refresh of batch fails those two locks, with their causes, and no other.
+func refreshFailsOnlyDeletedAndReplaced(ctx context.Context, t *testing.T, url string, d *etcddriver.Driver, batch []*driver.Request, deleted, replaced *driver.Request) {
+	t.Helper()
+	admin := newClient(t, url)
 	if _, err := admin.Delete(ctx, d.LockPrefix(deleted.Key)+"/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
@@ -229,9 +236,13 @@ func TestSparseRefreshBatchIsReadKeyByKeyAndConfirmsEachLock(t *testing.T) {
 	}
 	for i, err := range d.RefreshBatch(ctx, batch) {
 		switch batch[i] {
-		case deleted, replaced:
-			if !errors.Is(err, driver.ErrNotHeld) {
-				t.Errorf("lock %s, whose key was deleted or replaced: %v, want ErrNotHeld", batch[i].Key, err)
+		case deleted:
+			if !errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, driver.ErrExpired) {
+				t.Errorf("lock %s, whose key was deleted: %v, want ErrNotHeld and ErrExpired", batch[i].Key, err)
+			}
+		case replaced:
+			if !errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, driver.ErrTakenOver) {
+				t.Errorf("lock %s, whose key was replaced: %v, want ErrNotHeld and ErrTakenOver", batch[i].Key, err)
 			}
 		default:
 			if err != nil {

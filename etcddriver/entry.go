@@ -30,12 +30,16 @@ type entry struct {
 	s      *session
 	key    string // <prefix>/<escaped key>/[read/ or sem/<n>/]<lease hex>[_<n>]
 	next   *entry // the next entry of the same user key (Driver.entries)
+	snext  *entry // the next entry of the same session (session.first)
+	sprev  *entry // the previous one
 	rngLen int32  // key[:rngLen] is <prefix>/<escaped key>/
 	index  int32  // n of the key's name; 0 for the plain lease name
 
 	// Guarded by Driver.mu.
 	state     entryState
 	uncertain bool          // a plain delete of key failed: it may yet be applied, so the name is never reused on s
+	gone      goneState     // what the refresh watch saw of key, while covered
+	watched   uint32        // the refresh watch's generation that covers key; 0 for none (refreshwatch.go)
 	rev       int64         // create revision of key, the fencing token; 0 while unknown
 	since     time.Duration // when the request that granted the lock was sent, after Driver.epoch
 	paidUntil time.Duration // a held lock not refreshed by then (after Driver.epoch) is deleted
@@ -61,6 +65,11 @@ func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
 	e := &entry{req: req, value: keyValue(req.Label, req.Owner), s: s, key: key, rngLen: int32(rngLen), index: int32(index)}
 	e.next = d.entries[req.Key]
 	d.entries[req.Key] = e
+	e.snext = s.first
+	if s.first != nil {
+		s.first.sprev = e
+	}
+	s.first = e
 	s.entries++
 	return e
 }
@@ -121,6 +130,16 @@ func (d *Driver) removeLocked(e *entry) {
 		break
 	}
 	e.next = nil
+	switch {
+	case e.sprev != nil:
+		e.sprev.snext = e.snext
+	case e.s.first == e:
+		e.s.first = e.snext
+	}
+	if e.snext != nil {
+		e.snext.sprev = e.sprev
+	}
+	e.snext, e.sprev = nil, nil
 	e.s.entries--
 	if e.s.entries == 0 {
 		e.s.idleSince = time.Now()
@@ -145,15 +164,13 @@ func (d *Driver) lookupLocked(req *driver.Request) *entry {
 	return nil
 }
 
-// eachLocked calls f for every entry of s; f may remove the entry.
+// eachLocked calls f for every entry of s; f may remove the entry. It walks
+// s's own list, not every entry of the Driver: the session goroutine of each
+// of many leases does this every keepalive (expiredLocked).
 func (d *Driver) eachLocked(s *session, f func(e *entry)) {
-	for _, head := range d.entries {
-		for e := head; e != nil; {
-			next := e.next
-			if e.s == s {
-				f(e)
-			}
-			e = next
-		}
+	for e := s.first; e != nil; {
+		next := e.snext
+		f(e)
+		e = next
 	}
 }

@@ -13,7 +13,17 @@ import (
 	"github.com/distlock/lock/internal/testserver"
 )
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t) }
+
+// The suite again with every refresh confirmed through the prefix watch
+// (refreshwatch.go) where it covers the lock, as a Driver holding many locks
+// confirms them: freezes, restarts and partitions end or stall the watch.
+func TestConformanceWithWatchedRefresh(t *testing.T) {
+	defer etcddriver.SetWatchThreshold(1)()
+	runConformance(t)
+}
+
+func runConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t) // private: the fault properties freeze and restart it
 	base := srv.URL()
 	admin := newClient(t, base)

@@ -32,6 +32,12 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
+	watching := d.watchingLocked()
+	d.mu.Unlock()
+	if watching {
+		return d.RefreshBatch(ctx, []*driver.Request{req})[0]
+	}
 	start := time.Now()
 	if err := d.renewFor(ctx, e.s, req.TTL, start); err != nil {
 		return err
@@ -43,25 +49,26 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	return d.whyLost(ctx, e, d.confirm(e, resp.Kvs, start))
 }
 
-// RefreshBatch implements driver.BatchRefresher: it reads the batch's keys,
-// sorted, as key ranges of up to 2,048 of them (readKeys) when the batch
-// holds most of the Driver's locks, else key by key in transactions
-// (getKeys, see denseBatch), up to maxReadsInFlight segments at once, with
-// at most one lease keepalive per session, shared with concurrent refreshes
-// (see renewFor).
+// RefreshBatch implements driver.BatchRefresher. A lock the refresh watch
+// covers (refreshwatch.go: once the Driver holds defaultWatchThreshold locks)
+// is confirmed by a watch round: one sentinel write shared by the refreshes
+// that started before it was sent. The others are read: sorted, as key ranges
+// of up to 2,048 of them (readKeys) when the batch holds most of the
+// Driver's locks, else key by key in transactions (getKeys, see denseBatch),
+// up to maxReadsInFlight segments at once; the read also covers them. Each
+// session of the batch gets at most one lease keepalive, shared with
+// concurrent refreshes (see renewFor).
 //
-// Why a read, when concurrency.Mutex relies on the lease keepalive alone: a
-// keepalive proves the lease alive, not that our key is still on it
-// (ForceRelease, or an operator's delete, removes the key and leaves the
-// lease). A watch of deletes could prove it only up to a revision known to be
-// after the refresh was sent: a linearizable read gives that revision, but a
-// watch proves it has delivered every event up to it only by a progress
-// notification, which etcd may send ahead of the events it covers (etcd
-// issue #15220, present in the 3.4.23 the tests run; its fix had gaps of its
-// own, #17507 and #20229), or by an event of its own at or after that
-// revision, which costs a write (a sentinel key in the watched range) every
-// round, plus every delete under the prefix delivered to every driver. A read
-// needs neither and stays correct on every etcd this driver supports.
+// Why a read or a round, when concurrency.Mutex relies on the lease
+// keepalive alone: a keepalive proves the lease alive, not that our key is
+// still on it (ForceRelease, or an operator's delete, removes the key and
+// leaves the lease). A read proves it for one key; a round proves it for
+// every covered key, by the watch's delivery of every event before the
+// sentinel's (never by a progress notification, which etcd may send ahead of
+// the events it covers: etcd issue #15220, present in the 3.4.23 the tests
+// run). Reading every key each round took etcd's whole core at 100,000 held
+// locks and lost them (issue 23); a round costs one write and the prefix's
+// events.
 //
 // Why ranges, concurrently: a batch holds every lock due at once, thousands
 // when many are held, and transactions of 128 single-key reads sent one after
@@ -70,10 +77,10 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 // being many (issue 23).
 //
 // The validity rule is kept: every lock of the batch is confirmed from start,
-// taken before any of the batch's requests (the keepalive and every read) is
-// sent, so no lock is counted valid for longer than from the send time of the
-// requests that confirmed it; a read sent later than start only makes the
-// count conservative, by at most the batch's duration.
+// taken before any of the batch's requests (the keepalive, every read, the
+// round's write) is sent, so no lock is counted valid for longer than from
+// the send time of the requests that confirmed it; a request sent later than
+// start only makes the count conservative, by at most the batch's duration.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
 	lctx := requireLeader(ctx)
@@ -91,6 +98,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	if len(entries) == 0 {
 		return errs
 	}
+	entries, index, watched, watchedIndex := d.splitCovered(entries, index)
 	entries, index = sortByKey(entries, index)
 	read := d.getKeys
 	if d.denseBatch(len(entries)) {
@@ -98,17 +106,23 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	}
 	start := time.Now()
 
-	// The keepalives of the batch's sessions (usually one) and its reads run
-	// together: both are sent after start, and each lock needs both.
+	// The keepalives of the batch's sessions (usually one), its reads and its
+	// watch round run together: all are sent after start, and each lock needs
+	// its session's keepalive and its read or the round.
 	ttls := map[*session]time.Duration{} // the longest TTL of each session's locks
 	for _, e := range entries {
 		ttls[e.s] = max(ttls[e.s], e.req.TTL)
 	}
+	for _, e := range watched {
+		ttls[e.s] = max(ttls[e.s], e.req.TTL)
+	}
 	renewed := make(map[*session]error, len(ttls))
 	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex // guards renewed while the goroutines run
-		sem = make(chan struct{}, maxReadsInFlight)
+		wg       sync.WaitGroup
+		mu       sync.Mutex // guards renewed while the goroutines run
+		sem      = make(chan struct{}, maxReadsInFlight)
+		gen      uint32
+		roundErr error
 	)
 	for s, ttl := range ttls {
 		wg.Add(1)
@@ -118,6 +132,15 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 			mu.Lock()
 			renewed[s] = err
 			mu.Unlock()
+		}()
+	}
+	if len(watched) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := roundContext(ctx, start)
+			defer cancel()
+			gen, roundErr = d.watchRound(rctx, watched[0].s, start)
 		}()
 	}
 	found := make([]*mvccpb.KeyValue, len(entries))
@@ -149,7 +172,75 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 			errs[index[j]] = d.whyLost(ctx, e, d.confirm(e, kvs, start))
 		}
 	}
+
+	// The covered locks: proven by the round, or read now if it failed.
+	var unproven []*entry
+	var unprovenIndex []int
+	for j, e := range watched {
+		switch {
+		case renewed[e.s] != nil:
+			errs[watchedIndex[j]] = renewed[e.s]
+		case roundErr == nil:
+			if ok, err := d.confirmWatched(e, gen, start); ok {
+				errs[watchedIndex[j]] = d.whyLost(ctx, e, err)
+				continue
+			}
+			fallthrough
+		default:
+			unproven = append(unproven, e)
+			unprovenIndex = append(unprovenIndex, watchedIndex[j])
+		}
+	}
+	if len(unproven) > 0 {
+		found := make([]*mvccpb.KeyValue, len(unproven))
+		err := d.getKeys(lctx, unproven, found)
+		for j, e := range unproven {
+			if err != nil {
+				errs[unprovenIndex[j]] = d.report(ctx, err)
+				continue
+			}
+			var kvs []*mvccpb.KeyValue
+			if found[j] != nil {
+				kvs = found[j : j+1]
+			}
+			errs[unprovenIndex[j]] = d.whyLost(ctx, e, d.confirm(e, kvs, start))
+		}
+	}
 	return errs
+}
+
+// splitCovered moves the entries the refresh watch covers out of entries
+// into watched (see refreshwatch.go), with their indexes, and marks the rest
+// for the watch before they are read, so that the read covers them.
+func (d *Driver) splitCovered(entries []*entry, index []int) (rest []*entry, restIndex []int, watched []*entry, watchedIndex []int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.watchingLocked() {
+		return entries, index, nil, nil
+	}
+	rest, restIndex = entries[:0], index[:0]
+	for j, e := range entries {
+		if d.coveredLocked(e) {
+			watched = append(watched, e)
+			watchedIndex = append(watchedIndex, index[j])
+			continue
+		}
+		d.markLocked(e)
+		rest = append(rest, e)
+		restIndex = append(restIndex, index[j])
+	}
+	return rest, restIndex, watched, watchedIndex
+}
+
+// roundContext bounds a watch round to half the time its refresh has left,
+// so that a round whose sentinel event does not come (a stalled watch)
+// leaves the other half to read the keys instead.
+func roundContext(ctx context.Context, start time.Time) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, start.Add(deadline.Sub(start)/2))
 }
 
 // sortByKey sorts entries by key, so that a segment of them is read as one key
@@ -337,7 +428,9 @@ func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
 	return e, nil
 }
 
-// confirm checks a read of e's key, made at start, and records the refresh.
+// confirm checks a read of e's key, sent after start, and records the
+// refresh; the read covers e if the watch marked it before the read was sent
+// (splitCovered).
 func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -355,7 +448,35 @@ func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) erro
 	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
 		e.paidUntil = paid
 	}
+	if e.gone == goneUnconfirmed {
+		e.gone = goneNot
+	}
 	return nil
+}
+
+// confirmWatched checks what the watch of generation gen saw of e's key, up
+// to a round sent after start, and records the refresh. ok is false when the
+// watch no longer covers e: its key must be read instead.
+func (d *Driver) confirmWatched(e *entry, gen uint32, start time.Time) (ok bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case e.state != stateHeld:
+		return true, driver.ErrNotHeld
+	case e.watched != gen || e.gone == goneUnconfirmed:
+		return false, nil
+	case e.gone != goneNot:
+		d.removeLocked(e)
+		why := errVanished
+		if e.gone == goneReplaced {
+			why = errReplaced
+		}
+		return true, fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
+	}
+	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
+		e.paidUntil = paid
+	}
+	return true, nil
 }
 
 // errVanished is why confirm finds a held lock lost: its key is gone;

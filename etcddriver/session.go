@@ -35,7 +35,7 @@ import (
 //     scheduled keepalive or refresh.
 type session struct {
 	d     *Driver
-	secs  int64         // requested TTL, the key in Driver.leases
+	slot  leaseSlot     // its requested TTL and place, the key in Driver.leases
 	ready chan struct{} // closed once the grant finished, well or not
 	lost  chan struct{} // closed when the lease is gone or abandoned
 	kick  chan struct{} // asks keep for a keepalive now (the connection came back)
@@ -52,6 +52,7 @@ type session struct {
 	dead      error              // why the session ended; nil while live
 	confirmed time.Time          // when the last confirmed grant or keepalive was sent
 	entries   int                // entries of this session in Driver.entries
+	first     *entry             // the first of them, listed through entry.snext
 	orphans   []*entry           // keys to delete whose delete failed
 	reserved  map[string][]int32 // name indexes, by user key, kept out of use after a release whose outcome is unknown
 	idleSince time.Time
@@ -64,7 +65,26 @@ var (
 	errExpired       = fmt.Errorf("%w: %w: etcddriver: the lock's TTL passed without a refresh", driver.ErrNotHeld, driver.ErrExpired)
 )
 
-// session returns the live session for ttl, granting its lease on first use.
+// maxKeysPerLease is how many requests a Driver puts on one lease before it
+// grants another of the same TTL. etcd (3.4, and 3.5 for users other than
+// root) applies a put with a lease in time linear in the keys already on the
+// lease (etcd issue #15993): with 65,000 locks on one lease, each acquisition
+// cost etcd about a millisecond, acquisitions all but stopped, and the lease's
+// keepalives and the refreshes starved (issue 23's scale runs). Cilium caps its
+// leases at 1,000 keys for the same reason.
+const maxKeysPerLease = 1000
+
+// A leaseSlot names a session in Driver.leases: its lease TTL in seconds, and
+// its place among the sessions of that TTL (a new one is granted when all
+// before it carry maxKeysPerLease requests).
+type leaseSlot struct {
+	secs int64
+	n    int32
+}
+
+// session returns a live session for ttl with room for a request: the first
+// of its TTL's sessions with fewer than maxKeysPerLease requests, granting a
+// lease on first use.
 func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
 	secs, err := d.leaseSeconds(ttl)
 	if err != nil {
@@ -76,10 +96,15 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 			d.mu.Unlock()
 			return nil, driver.ErrClosed
 		}
-		s := d.leases[secs]
+		slot := leaseSlot{secs: secs}
+		s := d.leases[slot]
+		for s != nil && s.full() {
+			slot.n++
+			s = d.leases[slot]
+		}
 		if s == nil {
-			s = &session{d: d, secs: secs, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1)}
-			d.leases[secs] = s
+			s = &session{d: d, slot: slot, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1)}
+			d.leases[slot] = s
 			d.mu.Unlock()
 			if err := d.grant(ctx, s); err != nil {
 				return nil, err
@@ -108,6 +133,11 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	}
 }
 
+// full reports whether s carries maxKeysPerLease requests; d.mu is held. A
+// session still being granted is not full: requests wait for it. (Requests
+// that pick a session at once may put a few more on it than the cap.)
+func (s *session) full() bool { return s.entries >= maxKeysPerLease }
+
 // leaseSeconds is the lease TTL for a lock TTL: the TTL rounded up to whole
 // seconds (a lease shorter than the TTL could expire while the holder still
 // trusts its lock). A TTL outside [minimum, maximum lease TTL] is refused here,
@@ -131,8 +161,8 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 		if err != nil {
 			s.grantErr = err
 			d.mu.Lock()
-			if d.leases[s.secs] == s {
-				delete(d.leases, s.secs)
+			if d.leases[s.slot] == s {
+				delete(d.leases, s.slot)
 			}
 			s.dead = err
 			d.mu.Unlock()
@@ -141,24 +171,24 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 		close(s.ready)
 	}()
 	sent := time.Now()
-	resp, err := d.c.Grant(ctx, s.secs)
+	resp, err := d.c.Grant(ctx, s.slot.secs)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseTTLTooLarge):
-		return fmt.Errorf("etcddriver: etcd refused a lease of %ds as longer than its maximum lease TTL: %w", s.secs, err)
+		return fmt.Errorf("etcddriver: etcd refused a lease of %ds as longer than its maximum lease TTL: %w", s.slot.secs, err)
 	case err != nil:
 		return fmt.Errorf("etcddriver: grant lease: %w", err)
-	case resp.TTL > s.secs:
+	case resp.TTL > s.slot.secs:
 		d.revokeSoon(resp.ID)
 		return fmt.Errorf("%w: etcddriver: etcd raised a lease TTL of %ds to %ds: its minimum lease TTL is above the %v this driver was told (WithMinTTL)",
-			driver.ErrUnsupported, s.secs, resp.TTL, d.minTTL)
+			driver.ErrUnsupported, s.slot.secs, resp.TTL, d.minTTL)
 	case resp.TTL < 1:
 		d.revokeSoon(resp.ID)
-		return fmt.Errorf("etcddriver: etcd granted a lease of %ds for %ds", resp.TTL, s.secs)
+		return fmt.Errorf("etcddriver: etcd granted a lease of %ds for %ds", resp.TTL, s.slot.secs)
 	}
 	s.id = resp.ID
 	s.hex = leaseHex(resp.ID)
 	s.ttlSecs = resp.TTL
-	s.ttl = time.Duration(resp.TTL) * time.Second // 1 <= TTL <= s.secs <= maxLeaseSeconds: no overflow
+	s.ttl = time.Duration(resp.TTL) * time.Second // 1 <= TTL <= s.slot.secs <= maxLeaseSeconds: no overflow
 	// The etcd leader measures the lease on its own clock: allow for drift as
 	// the portable layer does.
 	s.drift = driver.Drift(s.ttl)
@@ -367,8 +397,8 @@ func (s *session) endLocked(cause error) lostSet {
 		return lostSet{}
 	}
 	s.dead = cause
-	if d.leases[s.secs] == s {
-		delete(d.leases, s.secs)
+	if d.leases[s.slot] == s {
+		delete(d.leases, s.slot)
 	}
 	close(s.lost)
 	var held []*entry

@@ -1,0 +1,54 @@
+package etcddriver
+
+import (
+	"context"
+	"errors"
+)
+
+// SetWatchThreshold makes Drivers holding n or more locks confirm refreshes
+// through the prefix watch (refreshwatch.go), until the returned func
+// restores the default.
+func SetWatchThreshold(n int64) (restore func()) {
+	old := watchThreshold.Swap(n)
+	return func() { watchThreshold.Store(old) }
+}
+
+// EndRefreshWatch ends the Driver's refresh watch, as a compaction or a
+// member that lost its leader would, and returns once it delivers no more
+// events; the Driver starts a new one.
+func (d *Driver) EndRefreshWatch() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rw == nil || d.rw.cancel == nil {
+		return
+	}
+	d.rw.cancel()
+	for d.rw.live {
+		moved := d.rw.moved
+		d.mu.Unlock()
+		<-moved
+		d.mu.Lock()
+	}
+}
+
+// AwaitRefreshWatch returns once the Driver's refresh watch delivers events,
+// or ctx ends.
+func (d *Driver) AwaitRefreshWatch(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.rw == nil || !d.rw.live {
+		if d.rw == nil {
+			return errors.New("no refresh watch")
+		}
+		moved := d.rw.moved
+		d.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			d.mu.Lock()
+			return ctx.Err()
+		}
+		d.mu.Lock()
+	}
+	return nil
+}
