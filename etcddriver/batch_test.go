@@ -252,12 +252,14 @@ func refreshFailsOnlyDeletedAndReplaced(ctx context.Context, t *testing.T, url s
 	}
 }
 
-// holdMany takes n locks, keys k0… with owners o0…, TTL 5s, on d.
+// holdMany takes n locks, keys k0… with owners o0…, on d. Their TTL, a
+// minute, outlasts taking thousands on a loaded machine: a lock's key is
+// deleted once its TTL passes unrefreshed.
 func holdMany(ctx context.Context, t *testing.T, d *etcddriver.Driver, n int) []*driver.Request {
 	t.Helper()
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
-		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: 5 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		reqs[i] = &driver.Request{Key: fmt.Sprint("k", i), Owner: fmt.Sprint("o", i), TTL: time.Minute, Lost: driver.LostFunc(func(error) {})}
 		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
 			t.Fatal(err)
 		}

@@ -56,8 +56,9 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	}
 	t := make([]tally, len(reqs))
 	okBy := make([][]bool, len(reqs))
+	flat := make([]bool, len(reqs)*len(d.servers)) // one allocation, not one a lock
 	for i := range t {
-		okBy[i] = make([]bool, len(d.servers))
+		okBy[i] = flat[i*len(d.servers) : (i+1)*len(d.servers) : (i+1)*len(d.servers)]
 		t[i].okBy = okBy[i]
 	}
 	now := d.since() // before sending: each record's expiry is later
@@ -226,8 +227,8 @@ type refreshCall struct {
 }
 
 // refreshCalls groups reqs into script calls: the exclusive locks in batches
-// (by slot when a server is a Cluster, whose script calls must not cross
-// slots), each shared hold alone. due[i] says whether the call extends
+// of one TTL (and one slot when a server is a Cluster, whose script calls
+// must not cross slots), each shared hold alone. due[i] says whether the call extends
 // reqs[i]'s grant record (see recordDue), at now by since.
 func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refreshCall, due []bool) {
 	due = make([]bool, len(reqs))
@@ -245,7 +246,13 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			clustered = true
 		}
 	}
-	open := map[int]int{} // the open batch of each slot: its index in calls
+	// The open batch of each slot and TTL: its index in calls. A batch's
+	// locks share a TTL, sent once (refreshbatch.lua).
+	type batchOf struct {
+		slot int
+		ttl  time.Duration
+	}
+	open := map[batchOf]int{}
 	for i, r := range reqs {
 		ttl := millis(r.TTL)
 		if r.Shared {
@@ -263,19 +270,20 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		if clustered {
 			slot = redisproto.Slot(lock)
 		}
-		j, ok := open[slot]
+		b := batchOf{slot, r.TTL}
+		j, ok := open[b]
 		if !ok || len(calls[j].reqs) == redisproto.RefreshBatch {
 			j = len(calls)
-			open[slot] = j
-			calls = append(calls, refreshCall{op: opRefreshBatch})
+			open[b] = j
+			calls = append(calls, refreshCall{op: opRefreshBatch, args: []any{ttl, millis(recordTTL(r.TTL))}})
 		}
 		c := &calls[j]
-		keep := int64(0)
+		extend := "0"
 		if due[i] {
-			keep = millis(recordTTL(r.TTL))
+			extend = "1"
 		}
 		c.keys = append(c.keys, lock, grant, forced)
-		c.args = append(c.args, r.Owner, ttl, keep)
+		c.args = append(c.args, r.Owner, extend)
 		c.reqs = append(c.reqs, i)
 	}
 	return calls, due

@@ -15,16 +15,19 @@
 -- majority, not by one server.
 --
 -- KEYS: per lock, 3: lock, grant, forced.
--- ARGV: per lock, 3: owner, TTL ms, the grant record's new TTL ms ('0': leave
---       it).
+-- ARGV: the locks' TTL ms, their grant records' new TTL ms; then per lock, 2:
+--       owner, '1' to extend its grant record too ('0': leave it). (The TTLs
+--       once per call, not per lock: the client writes every argument to
+--       three servers.)
 -- Returns per lock, in order, refresh.lua's answer: 1 if its owner holds it
 -- here (extended); 0 if not (another owner, no key, or a value that is not a
 -- string); 2 if not because an operator evicted the owner here.
 local out = {}
+local ttl, recordTTL = ARGV[1], ARGV[2]
 for i = 0, #KEYS / 3 - 1 do
-  local lock, owner = KEYS[3 * i + 1], ARGV[3 * i + 1]
-  if redis.pcall('GETEX', lock, 'PX', ARGV[3 * i + 2]) == owner then
-    if ARGV[3 * i + 3] ~= '0' then redis.call('PEXPIRE', KEYS[3 * i + 2], ARGV[3 * i + 3]) end
+  local lock, owner = KEYS[3 * i + 1], ARGV[2 * i + 3]
+  if redis.pcall('GETEX', lock, 'PX', ttl) == owner then
+    if ARGV[2 * i + 4] == '1' then redis.call('PEXPIRE', KEYS[3 * i + 2], recordTTL) end
     out[#out + 1] = 1
   elseif redis.pcall('HEXISTS', KEYS[3 * i + 3], owner) == 1 then
     out[#out + 1] = 2

@@ -186,3 +186,30 @@ func waitUntil(t testing.TB, limit time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// watchedBy reports whether the ZooKeeper server at addr has a watch of
+// session on a node under dir, by its wchp command.
+func watchedBy(addr, dir string, session int64) bool {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("wchp")); err != nil {
+		return false
+	}
+	out, _ := io.ReadAll(c)
+	want := fmt.Sprintf("0x%x", session)
+	path := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "\t") {
+			path = line
+			continue
+		}
+		if strings.HasPrefix(path, dir) && strings.TrimSpace(line) == want {
+			return true
+		}
+	}
+	return false
+}

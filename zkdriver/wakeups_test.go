@@ -39,17 +39,19 @@ func TestWaiterReportsAnEndedWatchAsTimerAndTheDeleteAsNotification(t *testing.T
 		_, err := waiterD.Acquire(wakes.Context(ctx), waiter)
 		done <- err
 	}()
-	queued := func() bool {
-		in, err := holderD.Inspect(ctx, "k")
-		return err == nil && in.Waiters == 1
-	}
-	waitUntil(t, 10*time.Second, "the waiter queued", queued)
+	// Each step waits for the waiter's watch of the holder's node, as the
+	// server has it: expired or released before the waiter set it, the
+	// waiter would find the node gone by reading, with no watch to end.
 	id, pw, timeout := waiterD.SessionForTest()
+	waitUntil(t, 10*time.Second, "the waiter watching the holder's node", func() bool { return watchedBy(srv.Addr(), "/distlock/k/", id) })
 	if err := expireSession(srv.Addr(), id, pw, timeout); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, "the waiter woken by its ended watch", func() bool { return len(wakes.Wakes()) > 0 })
-	waitUntil(t, 30*time.Second, "the waiter queued again", queued)
+	waitUntil(t, 30*time.Second, "the waiter queued again, watching in a new session", func() bool {
+		now, _, _ := waiterD.SessionForTest()
+		return now != id && now != 0 && watchedBy(srv.Addr(), "/distlock/k/", now)
+	})
 	if err := holderD.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func newZooKeeperMember(java, classpath string, c *Cluster, i int, args []string
 		"clientPortAddress=127.0.0.1",
 		"maxClientCnxns=0",
 		"admin.enableServer=false",
-		"4lw.commands.whitelist=ruok,srvr,stat",
+		"4lw.commands.whitelist=ruok,srvr,stat,wchp", // wchp: tests wait for a watch to be set
 	}
 	if n > 1 {
 		cfg = append(cfg, "initLimit=20", "syncLimit=10")
