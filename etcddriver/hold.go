@@ -159,17 +159,13 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 	wg.Wait()
 
 	for j, e := range entries {
-		var kvs []*mvccpb.KeyValue
-		if found[j] != nil {
-			kvs = found[j : j+1]
-		}
 		switch {
 		case renewed[e.s] != nil:
 			errs[index[j]] = renewed[e.s]
 		case segErrs[j/segmentSize] != nil:
 			errs[index[j]] = d.report(ctx, segErrs[j/segmentSize])
 		default:
-			errs[index[j]] = d.whyLost(ctx, e, d.confirm(e, kvs, start))
+			errs[index[j]] = d.confirmFound(ctx, e, found[j], start)
 		}
 	}
 
@@ -199,11 +195,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 				errs[unprovenIndex[j]] = d.report(ctx, err)
 				continue
 			}
-			var kvs []*mvccpb.KeyValue
-			if found[j] != nil {
-				kvs = found[j : j+1]
-			}
-			errs[unprovenIndex[j]] = d.whyLost(ctx, e, d.confirm(e, kvs, start))
+			errs[unprovenIndex[j]] = d.confirmFound(ctx, e, found[j], start)
 		}
 	}
 	return errs
@@ -434,24 +426,43 @@ func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
 func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e.state != stateHeld {
+	switch {
+	case e.state != stateHeld:
 		return driver.ErrNotHeld
+	case len(kvs) == 0:
+		return d.lostKeyLocked(e, errVanished)
+	case kvs[0].CreateRevision != e.rev || kvs[0].Lease != int64(e.s.id):
+		return d.lostKeyLocked(e, errReplaced)
 	}
-	if len(kvs) == 0 || kvs[0].CreateRevision != e.rev || kvs[0].Lease != int64(e.s.id) {
-		d.removeLocked(e)
-		why := errVanished
-		if len(kvs) > 0 {
-			why = errReplaced
-		}
-		return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
-	}
-	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
-		e.paidUntil = paid
-	}
+	d.paidLocked(e, start)
 	if e.gone == goneUnconfirmed {
 		e.gone = goneNot
 	}
 	return nil
+}
+
+// confirmFound is confirm of a read that found kv (nil: no key), with the
+// cause of a loss (whyLost).
+func (d *Driver) confirmFound(ctx context.Context, e *entry, kv *mvccpb.KeyValue, start time.Time) error {
+	var kvs []*mvccpb.KeyValue
+	if kv != nil {
+		kvs = []*mvccpb.KeyValue{kv}
+	}
+	return d.whyLost(ctx, e, d.confirm(e, kvs, start))
+}
+
+// lostKeyLocked forgets e, whose key a refresh found gone (why: errVanished)
+// or replaced (errReplaced); d.mu is held.
+func (d *Driver) lostKeyLocked(e *entry, why error) error {
+	d.removeLocked(e)
+	return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
+}
+
+// paidLocked records a refresh of e confirmed from start; d.mu is held.
+func (d *Driver) paidLocked(e *entry, start time.Time) {
+	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
+		e.paidUntil = paid
+	}
 }
 
 // confirmWatched checks what the watch of generation gen saw of e's key, up
@@ -465,17 +476,12 @@ func (d *Driver) confirmWatched(e *entry, gen uint32, start time.Time) (ok bool,
 		return true, driver.ErrNotHeld
 	case e.watched != gen || e.gone == goneUnconfirmed:
 		return false, nil
-	case e.gone != goneNot:
-		d.removeLocked(e)
-		why := errVanished
-		if e.gone == goneReplaced {
-			why = errReplaced
-		}
-		return true, fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
+	case e.gone == goneVanished:
+		return true, d.lostKeyLocked(e, errVanished)
+	case e.gone == goneReplaced:
+		return true, d.lostKeyLocked(e, errReplaced)
 	}
-	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
-		e.paidUntil = paid
-	}
+	d.paidLocked(e, start)
 	return true, nil
 }
 
