@@ -35,18 +35,10 @@ func (d *Driver) keys(key string) keys {
 		grant: lock + grantSuffix, labels: lock + ":labels", forced: lock + forcedSuffix}
 }
 
-// Suffixes of the keys refreshKeys builds as well as keys.
+// Suffixes of the keys refreshCalls and tombstones build as well as keys.
 const (
 	grantSuffix  = ":grant"
 	forcedSuffix = ":forced"
 )
 
 func (d *Driver) lockKey(key string) string { return d.prefix + ":{" + redisproto.Escape(key) + "}" }
-
-// refreshKeys returns the three keys refreshbatch.lua takes for an exclusive
-// lock on key: a refresh of many locks builds these rather than all seven
-// (at 100,000 held locks, building keys was 5% of the client's time).
-func (d *Driver) refreshKeys(key string) (lock, grant, forced string) {
-	lock = d.lockKey(key)
-	return lock, lock + grantSuffix, lock + forcedSuffix
-}

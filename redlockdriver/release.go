@@ -143,15 +143,7 @@ const releaseWait = 500 * time.Millisecond
 
 // releaseWithin is release with a per-server timeout of its own.
 func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool, timeout time.Duration) {
-	n, e := "0", "0"
-	if notify {
-		n = "1"
-	}
-	if ended {
-		e = "1"
-	}
-	keys := []string{k.lock, k.waiters, k.holders, k.writers, k.grant, k.labels}
-	args := []any{req.Owner, n, inbox, d.inbox, e}
+	keys, args := d.releaseCall(k, req, notify, inbox, ended)
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.
 	dl := time.Now().Add(timeout)
@@ -171,6 +163,43 @@ func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, 
 			t.state[rep.server] = relDeleted
 		default:
 			t.state[rep.server] = relNotHeld
+		}
+	}
+	r.stop()
+}
+
+// releaseCall is release.lua's keys and arguments (see release).
+func (d *Driver) releaseCall(k keys, req *request, notify bool, inbox string, ended bool) ([]string, []any) {
+	n, e := "0", "0"
+	if notify {
+		n = "1"
+	}
+	if ended {
+		e = "1"
+	}
+	return []string{k.lock, k.waiters, k.holders, k.writers, k.grant, k.labels}, []any{req.Owner, n, inbox, d.inbox, e}
+}
+
+// releaseLost gives back what locks a refresh found lost may still hold on
+// a minority of servers, telling waiters, in one round (a release.lua call
+// per lock and server) that waits for every answer within the per-server
+// timeout. One round for all: a batch that found thousands lost must not
+// hold its other locks' answers back for a round each.
+func (d *Driver) releaseLost(reqs []*request) {
+	if len(reqs) == 0 {
+		return
+	}
+	timeout := time.Duration(0)
+	for _, r := range reqs {
+		timeout = max(timeout, d.timeoutFor(r.TTL))
+	}
+	r := d.sendOps(time.Now().Add(timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
+		keys, args := d.releaseCall(d.keys(reqs[c].Key), reqs[c], true, "", true)
+		return opRelease, keys, args
+	})
+	for {
+		if _, ok := r.next(); !ok {
+			break
 		}
 	}
 	r.stop()
