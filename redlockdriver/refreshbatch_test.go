@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/redisproto"
 	"github.com/distlock/lock/internal/redisproto/redistest"
@@ -20,15 +22,7 @@ import (
 // and every lock is confirmed by the majority; each lock gets its own
 // answer, with the cause of a loss.
 func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *testing.T) {
-	servers := testserver.RedisServers(t, 3)
-	admin := admins(t, servers)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	d, err := openURL(ctx, redlockURL(servers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d, admin := batchDriver(t)
 	const n = 20000
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
@@ -212,15 +206,7 @@ func TestRecordKeepIsTenTTLsFromAMinuteToADay(t *testing.T) {
 // the driver's held locks) is left to that Release: the refresh reports it
 // gone but does not give it back.
 func TestRefreshBatchFindingAThousandLostGivesThemBackInOneRound(t *testing.T) {
-	servers := testserver.RedisServers(t, 3)
-	admin := admins(t, servers)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	d, err := openURL(ctx, redlockURL(servers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d, admin := batchDriver(t)
 	const n, lost = 2000, 1000
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
@@ -300,4 +286,20 @@ func infoField(info, name string) string {
 		}
 	}
 	return ""
+}
+
+// batchDriver opens a Driver on three new servers, closed when t ends, with
+// admin clients to them and a context of two minutes.
+func batchDriver(t *testing.T) (context.Context, *Driver, []*redis.Client) {
+	t.Helper()
+	servers := testserver.RedisServers(t, 3)
+	admin := admins(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	d, err := openURL(ctx, redlockURL(servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return ctx, d, admin
 }
