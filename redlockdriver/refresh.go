@@ -205,7 +205,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 
 // tombstones returns, for each of reqs (exclusive locks a refresh found
 // lost), on how many servers an operator's ForceRelease left a tombstone for
-// its owner (check.lua, one round for all within timeout and ctx). A server
+// its owner (check.lua, one round for all, see pipelined, within ctx). A server
 // that does not answer counts as none: the lock is lost either way, and only
 // its cause (ErrForceReleased or ErrExpired) depends on the answer.
 func (d *Driver) tombstones(ctx context.Context, reqs []*request, timeout time.Duration) []int {
@@ -213,7 +213,7 @@ func (d *Driver) tombstones(ctx context.Context, reqs []*request, timeout time.D
 		return nil
 	}
 	forced := make([]int, len(reqs))
-	dl := time.Now().Add(timeout)
+	dl := pipelined(len(reqs), timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
 	}

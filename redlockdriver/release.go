@@ -182,8 +182,8 @@ func (d *Driver) releaseCall(k keys, req *request, notify bool, inbox string, en
 
 // releaseLost gives back what locks a refresh found lost may still hold on
 // a minority of servers, telling waiters, in one round (a release.lua call
-// per lock and server) that waits for every answer within the per-server
-// timeout. One round for all: a batch that found thousands lost must not
+// per lock and server) that waits for every answer (see pipelined). One
+// round for all: a batch that found thousands lost must not
 // hold its other locks' answers back for a round each.
 func (d *Driver) releaseLost(reqs []*request) {
 	if len(reqs) == 0 {
@@ -193,7 +193,7 @@ func (d *Driver) releaseLost(reqs []*request) {
 	for _, r := range reqs {
 		timeout = max(timeout, d.timeoutFor(r.TTL))
 	}
-	r := d.sendOps(time.Now().Add(timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
+	r := d.sendOps(pipelined(len(reqs), timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
 		keys, args := d.releaseCall(d.keys(reqs[c].Key), reqs[c], true, "", true)
 		return opRelease, keys, args
 	})
@@ -203,6 +203,13 @@ func (d *Driver) releaseLost(reqs []*request) {
 		}
 	}
 	r.stop()
+}
+
+// pipelined is the deadline of a round of calls jobs a server, each of which
+// the server answers within timeout from when it is sent: a timeout for each
+// pipeline of maxBatch jobs the server's worker sends them in.
+func pipelined(calls int, timeout time.Duration) time.Time {
+	return time.Now().Add(timeout * time.Duration(1+calls/maxBatch))
 }
 
 // giveBack releases what a failed round may have taken, on every server,
