@@ -567,8 +567,10 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 // The distinct-keys load of one contestant alone, for profiles of the client
 // (-cpuprofile, -memprofile; the server is another process): 16 goroutines
 // over 2 clients, each taking and giving back a key of its own, b.N rounds in
-// all. impl=driver calls the driver directly, impl=mutex is concurrency.Mutex
-// with one session per client, as in BenchmarkDistinctKeysInterleaved.
+// all. impl=driver calls the driver directly, impl=locker goes through
+// lock.Locker, impl=mutex is concurrency.Mutex with one session per client,
+// as in BenchmarkDistinctKeysInterleaved. Each reports the etcd servers' CPU
+// per op too (when this process started them).
 func BenchmarkDistinctKeys(b *testing.B) {
 	const clients, goroutines, ttl = 2, 16, 10 * time.Second
 	run := func(b *testing.B, acquire func(ctx context.Context, w int) (func() error, error)) {
@@ -626,6 +628,20 @@ func BenchmarkDistinctKeys(b *testing.B) {
 				return nil, err
 			}
 			return func() error { return dr.Release(ctx, req) }, nil
+		})
+	})
+	b.Run("impl=locker", func(b *testing.B) {
+		var lockers []*lock.Locker
+		for c := 0; c < clients; c++ {
+			lk, _ := newLocker(b, url, lock.WithTTL(ttl))
+			lockers = append(lockers, lk)
+		}
+		run(b, func(ctx context.Context, w int) (func() error, error) {
+			l, err := lockers[w%clients].Acquire(ctx, keys[w])
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
 		})
 	})
 	b.Run("impl=mutex", func(b *testing.B) {

@@ -36,10 +36,12 @@ var ErrForgotten = errors.New("redlockdriver: a majority of the servers forgot t
 // known: the server did not say yes, is not a plain *redis.Client, or did not
 // tell its run_id in time), interned (see intern: locks granted by the same
 // processes share one slice, which is never changed in place); and when its
-// grant record ends at the earliest (see recordDue).
+// grant record ends at the earliest, and the phase that spreads the moments
+// records come due (see recordDue).
 type heldLock struct {
 	ids         *[]string
 	recordUntil int32 // whole seconds by Driver.since; 0: unknown
+	phase       uint8 // given in turn at the grant: locks granted together differ
 }
 
 // maxIDSets bounds Driver.idSets: past it the table starts again (the locks
@@ -126,8 +128,10 @@ func (d *Driver) record(req *request, v vote) {
 	if req.Shared {
 		until = 0 // no grant record: its record lives in the labels hash
 	}
+	d.phase++
+	phase := d.phase
 	if !ask {
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until}
+		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
 	}
 	subscribed := d.sub.started
 	d.mu.Unlock()
@@ -139,7 +143,7 @@ func (d *Driver) record(req *request, v vote) {
 			}
 		}
 		d.mu.Lock()
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until}
+		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
 		d.mu.Unlock()
 	}
 	if !subscribed {

@@ -603,6 +603,7 @@ type Driver struct {
 	held     map[*request]heldLock // locks granted and not yet ended
 	idSets   map[string]*[]string  // the interned run_id slices (see intern)
 	lastIDs  *[]string             // the one interned last
+	phase    uint8                 // the last heldLock.phase given
 	checking checkState
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.

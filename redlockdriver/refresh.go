@@ -256,14 +256,33 @@ func recordTTL(ttl time.Duration) time.Duration {
 
 // recordDue reports whether a refresh sent at now (by since) of a lock with
 // h must extend the lock's grant record too: when the record's expiry is
-// unknown, or the lock, extended to now+ttl, would come within half of
-// recordKeep of it. Half of recordKeep (at least five TTLs) leaves room for
-// a refresh answered late: its round ends within a TTL of its start, so the
-// lock on a server it extended still ends before the record there. The
-// record's expiry is a lower bound, from the start of the round that wrote
-// it (a server runs the script after).
+// unknown, or the lock, extended to now+ttl, would come within the lock's
+// due margin of it (recordMargin). The record's expiry is a lower bound, from
+// the start of the round that wrote it (a server runs the script after).
 func recordDue(h heldLock, now, ttl time.Duration) bool {
-	return h.recordUntil == 0 || now+ttl > time.Duration(h.recordUntil)*time.Second-recordKeep(ttl)/2
+	return h.recordUntil == 0 || now+ttl > time.Duration(h.recordUntil)*time.Second-recordMargin(ttl, h.phase)
+}
+
+// recordMargin is how long before its grant record's end a lock extended to
+// the TTL makes the record due, for a lock of the given phase: from half of
+// recordKeep down by up to a quarter of it, in 256 steps, and never under a
+// TTL (where half of recordKeep is, for TTLs over 12 hours, it stays that
+// half, as before phases). A TTL of margin leaves room for a refresh answered
+// late: its round ends within a TTL of its start, so the lock on a server it
+// extended still ends before the record there.
+//
+// The phases spread the records' extensions: with one margin, the records of
+// locks granted in a burst (100,000 in 15 s, say) all came due together, a
+// tenth more work for the servers for as long as the burst had lasted, every
+// half recordKeep; where the servers were already near their limit, that
+// wave pushed refreshes past their locks' deadlines (measured: a scale run
+// that lost most of its locks within a second of the first wave's peak).
+// Each phase's margin gives its locks a period of its own, so the waves
+// flatten out, and no extension comes sooner than before half of recordKeep.
+func recordMargin(ttl time.Duration, phase uint8) time.Duration {
+	half := recordKeep(ttl) / 2
+	spread := max(min(half/2, half-ttl), 0)
+	return half - spread/256*time.Duration(phase)
 }
 
 // A refreshCall is one script call of a refresh, sent to every server:

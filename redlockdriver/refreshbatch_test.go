@@ -169,6 +169,64 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 	}
 }
 
+// A grant record must outlive its lock on every server: a record not due
+// (recordDue false at now) ends at least a TTL after the lock, extended to
+// now+TTL by a round that may run up to a TTL late, could end; and no record
+// comes due sooner than half of recordKeep before its end, as before phases.
+func TestGrantRecordMarginKeepsTheRecordPastALateRefreshForEveryPhase(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second,
+		time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour, 30 * 24 * time.Hour} {
+		for p := range 256 {
+			m := recordMargin(ttl, uint8(p))
+			if m < ttl && m < recordKeep(ttl)/2 {
+				t.Errorf("TTL %v, phase %d: margin %v is under the TTL", ttl, p, m)
+			}
+			if m > recordKeep(ttl)/2 {
+				t.Errorf("TTL %v, phase %d: margin %v is over half of recordKeep %v", ttl, p, m, recordKeep(ttl))
+			}
+		}
+	}
+}
+
+// Locks granted in a burst must not extend their grant records all at once:
+// 256 granted together come due over at least 14 s at TTL 3 s (a quarter of
+// recordKeep, less a second), at most 40 in any one second.
+func TestGrantRecordsOfLocksGrantedTogetherComeDueSpreadOut(t *testing.T) {
+	ctx, d, _ := batchDriver(t)
+	const n, ttl = 256, 3 * time.Second
+	held := make([]heldLock, n)
+	for i := range held {
+		req := &driver.Request{Key: fmt.Sprintf("spread/%d", i), Owner: fmt.Sprintf("owner-%d", i), TTL: ttl, Lost: driver.LostFunc(func(error) {})}
+		if _, err := d.TryAcquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		held[i] = d.held[req]
+		d.mu.Unlock()
+	}
+	// As if all were written in the same second: only the phases differ.
+	until := held[0].recordUntil
+	first, last := time.Duration(1<<62), time.Duration(0)
+	perSecond := map[time.Duration]int{}
+	for _, h := range held {
+		h.recordUntil = until
+		now := time.Duration(0)
+		for !recordDue(h, now, ttl) {
+			now += 100 * time.Millisecond
+		}
+		first, last = min(first, now), max(last, now)
+		perSecond[now/time.Second]++
+	}
+	if spread := last - first; spread < recordKeep(ttl)/4-time.Second {
+		t.Errorf("the records of %d locks granted together come due within %v, want over at least %v", n, spread, recordKeep(ttl)/4-time.Second)
+	}
+	for sec, c := range perSecond {
+		if c > 40 {
+			t.Errorf("%d of %d records come due in second %d, want at most 40", c, n, sec)
+		}
+	}
+}
+
 func TestRecordKeepIsTenTTLsFromAMinuteToADay(t *testing.T) {
 	for _, c := range []struct{ ttl, keep time.Duration }{
 		{time.Second, time.Minute},
