@@ -72,10 +72,11 @@ func (r *lossReporter) Lost(err error) { (*Lock)(r).driverLost(err) }
 type lockFlags uint8
 
 const (
-	flagAuto       lockFlags = 1 << iota // automatic refresh (set once, before the lock is shared)
-	flagRefreshing                       // an automatic refresh is under way
-	flagReleasing                        // a Release is under way: a refresh that finds the lock gone saw our own release
-	flagLapsed                           // lost by the deadline and not yet released on the backend (in the shard's lapsed)
+	flagAuto              lockFlags = 1 << iota // automatic refresh (set once, before the lock is shared)
+	flagRefreshing                              // an automatic refresh is under way
+	flagReleasing                               // a Release is under way: a refresh that finds the lock gone saw our own release
+	flagLapsed                                  // lost by the deadline and not yet released on the backend (in the shard's lapsed)
+	flagReleaseUnanswered                       // a Release got no answer: it may have removed the lock on the backend
 )
 
 func (l *Lock) has(f lockFlags) bool { return l.flags&f != 0 }
@@ -192,7 +193,9 @@ func (l *Lock) Refresh(ctx context.Context) error {
 // another owner now holds. If the lock had already gone (expired, lost, taken over)
 // it returns an error matching ErrNotHeld and ErrLost. Releasing twice is safe:
 // the second call returns nil. If the backend cannot be reached the lock stays
-// held (and refreshed) and the error is returned, so Release can be retried.
+// held (and refreshed) and the error is returned, so Release can be retried;
+// if that Release did reach the backend after all, the loss found next says it
+// may have been its doing ("after a Release that got no answer").
 //
 // A lock lost because no refresh was confirmed before its validity deadline may
 // still be held on the backend (a session lock whose session lives on): the
@@ -230,6 +233,11 @@ func (l *Lock) release(ctx context.Context) error {
 	sh.mu.Lock()
 	l.set(flagReleasing, false)
 	closed := l.state == stateClosed
+	if err != nil && !isNotHeld(err) {
+		// The lock stays held, but the backend may yet run this release:
+		// a loss found from now on may be its doing (see endLocked).
+		l.set(flagReleaseUnanswered, true)
+	}
 	if err == nil {
 		// Ended under the same lock that clears releasing: a refresh whose
 		// answer lands in between would otherwise find the lock gone, not
@@ -246,7 +254,7 @@ func (l *Lock) release(ctx context.Context) error {
 		return wrapErr("release", l.req.Key, ErrClosed)
 	case isNotHeld(err):
 		l.end(stateLost, err)
-		return wrapErr("release", l.req.Key, lostError(err))
+		return wrapErr("release", l.req.Key, l.usable()) // the cause as Err reports it
 	default:
 		return wrapErr("release", l.req.Key, err)
 	}
@@ -344,6 +352,10 @@ func (l *Lock) endLocked(sh *shard, s lockState, cause error) func(error) {
 	if l.state != stateHeld {
 		return nil
 	}
+	unanswered := s == stateLost && l.has(flagReleaseUnanswered) && cause != nil
+	if unanswered {
+		cause = fmt.Errorf("%w (after a Release that got no answer, which may have removed it)", cause)
+	}
 	l.state = s
 	l.lk.tel.ended(l, s, cause)
 	sh.unschedule(l)
@@ -363,6 +375,9 @@ func (l *Lock) endLocked(sh *shard, s lockState, cause error) func(error) {
 	close(e.lost)
 	hook := e.onLost
 	e.onLost = nil
+	if hook != nil && unanswered {
+		return func(error) { hook(cause) } // the hook learns the cause Err reports
+	}
 	return hook
 }
 

@@ -3,12 +3,14 @@ package redisdriver
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/faultproxy"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -132,5 +134,70 @@ func TestRefreshAfterAnotherClientTookTheKeyReportsTakenOver(t *testing.T) {
 	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Release that gets no answer in time (its request reaches the server
+// late, through a slow link, and runs there) leaves the lock held; the
+// refresh that then finds the lock gone says it may be that Release's doing,
+// in Err and in the retried Release's error, while still matching ErrLost as
+// before.
+func TestLossAfterAnUnansweredReleaseSaysTheReleaseMayHaveRemovedIt(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	px, err := faultproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A TTL of 3 s: refreshes (every second) take 300 ms through the slow link.
+	lk, d := causeLocker(t, ctx, strings.Replace(srv.URL(), srv.Addr(), px.Addr(), 1), lock.WithTTL(3*time.Second))
+	admin := adminClient(t, srv.URL())
+	// A lock taken and released first, so that the server has the release
+	// script: a first EVALSHA would come back NOSCRIPT, and its EVAL would
+	// never be sent once the Release has given up.
+	warm, err := lk.Acquire(ctx, "unanswered-release-warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const key = "unanswered-release"
+	l, err := lk.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each way takes 150 ms now: the Release gives up after 100 ms, before
+	// its request has even reached the server, which runs it at 150 ms.
+	if err := px.Latency(150 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Release(rctx)
+	rcancel()
+	if err == nil || errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release through the slow link = %v, want an error of unknown outcome", err)
+	}
+
+	select {
+	case <-l.Lost():
+	case <-ctx.Done():
+		t.Fatal("the lock whose release the server ran late was never reported lost")
+	}
+	if err := px.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admin.Exists(ctx, d.keys(key).lock).Result(); err != nil || n != 0 {
+		t.Fatalf("the lock's key is still there (%d, %v): the late release did not run; the loss: %v", n, err, l.Err())
+	}
+	const says = "after a Release that got no answer"
+	lost := l.Err()
+	if !errors.Is(lost, lock.ErrLost) || !strings.Contains(lost.Error(), says) {
+		t.Errorf("Err() = %v, want ErrLost saying %q", lost, says)
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) || !strings.Contains(err.Error(), says) {
+		t.Errorf("Release after the loss = %v, want ErrNotHeld saying %q", err, says)
 	}
 }
