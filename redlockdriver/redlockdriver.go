@@ -32,7 +32,9 @@
 // which keeps others out longer but never lets a second holder in), and
 // rarely a second that extends its grant record, which outlives the lock by
 // ten TTLs (at least a minute, at most a day) and is extended only when the
-// lock would come within half of that of it. The per-server timeout bounds each call
+// lock would come within half to a quarter of that of it (the margin differs
+// from lock to lock, so that locks granted in a burst do not extend their
+// records in one wave). The per-server timeout bounds each call
 // from when it is sent to that server, after the calls before it in the
 // pipeline, so a batch of tens of thousands of locks, or batches queued
 // behind each other on a loaded machine, are not cut by a timeout meant for
@@ -44,6 +46,19 @@
 // them, in one round each for all of them, so that a batch finding
 // thousands lost does not hold its other locks' answers back. Locks whose
 // Release is under way are left to it.
+//
+// Capacity: each server spends about 1.75–2.9 µs of CPU per lock per refresh
+// (measured at 100,000 locks, alone on a core and sharing one; over a third of
+// it finding the key and its expiry), so
+// N locks at TTL T ask each server about N × 2 µs × 3/T of CPU per second:
+// 100,000 locks at 3 s, a fifth of a core. Give the servers that headroom.
+// All locks of a Driver wait in one queue per server, so when the servers
+// cannot keep up every refresh is late together, and once two refreshes in a
+// row take longer than the validity, the locks are lost together: more locks
+// than the servers can refresh is not a slow state but a loss of most of
+// them. A longer TTL asks less (refreshes come every third of it). Releases
+// go ahead of the queue (a release sheds load), acquires do not (new locks
+// wait while the servers are full); a pipeline carries at most 4,096 keys.
 //
 // # URL format
 //
