@@ -160,9 +160,15 @@ func (q *queue) push(j job) bool {
 func (q *queue) take(batch []job) []job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.jobs) > 1 {
+	if releaseBehind(q.jobs) {
 		slices.SortStableFunc(q.jobs, func(a, b job) int {
-			return cmpBool(b.op == opRelease, a.op == opRelease)
+			switch ra, rb := a.op == opRelease, b.op == opRelease; {
+			case ra == rb:
+				return 0
+			case ra:
+				return -1
+			}
+			return 1
 		})
 	}
 	n, keys := 0, 0
@@ -189,15 +195,19 @@ func (q *queue) take(batch []job) []job {
 	return batch
 }
 
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
+// releaseBehind reports whether a release waits behind another job: only then
+// does take reorder (one pass, where sorting every take would cost more).
+func releaseBehind(jobs []job) bool {
+	other := false
+	for _, j := range jobs {
+		switch {
+		case j.op != opRelease:
+			other = true
+		case other:
+			return true
+		}
 	}
-	return -1
+	return false
 }
 
 // work runs s's jobs until Close, then runs those still queued and returns.

@@ -213,7 +213,7 @@ func (d *Driver) tombstones(ctx context.Context, reqs []*request, timeout time.D
 		return nil
 	}
 	forced := make([]int, len(reqs))
-	dl := pipelined(len(reqs), timeout)
+	dl := pipelined(len(reqs), len(checkKeys(d.keys(reqs[0].Key), reqs[0])), timeout) // exclusive locks: as many keys each
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
 	}

@@ -193,7 +193,8 @@ func (d *Driver) releaseLost(reqs []*request) {
 	for _, r := range reqs {
 		timeout = max(timeout, d.timeoutFor(r.TTL))
 	}
-	r := d.sendOps(pipelined(len(reqs), timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
+	keys, _ := d.releaseCall(d.keys(reqs[0].Key), reqs[0], true, "", true) // every call has as many
+	r := d.sendOps(pipelined(len(reqs), len(keys), timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
 		keys, args := d.releaseCall(d.keys(reqs[c].Key), reqs[c], true, "", true)
 		return opRelease, keys, args
 	})
@@ -205,11 +206,13 @@ func (d *Driver) releaseLost(reqs []*request) {
 	r.stop()
 }
 
-// pipelined is the deadline of a round of calls jobs a server, each of which
-// the server answers within timeout from when it is sent: a timeout for each
-// pipeline of maxBatch jobs the server's worker sends them in.
-func pipelined(calls int, timeout time.Duration) time.Time {
-	return time.Now().Add(timeout * time.Duration(1+calls/maxBatch))
+// pipelined is the deadline of a round of calls jobs a server, of keys keys
+// each, which the server answers within timeout from when it is sent: a
+// timeout for each pipeline the server's worker sends them in (maxBatch jobs,
+// or fewer where they would carry more than maxPipelineKeys keys).
+func pipelined(calls, keys int, timeout time.Duration) time.Time {
+	perPipeline := max(min(maxBatch, maxPipelineKeys/max(keys, 1)), 1)
+	return time.Now().Add(timeout * time.Duration(1+calls/perPipeline))
 }
 
 // giveBack releases what a failed round may have taken, on every server,
