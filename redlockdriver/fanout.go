@@ -35,6 +35,7 @@ const (
 	opForce        // force.lua
 	opRelabel      // relabel.lua
 	opRefreshBatch // refreshbatch.lua: many exclusive locks in one call
+	opExtend       // many exclusive locks, a GETEX each, no script (extend.go)
 )
 
 func (o op) script() *redis.Script {
@@ -260,7 +261,7 @@ func (d *Driver) run(s *server, batch []job) {
 	// gave up still gets its release through.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if len(live) == 1 {
+	if len(live) == 1 && live[0].op != opExtend {
 		j := live[0]
 		var v any
 		var err error
@@ -276,9 +277,15 @@ func (d *Driver) run(s *server, batch []job) {
 		return
 	}
 	cmds := make([]redis.Cmder, len(live))
+	var extends [][]*redis.StringCmd // by job, an opExtend's commands
 	pipe := s.client.Pipeline()
 	for i, j := range live {
 		switch j.op {
+		case opExtend:
+			if extends == nil {
+				extends = make([][]*redis.StringCmd, len(live))
+			}
+			extends[i] = queueExtend(ctx, pipe, j)
 		case opPing:
 			cmds[i] = pipe.Ping(ctx)
 		case opInfo:
@@ -290,7 +297,7 @@ func (d *Driver) run(s *server, batch []job) {
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var again []int
 	for i, c := range cmds {
-		if isNoScript(c.Err()) {
+		if c != nil && isNoScript(c.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -303,6 +310,11 @@ func (d *Driver) run(s *server, batch []job) {
 		_, _ = pipe.Exec(ctx)
 	}
 	for i, j := range live {
+		if j.op == opExtend {
+			v, err := extendAnswer(j, extends[i])
+			j.reply <- reply{server: s.idx, call: j.call, val: v, err: timeoutErr(err)}
+			continue
+		}
 		var v any
 		err := cmds[i].Err()
 		switch c := cmds[i].(type) {

@@ -30,11 +30,12 @@ func (d *Driver) Refresh(ctx context.Context, req *request) error {
 
 // RefreshBatch refreshes every request in one fan-out and returns one error
 // per request, as Refresh would. The exclusive locks go to each server in
-// calls of refreshbatch.lua of up to redisproto.RefreshBatch locks each (of
-// one slot, on a server that is a Cluster), a shared hold in a refresh.lua
-// call of its own; each server's worker pipelines the calls (one round trip
-// per server). A lock is confirmed as Refresh confirms it: by a majority of
-// servers, within the per-server timeout from the time the batch was sent.
+// calls of up to redisproto.RefreshBatch locks each (of one slot, on a server
+// that is a Cluster): plain GETEX commands, or refreshbatch.lua for locks
+// whose grant record is due; a shared hold in a refresh.lua call of its own.
+// Each server's worker pipelines the calls (one round trip per server). A
+// lock is confirmed as Refresh confirms it: by a majority of servers, within
+// the per-server timeout from the time the batch was sent.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	errs := make([]error, len(reqs))
 	if len(reqs) == 0 {
@@ -105,7 +106,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 		c := &calls[rep.call]
 		codes := []int64{0}
 		err := rep.err
-		if err == nil && c.op == opRefreshBatch {
+		if err == nil && (c.op == opRefreshBatch || c.op == opExtend) {
 			codes, err = redisproto.Codes(rep.val, len(c.reqs))
 		} else if err == nil {
 			codes[0], _ = rep.val.(int64)
@@ -285,8 +286,9 @@ func recordMargin(ttl time.Duration, phase uint8) time.Duration {
 	return half - spread/256*time.Duration(phase)
 }
 
-// A refreshCall is one script call of a refresh, sent to every server:
-// refreshbatch.lua for up to redisproto.RefreshBatch exclusive locks, or
+// A refreshCall is one call of a refresh, sent to every server: GETEX
+// commands (opExtend) or a call of refreshbatch.lua (the locks whose grant
+// record is due) for up to redisproto.RefreshBatch exclusive locks, or
 // refresh.lua for one shared hold.
 type refreshCall struct {
 	op   op
@@ -319,11 +321,13 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			clustered = true
 		}
 	}
-	// The open batch of each slot and TTL: its index in calls. A batch's
-	// locks share a TTL, sent once (refreshbatch.lua).
+	// The open batch of each slot and TTL, of locks whose grant record is
+	// due (a call of refreshbatch.lua) or not (GETEX commands, extend.go):
+	// its index in calls. A batch's locks share a TTL, sent once.
 	type batchOf struct {
 		slot int
 		ttl  time.Duration
+		due  bool
 	}
 	open := map[batchOf]int{}
 	for i, r := range reqs {
@@ -343,22 +347,24 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		if clustered {
 			slot = redisproto.Slot(lock)
 		}
-		b := batchOf{slot, r.TTL}
+		b := batchOf{slot, r.TTL, due[i]}
 		j, ok := open[b]
 		if !ok || len(calls[j].reqs) == redisproto.RefreshBatch {
 			j = len(calls)
 			open[b] = j
-			calls = append(calls, refreshCall{op: opRefreshBatch, args: []any{ttl, millis(recordTTL(r.TTL)), ""}})
+			c := refreshCall{op: opExtend, args: []any{r.TTL}}
+			if due[i] {
+				c = refreshCall{op: opRefreshBatch, args: []any{ttl, millis(recordTTL(r.TTL)), ""}}
+			}
+			calls = append(calls, c)
 		}
 		c := &calls[j]
-		flag := byte('0')
 		if due[i] {
-			flag = '1'
 			c.grants = append(c.grants, lock+grantSuffix)
+			c.due = append(c.due, '1')
 		}
 		c.keys = append(c.keys, lock)
 		c.args = append(c.args, r.Owner)
-		c.due = append(c.due, flag)
 		c.reqs = append(c.reqs, i)
 	}
 	for j := range calls {

@@ -1,6 +1,8 @@
 -- Extends many exclusive locks to a new TTL, each where its owner holds it on
--- this server: automatic refresh's batch in one call (refresh.lua does one
--- lock, and the shared holds). The keys of one call share a Cluster slot when
+-- this server, and their grant records: automatic refresh's batch in one call,
+-- for the locks whose grant record is due (the others go as plain GETEX
+-- commands, which cost the server less: extend.go; refresh.lua does one lock,
+-- and the shared holds). The keys of one call share a Cluster slot when
 -- the server is a Cluster (the driver groups them).
 --
 -- Per lock, one command: GETEX to extend the lock and read its owner at once
@@ -33,7 +35,13 @@ local ttl, recordTTL, due = ARGV[1], ARGV[2], ARGV[3]
 local n = #ARGV - 3
 local g = n -- the last grant key taken
 for i = 1, n do
-  local held = redis.pcall('GETEX', KEYS[i], 'PX', ttl) == ARGV[i + 3]
+  local v = redis.pcall('GETEX', KEYS[i], 'PX', ttl)
+  -- A value of another type is not the owner; any other error (GETEX
+  -- refused) says nothing about the lock: it is the call's, as in extend.go.
+  if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+    return v
+  end
+  local held = v == ARGV[i + 3]
   if string.byte(due, i) == 49 then -- '1'
     g = g + 1
     if held then redis.call('PEXPIRE', KEYS[g], recordTTL) end

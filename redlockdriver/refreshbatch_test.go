@@ -2,6 +2,7 @@ package redlockdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,23 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
-	"github.com/distlock/lock/internal/redisproto"
 	"github.com/distlock/lock/internal/redisproto/redistest"
 	"github.com/distlock/lock/internal/testserver"
 )
 
 // A batch of 20,000 locks of two TTLs (more than a server's job queue holds,
 // and more than a server answers within one per-server timeout) is refreshed
-// on every server by one script call per 256 locks of one TTL, one command
-// per lock (GETEX; the grant record is not due), each lock to its own TTL,
-// and every lock is confirmed by the majority; each lock gets its own
-// answer, with the cause of a loss.
-func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *testing.T) {
+// on every server by one command per lock (GETEX, no script), each lock to its
+// own TTL, except the one whose grant record is due, which goes in a script
+// call that also extends the record; every lock is confirmed by the majority;
+// each lock gets its own answer, with the cause of a loss.
+func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *testing.T) {
 	ctx, d, admin := batchDriver(t)
 	const n = 20000
 	reqs := make([]*driver.Request, n)
 	for i := range reqs {
-		ttl := 30 * time.Second // and 40s every other lock: a script call carries one TTL
+		ttl := 30 * time.Second // and 40s every other lock: a call carries one TTL
 		if i%2 == 1 {
 			ttl = 40 * time.Second
 		}
@@ -35,15 +35,15 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 			t.Fatal(err)
 		}
 	}
-	for i, err := range d.RefreshBatch(ctx, reqs) { // the first: loads the script
-		if err != nil {
-			t.Fatalf("first refresh of %s: %v", reqs[i].Key, err)
-		}
-	}
 	// Three locks near their end on every server, which the refresh must
-	// extend; the servers count from when the first refresh has ended on
-	// every one of them.
+	// extend, one of them with its grant record due; the servers count
+	// from when the acquires have ended on every one of them.
 	d.settle()
+	d.mu.Lock()
+	h := d.held[reqs[1]]
+	h.recordUntil = recordSecs(d.since() + reqs[1].TTL)
+	d.held[reqs[1]] = h
+	d.mu.Unlock()
 	for _, a := range admin {
 		for _, r := range reqs[:3] {
 			if err := a.PExpire(ctx, d.keys(r.Key).lock, time.Second).Err(); err != nil {
@@ -61,23 +61,49 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 		}
 	}
 	d.settle()
-	batches := int64(2 * ((n/2 + redisproto.RefreshBatch - 1) / redisproto.RefreshBatch)) // per TTL
 	for s, a := range admin {
 		all, scripts, err := redistest.ServerCalls(ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}
 		all -= 2 // CONFIG RESETSTAT counts itself, and settle's PING
-		// The scripts' commands (one a lock: its grant record, written
-		// at the acquire to outlive it, is not due), the script calls, an
-		// INFO that may confirm the server's run_id.
-		if want := n + batches + 1; all > want || scripts != batches {
-			t.Errorf("server %d: a refresh of %d locks ran %d commands (%d script calls), want at most %d (%d)", s+1, n, all, scripts, want, batches)
+		// A GETEX a lock, the script call of the lock whose record is due
+		// and its PEXPIRE of the record (or, where the script was not
+		// cached, a NOSCRIPT refusal and the EVAL), an INFO that may
+		// confirm the server's run_id.
+		if want := int64(n + 3 + 1); all > want || scripts != 1 {
+			t.Errorf("server %d: a refresh of %d locks ran %d commands (%d script calls), want at most %d (1)", s+1, n, all, scripts, want)
 		}
 		for _, r := range reqs[:3] {
 			if pt, err := a.PTTL(ctx, d.keys(r.Key).lock).Result(); err != nil || pt < r.TTL-time.Since(start) || pt > r.TTL {
 				t.Errorf("server %d: after the refresh %s lives %v (%v), want its TTL %v less the time since", s+1, r.Key, pt, err, r.TTL)
 			}
+		}
+		if pt := a.PTTL(ctx, d.keys(reqs[1].Key).grant).Val(); pt < recordTTL(reqs[1].TTL)-time.Since(start) {
+			t.Errorf("server %d: the due grant record lives %v after the refresh, want about %v", s+1, pt, recordTTL(reqs[1].TTL))
+		}
+	}
+
+	// The lock whose record was just extended is no longer due: one
+	// command a lock, no script.
+	for _, a := range admin {
+		if err := a.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range d.RefreshBatch(ctx, reqs) {
+		if err != nil {
+			t.Fatalf("second refresh of %s: %v", reqs[i].Key, err)
+		}
+	}
+	d.settle()
+	for s, a := range admin {
+		all, scripts, err := redistest.ServerCalls(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all -= 2; all > n+1 || scripts != 0 {
+			t.Errorf("server %d: a refresh with no record due ran %d commands (%d script calls), want at most %d (0)", s+1, all, scripts, n+1)
 		}
 	}
 
@@ -95,9 +121,29 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneScriptCallPer256AndLosesNone(t *t
 	if _, err := d.ForceRelease(ctx, reqs[12].Key); err != nil {
 		t.Fatal(err)
 	}
-	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), map[int]error{10: driver.ErrExpired, 12: driver.ErrForceReleased})
+	// Two more gone from two servers, where the key now holds another
+	// owner, or a value that is not a string.
+	for _, a := range admin[:2] {
+		if err := a.Set(ctx, d.keys(reqs[13].Key).lock, "someone-else", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		k := d.keys(reqs[14].Key).lock
+		if err := a.Del(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.HSet(ctx, k, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := map[int]error{10: driver.ErrExpired, 12: driver.ErrForceReleased, 13: driver.ErrExpired, 14: driver.ErrExpired}
+	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), lost)
+	for _, a := range admin[:2] {
+		if err := a.Del(ctx, d.keys(reqs[13].Key).lock, d.keys(reqs[14].Key).lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, r := range reqs {
-		if i != 10 && i != 12 {
+		if _, gone := lost[i]; !gone {
 			if err := d.Release(ctx, r); err != nil {
 				t.Errorf("release %s: %v", r.Key, err)
 			}
@@ -360,4 +406,62 @@ func batchDriver(t *testing.T) (context.Context, *Driver, []*redis.Client) {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return ctx, d, admin
+}
+
+// A server that refuses the refresh's GETEX (here an ACL without it; a server
+// loading its data answers likewise) has said nothing about the lock: with
+// two of three refusing, the refresh of a lock whose grant record is due
+// (a script call) and of one whose record is not (plain commands) fails as
+// unconfirmed (ErrNoQuorum), not as lost, and the locks stay on the servers.
+func TestRefreshRefusedByTheServersIsUnconfirmedNotLost(t *testing.T) {
+	ctx := testContext(t)
+	servers := testserver.RedisServers(t, 3)
+	admin := admins(t, servers)
+	q := make([]string, len(servers))
+	for i, a := range admin {
+		acl := []any{"ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all"}
+		if i < 2 {
+			acl = append(acl, "-getex")
+		}
+		if err := a.Do(ctx, acl...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		q[i] = "server=" + strings.Replace(servers[i].URL(), "redis://", "redis%3A%2F%2Flocker%3Apw%40", 1)
+	}
+	d, err := openURL(ctx, "redlock://?"+strings.Join(q, "&"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	reqs := []*driver.Request{
+		{Key: "not-due", Owner: "owner-1", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})},
+		{Key: "due", Owner: "owner-2", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})},
+	}
+	for _, r := range reqs {
+		if _, err := d.TryAcquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.mu.Lock()
+	h := d.held[reqs[1]]
+	h.recordUntil = recordSecs(d.since() + reqs[1].TTL)
+	d.held[reqs[1]] = h
+	d.mu.Unlock()
+	for i, err := range d.RefreshBatch(ctx, reqs) {
+		if !errors.Is(err, ErrNoQuorum) || errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("refresh of %s refused by two servers: %v, want ErrNoQuorum and not ErrNotHeld", reqs[i].Key, err)
+		}
+	}
+	for s, a := range admin {
+		for _, r := range reqs {
+			if v := a.Get(ctx, d.keys(r.Key).lock).Val(); v != r.Owner {
+				t.Errorf("server %d: after the refused refresh %s holds %q, want its owner", s+1, r.Key, v)
+			}
+		}
+	}
+	for _, r := range reqs {
+		if err := d.Release(ctx, r); err != nil {
+			t.Errorf("release %s: %v", r.Key, err)
+		}
+	}
 }
