@@ -87,3 +87,49 @@ func TestWrongTypeAndMissingPermissionArePermanent(t *testing.T) {
 		t.Fatalf("TryAcquire of a list = %v, want a permanent ErrWrongType", err)
 	}
 }
+
+// A server refusing the refresh's GETEX (a user whose ACL lacks it) has said
+// nothing about the lock: Refresh and a batched refresh fail with the
+// server's refusal, permanent, and never report the lock as not held.
+func TestRefreshWithoutGetexPermissionIsTheServersRefusalNotALoss(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, srv.URL())
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-getex").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fencing := range []string{"true", "false"} {
+		d, err := openURL(ctx, strings.Replace(srv.URL(), "redis://", "redis://locker:pw@", 1)+"?fencing="+fencing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs := []*driver.Request{
+			{Key: "a-" + fencing, Owner: "owner-1", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})},
+			{Key: "b-" + fencing, Owner: "owner-2", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})},
+		}
+		for _, r := range reqs {
+			if _, err := d.TryAcquire(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(what string, err error) {
+			t.Helper()
+			// Redis 7.0 words a refusal inside a script "can't run this
+			// command", later versions NOPERM.
+			if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't run this command") {
+				t.Errorf("fencing=%s: %s without GETEX permission = %v, want the server's permanent refusal, not ErrNotHeld", fencing, what, err)
+			}
+		}
+		check("Refresh", d.Refresh(ctx, reqs[0]))
+		for i, err := range d.RefreshBatch(ctx, reqs) {
+			check("RefreshBatch of "+reqs[i].Key, err)
+		}
+		for _, r := range reqs {
+			if err := d.Release(ctx, r); err != nil {
+				t.Errorf("fencing=%s: release %s: %v", fencing, r.Key, err)
+			}
+		}
+		_ = d.Close()
+	}
+}

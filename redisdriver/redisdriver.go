@@ -469,7 +469,9 @@
 // LPOP, RPUSH, LREM, HGET, HSET, HDEL, HEXISTS, ZADD, ZREM, ZSCORE, ZCARD,
 // ZRANGE, ZRANGEBYSCORE and ZREMRANGEBYSCORE (and CLIENT SETNAME with the
 // client_name parameter, SCAN for List). A missing permission fails with the
-// server's NOPERM error (Watch's: Observe then looks every 250ms instead).
+// server's NOPERM error (inside a script Redis 7.0 says "can't run this
+// command"), which a refresh reports as such, never as the lock lost; a
+// missing one of Watch's makes Observe look every 250ms instead.
 //
 // # Limits
 //

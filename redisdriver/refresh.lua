@@ -31,6 +31,12 @@ for i = 1, #KEYS, 3 do
   else
     v = redis.pcall('GETEX', lock, 'PX', ttl)
   end
+  -- A value of another type is not the owner; any other error (the command
+  -- refused, as by an ACL without it) says nothing about the lock: it is the
+  -- call's, not "another owner".
+  if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+    return v
+  end
   -- The owner alone, or without fencing the owner, a NUL and the label (see
   -- holds in common.lua).
   if v == owner or (type(v) == 'string' and string.sub(v, 1, #owner + 1) == owner .. '\0') then
