@@ -16,14 +16,8 @@ func TestACLWithoutInfoLocksAndStopsAskingForTheRunID(t *testing.T) {
 	ctx := testContext(t)
 	servers := testserver.RedisServers(t, 3)
 	admin := admins(t, servers)
-	q := make([]string, len(servers))
-	for i, a := range admin {
-		if err := a.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
-			t.Fatal(err)
-		}
-		q[i] = "server=" + strings.Replace(servers[i].URL(), "redis://", "redis%3A%2F%2Flocker%3Apw%40", 1)
-	}
-	lk, err := lock.Open(ctx, "redlock://?"+strings.Join(q, "&"), lock.WithTTL(10*time.Second))
+	u := userURL(ctx, t, servers, admin, func(int) []any { return []any{"~*", "&*", "+@all", "-info"} })
+	lk, err := lock.Open(ctx, u, lock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatalf("Open as a user without INFO: %v", err)
 	}

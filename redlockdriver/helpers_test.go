@@ -171,3 +171,19 @@ func residue(ctx context.Context, t testing.TB, admins []*redis.Client, prefix s
 func isNotHeld(err error) bool {
 	return err != nil && strings.Contains(err.Error(), driver.ErrNotHeld.Error())
 }
+
+// userURL makes the user locker (password pw) on each server, with the ACL
+// rules that rules gives for that server, and returns the Redlock URL that
+// connects as it.
+func userURL(ctx context.Context, t testing.TB, servers []*testserver.Server, admin []*redis.Client, rules func(server int) []any) string {
+	t.Helper()
+	q := make([]string, len(servers))
+	for i, a := range admin {
+		acl := append([]any{"ACL", "SETUSER", "locker", "on", ">pw"}, rules(i)...)
+		if err := a.Do(ctx, acl...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		q[i] = "server=" + strings.Replace(servers[i].URL(), "redis://", "redis%3A%2F%2Flocker%3Apw%40", 1)
+	}
+	return "redlock://?" + strings.Join(q, "&")
+}

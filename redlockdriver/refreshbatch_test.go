@@ -417,18 +417,12 @@ func TestRefreshRefusedByTheServersIsUnconfirmedNotLost(t *testing.T) {
 	ctx := testContext(t)
 	servers := testserver.RedisServers(t, 3)
 	admin := admins(t, servers)
-	q := make([]string, len(servers))
-	for i, a := range admin {
-		acl := []any{"ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all"}
+	d, err := openURL(ctx, userURL(ctx, t, servers, admin, func(i int) []any {
 		if i < 2 {
-			acl = append(acl, "-getex")
+			return []any{"~*", "&*", "+@all", "-getex"}
 		}
-		if err := a.Do(ctx, acl...).Err(); err != nil {
-			t.Fatal(err)
-		}
-		q[i] = "server=" + strings.Replace(servers[i].URL(), "redis://", "redis%3A%2F%2Flocker%3Apw%40", 1)
-	}
-	d, err := openURL(ctx, "redlock://?"+strings.Join(q, "&"))
+		return []any{"~*", "&*", "+@all"}
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
