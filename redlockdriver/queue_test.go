@@ -79,6 +79,37 @@ func TestQueueSendsReleasesFirstAndCapsAPipelinesKeys(t *testing.T) {
 	}
 }
 
+// A release goes ahead of the queue except past a job about its own lock:
+// run before its lock's acquire it would delete nothing, and the acquire
+// would leave the lock on the server until its TTL. It still overtakes
+// refreshes of its lock, and jobs about other locks.
+func TestReleaseDoesNotOvertakeAnEarlierJobAboutItsOwnLock(t *testing.T) {
+	q := newQueue()
+	deadline := time.Now().Add(time.Minute)
+	for _, j := range []job{
+		{op: opExtend, keys: []string{"k", "x"}, call: 0},
+		{op: opAcquire, keys: []string{"k", "k:waiters"}, call: 1},
+		{op: opExtend, keys: []string{"k"}, call: 2},
+		{op: opRelease, keys: []string{"k", "k:waiters"}, call: 3},
+		{op: opRelease, keys: []string{"j", "j:waiters"}, call: 4},
+		{op: opAcquire, keys: []string{"j", "j:waiters"}, call: 5},
+		{op: opRelease, keys: []string{"x", "x:waiters"}, call: 6},
+	} {
+		j.deadline = deadline
+		if !q.push(j) {
+			t.Fatal("queue full")
+		}
+	}
+	var got []int
+	for _, j := range q.take(nil) {
+		got = append(got, j.call)
+	}
+	want := []int{4, 6, 0, 1, 2, 3, 5}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("took calls %v, want %v: the releases of j and x first, the release of k after its acquire", got, want)
+	}
+}
+
 // A Release must not wait behind the refresh of many locks queued before it:
 // with 200,000 locks' refresh calls (782 of 256 locks) queued on every
 // server, in arrival order the Release waited for all of them, seconds, past
