@@ -58,8 +58,10 @@
 // row take longer than the validity, the locks are lost together: more locks
 // than the servers can refresh is not a slow state but a loss of most of
 // them. A longer TTL asks less (refreshes come every third of it). Releases
-// go ahead of the queue (a release sheds load), acquires do not (new locks
-// wait while the servers are full); a pipeline carries at most 4,096 keys.
+// go ahead of the queue (a release sheds load), though never past a job about
+// their own lock, such as its acquire still queued on a slow server;
+// acquires do not (new locks wait while the servers are full); a pipeline
+// carries at most 4,096 keys.
 //
 // # URL format
 //
