@@ -31,7 +31,7 @@ func runHeld(ctx context.Context, r *Results, c *Contestant, rep int) error {
 		return err
 	}
 	defer closeAll()
-	releases, _, err := holdMany(ctx, clients[0], runKey(Held), cfg.HeldLocks)
+	releases, _, err := holdMany(ctx, clients[0], runKey(Held), cfg.HeldLocks, false)
 	defer func() {
 		_ = releaseAll(context.WithoutCancel(ctx), releases)
 	}()
@@ -105,13 +105,20 @@ func serverRate(ctx context.Context, srv *Server, d time.Duration) (float64, err
 }
 
 // holdMany acquires n keys from 8 goroutines and returns their releases (nil
-// entries for keys not taken) and, where the client is a Watcher, how each
-// lock tells its loss (else zero Losses).
-func holdMany(ctx context.Context, cl Client, base string, n int) ([]Release, []Loss, error) {
+// entries for keys not taken) and, when watch is set and the client is a
+// Watcher, how each lock tells its loss (else nil). Watching costs a
+// Watcher's locks what their loss signal takes (distlock's Lost channel), so
+// the held scenario, which counts no losses, holds its locks as plainly as
+// every other contestant does.
+func holdMany(ctx context.Context, cl Client, base string, n int, watch bool) ([]Release, []Loss, error) {
 	const workers = 8
 	releases := make([]Release, n)
-	lost := make([]Loss, n)
 	watcher, watched := cl.(Watcher)
+	watched = watched && watch
+	var lost []Loss
+	if watched {
+		lost = make([]Loss, n)
+	}
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {

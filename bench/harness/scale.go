@@ -81,7 +81,7 @@ func runScale(ctx context.Context, r *Results, c *Contestant, rep int) error {
 		return err
 	}
 	defer closeAll()
-	releases, lost, err := holdMany(ctx, clients[0], base, cfg.ScaleLocks)
+	releases, lost, err := holdMany(ctx, clients[0], base, cfg.ScaleLocks, true)
 	if err != nil {
 		_ = releaseAll(context.WithoutCancel(ctx), releases)
 		return err

@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -116,5 +118,40 @@ func TestLossesCountEachLostLockOnceWithItsCause(t *testing.T) {
 	}
 	if n, cause, failed := losses(make([]Loss, 3), make([]error, 3)); n != 0 || cause != nil || failed != nil {
 		t.Errorf("losses of locks all released = %d, %v, %v; want 0, nil, nil", n, cause, failed)
+	}
+}
+
+// countingWatcher is a Watcher that counts how its locks were taken.
+type countingWatcher struct{ plain, watched *atomic.Int64 }
+
+func (c countingWatcher) Acquire(context.Context, string) (Release, error) {
+	c.plain.Add(1)
+	return func(context.Context) error { return nil }, nil
+}
+
+func (c countingWatcher) AcquireWatched(context.Context, string) (Release, Loss, error) {
+	c.watched.Add(1)
+	return func(context.Context) error { return nil }, Loss{Done: make(chan struct{})}, nil
+}
+
+func (c countingWatcher) TryAcquire(ctx context.Context, key string) (Release, error) {
+	return c.Acquire(ctx, key)
+}
+
+func (countingWatcher) Close() error { return nil }
+
+func TestHeldLocksAreTakenPlainlyAndScaleLocksWatched(t *testing.T) {
+	cl := countingWatcher{new(atomic.Int64), new(atomic.Int64)}
+	ctx := context.Background()
+	_, lost, err := holdMany(ctx, cl, "held", 20, false)
+	if err != nil || lost != nil || cl.plain.Load() != 20 || cl.watched.Load() != 0 {
+		t.Errorf("unwatched hold: %d plain, %d watched, %d losses, %v; want 20, 0, none, nil",
+			cl.plain.Load(), cl.watched.Load(), len(lost), err)
+	}
+	cl.plain.Store(0)
+	_, lost, err = holdMany(ctx, cl, "scale", 20, true)
+	if err != nil || len(lost) != 20 || cl.plain.Load() != 0 || cl.watched.Load() != 20 {
+		t.Errorf("watched hold: %d plain, %d watched, %d losses, %v; want 0, 20, 20, nil",
+			cl.plain.Load(), cl.watched.Load(), len(lost), err)
 	}
 }
