@@ -188,7 +188,8 @@ if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset
 //     the Lockers opened as lock.Open opens them;
 //   - driver: the driver's Acquire and Release without the portable layer;
 //   - lock-try: lock.Locker's TryAcquire and Release (the uncontended
-//     scenario's calls).
+//     scenario's calls);
+//   - lock-plain: lock's Acquire and Release with fencing=false.
 //
 // It reports each one's acquire+release operations per second and the
 // ratios; and, since on a shared machine the rates move with the load, what
@@ -213,6 +214,7 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 		raw     [clients]*redis.Client
 		drivers [clients]*Driver
 		lockers [clients]*lock.Locker
+		plain   [clients]*lock.Locker
 	)
 	for i := range clients {
 		raw[i] = benchClient(b, url)
@@ -229,6 +231,10 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 		}
 		lockers[i] = lk
 		defer lk.Close()
+		if plain[i], err = lock.Open(ctx, url+"?fencing=false&prefix="+prefix+"-plain"); err != nil {
+			b.Fatal(err)
+		}
+		defer plain[i].Close()
 	}
 	keys := make([]string, goroutines)
 	reqs := make([]*driver.Request, goroutines)
@@ -237,7 +243,7 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 		reqs[g] = &driver.Request{Key: keys[g], TTL: ttl, Lost: driver.LostFunc(func(error) {})}
 	}
 	ttlMillis := strconv.FormatInt(ttl.Milliseconds(), 10)
-	names := [...]string{"floor", "redislock", "lock", "driver", "lock-try"}
+	names := [...]string{"floor", "redislock", "lock", "driver", "lock-try", "lock-plain"}
 	contestants := [len(names)]func(g, j int) error{
 		func(g, j int) error {
 			c, owner := raw[g%clients], randomHex(11)
@@ -274,6 +280,13 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 		},
 		func(g, j int) error {
 			l, err := lockers[g%clients].TryAcquire(ctx, keys[g])
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		},
+		func(g, j int) error {
+			l, err := plain[g%clients].Acquire(ctx, keys[g])
 			if err != nil {
 				return err
 			}
@@ -333,6 +346,7 @@ func benchDistinctKeys(b *testing.B, goroutines int) {
 	b.ReportMetric(rate(2)/rate(0), "lock/floor")
 	b.ReportMetric(rate(2)/rate(1), "lock/redislock")
 	b.ReportMetric(rate(3)/rate(1), "driver/redislock")
+	b.ReportMetric(rate(5)/rate(1), "lock-plain/redislock")
 }
 
 // pollingOnly hides the driver's Acquirer, so the portable layer polls

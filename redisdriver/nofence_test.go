@@ -159,6 +159,56 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	}
 }
 
+// Without fencing an uncontended Acquire (the blocking call, whose first try
+// must not pass a queued waiter) is one script of two commands: one EXISTS
+// asks at once whether anyone queues or watches, then SET NX PX. Its release
+// is the compare-and-delete with one EXISTS more (GET, DEL, EXISTS).
+func TestWithoutFencingAnUncontendedAcquireRunsTwoCommandsInItsScript(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminClient(t, srv.URL())
+	d, err := openURL(ctx, srv.URL()+"?fencing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
+	if err := d.subscribe(ctx); err != nil { // the inbox, which the first grant would start
+		t.Fatal(err)
+	}
+	// The first round loads the scripts and reads the run_id.
+	if _, err := d.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name string
+		run  func() error
+		want int64 // commands, the script call included
+	}{
+		{"Acquire", func() error { _, err := d.Acquire(ctx, req); return err }, 3},
+		{"Release", func() error { return d.Release(ctx, req) }, 4},
+	} {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := step.run(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		calls, scripts, err := serverCalls(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls-- // CONFIG RESETSTAT counts itself
+		if calls != step.want || scripts != 1 {
+			t.Errorf("an uncontended %s ran %d commands on the server (%d scripts), want %d in one script", step.name, calls, scripts, step.want)
+		}
+	}
+}
+
 // A standard SET NX client (bsm/redislock's pattern: a value of its own,
 // compare-and-delete to release) and the driver without fencing exclude each
 // other on the same key, and neither's release or refresh frees the other's

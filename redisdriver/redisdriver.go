@@ -118,7 +118,8 @@
 // key is taken does a script (plain.lua, then acquire.lua's slow path) tell another
 // owner's lock from a lock already ours (a retry), a semaphore or a value of
 // another type. Acquire's first try stays a script (plain.lua), since it must
-// not pass a queued waiter: EXISTS of the queue, the same SET NX PX, the
+// not pass a queued waiter: one EXISTS of the queue and the labels (anyone
+// queued or watching), the same SET NX PX, and only when either exists the
 // watchers' check. Release is the compare-and-delete script with one more
 // command, EXISTS of the queue and the labels, and hands the key to the queue
 // head, or tells watchers, only when they exist; refresh compares the value's
