@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -42,20 +44,9 @@ func TestFencingParameterIsReadOnEveryScheme(t *testing.T) {
 // Relabel, refresh and release read the value, and a waiter handed the lock
 // gets no token either.
 func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin := adminClient(t, srv.URL())
-	d, err := openURL(ctx, srv.URL()+"?fencing=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, admin, d := privatePlainDriver(t)
 	if d.Capabilities().Fencing {
 		t.Fatal("fencing=false: Capabilities().Fencing is true")
-	}
-	if err := d.subscribe(ctx); err != nil { // the inbox, which the first grant would start
-		t.Fatal(err)
 	}
 	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Label: `{"owner":"me"}`, Lost: driver.LostFunc(func(error) {})}
 	k := d.keys(req.Key)
@@ -164,19 +155,8 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 // asks at once whether anyone queues or watches, then SET NX PX. Its release
 // is the compare-and-delete with one EXISTS more (GET, DEL, EXISTS).
 func TestWithoutFencingAnUncontendedAcquireRunsTwoCommandsInItsScript(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin := adminClient(t, srv.URL())
-	d, err := openURL(ctx, srv.URL()+"?fencing=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, admin, d := privatePlainDriver(t)
 	req := &driver.Request{Key: "plain", Owner: randomHex(8), TTL: 10 * time.Second, Lost: driver.LostFunc(func(error) {})}
-	if err := d.subscribe(ctx); err != nil { // the inbox, which the first grant would start
-		t.Fatal(err)
-	}
 	// The first round loads the scripts and reads the run_id.
 	if _, err := d.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
@@ -536,4 +516,25 @@ func TestWatchTracksAgainAfterARestart(t *testing.T) {
 	wcancel()
 	for range c {
 	}
+}
+
+// privatePlainDriver starts a Redis of the test's own (so that its command
+// counts are the test's alone) and returns a context, an admin client and a
+// driver without fencing on it, whose inbox (which the first grant would
+// start) is subscribed already.
+func privatePlainDriver(t *testing.T) (context.Context, *redis.Client, *Driver) {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	admin := adminClient(t, srv.URL())
+	d, err := openURL(ctx, srv.URL()+"?fencing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, admin, d
 }
