@@ -161,3 +161,91 @@ func TestCloseInterruptsWaitWithCallersValues(t *testing.T) {
 		})
 	}
 }
+
+// closeRace runs a call's backend work (Refresh, or Relabel for Proclaim) at
+// the one moment where Close's own release makes the backend answer "not
+// held": after Close released the lock and before it closes the driver.
+type closeRace struct {
+	*memdriver.Driver
+	armed                      atomic.Bool // calls before it is set pass through (Campaign's own Relabel)
+	inCall, released, answered chan struct{}
+}
+
+func newCloseRace(name string) *closeRace {
+	return &closeRace{Driver: memdriver.New(name), inCall: make(chan struct{}), released: make(chan struct{}), answered: make(chan struct{})}
+}
+
+// overtaken runs call once Close has released the lock, when armed.
+func (d *closeRace) overtaken(call func() error) error {
+	if !d.armed.Load() {
+		return call()
+	}
+	close(d.inCall)
+	<-d.released
+	defer close(d.answered)
+	return call()
+}
+
+func (d *closeRace) Refresh(ctx context.Context, req *driver.Request) error {
+	return d.overtaken(func() error { return d.Driver.Refresh(ctx, req) })
+}
+
+func (d *closeRace) Relabel(ctx context.Context, req *driver.Request, label string) error {
+	return d.overtaken(func() error { return d.Driver.Relabel(ctx, req, label) })
+}
+
+func (d *closeRace) Release(ctx context.Context, req *driver.Request) error {
+	defer close(d.released) // the test holds one lock, released once, by Close
+	return d.Driver.Release(ctx, req)
+}
+
+func (d *closeRace) Close() error {
+	<-d.answered
+	return d.Driver.Close()
+}
+
+// A Refresh or Proclaim that Close overtakes reports ErrClosed, as every call
+// the Locker's Close ends does, not a lost lock: the backend's "not held" is
+// Close's own release.
+func TestCallsOvertakenByCloseReportErrClosedNotALoss(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func(lk *lock.Locker) (func() error, error)
+	}{
+		{"Refresh", func(lk *lock.Locker) (func() error, error) {
+			l, err := lk.Acquire(ctx, "k")
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Refresh(ctx) }, nil
+		}},
+		{"Proclaim", func(lk *lock.Locker) (func() error, error) {
+			ld, err := lk.Campaign(ctx, "k", "first")
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return ld.Proclaim(ctx, "second") }, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newCloseRace(t.Name())
+			// A TTL long enough that no automatic refresh comes in the test.
+			lk := lock.New(d, lock.WithTTL(time.Hour))
+			call, err := tc.call(lk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.armed.Store(true)
+			answered := make(chan error, 1)
+			go func() { answered <- call() }()
+			<-d.inCall
+			if err := lk.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-answered; !errors.Is(err, lock.ErrClosed) || errors.Is(err, lock.ErrLost) {
+				t.Errorf("%s overtaken by Close = %v, want ErrClosed and not ErrLost", tc.name, err)
+			}
+		})
+	}
+}

@@ -79,8 +79,7 @@ func (lk *Locker) Campaign(ctx context.Context, name, value string, opts ...Acqu
 		case err == nil:
 			ld.since = now
 		case isNotHeld(err):
-			l.end(stateLost, err)
-			return nil, wrapErr("campaign", name, lostError(err))
+			return nil, wrapErr("campaign", name, l.notHeld(err))
 		}
 	}
 	return ld, nil
@@ -131,8 +130,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 		ld.mu.Unlock()
 		return nil
 	case isNotHeld(err):
-		ld.l.end(stateLost, err)
-		return wrapErr("proclaim", ld.name, lostError(err))
+		return wrapErr("proclaim", ld.name, ld.l.notHeld(err))
 	default:
 		return wrapErr("proclaim", ld.name, err)
 	}

@@ -182,11 +182,23 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		l.lk.confirmed(l, start)
 		return nil
 	case isNotHeld(err):
-		l.end(stateLost, err)
-		return wrapErr("refresh", l.req.Key, lostError(err))
+		return wrapErr("refresh", l.req.Key, l.notHeld(err))
 	default:
 		return wrapErr("refresh", l.req.Key, err)
 	}
+}
+
+// notHeld ends the lock as lost on the backend's answer err (ErrNotHeld) to
+// a call of the holder's, and returns the call's error. When the lock ended
+// while the backend answered, the answer may be that ending's own doing
+// (Close's release), so it returns what ended it.
+func (l *Lock) notHeld(err error) error {
+	if !l.end(stateLost, err) {
+		if uerr := l.usable(); uerr != nil {
+			return uerr
+		}
+	}
+	return lostError(err)
 }
 
 // Release gives the lock up. It is owner-checked: it never removes a lock that
