@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -88,19 +90,36 @@ func TestWrongTypeAndMissingPermissionArePermanent(t *testing.T) {
 	}
 }
 
+// refusingUser starts a Redis of the test's own with a user "locker" that may
+// run every command but command, and returns a context, an admin client and
+// the URL that logs in as that user.
+func refusingUser(t *testing.T, command string) (context.Context, *redis.Client, string) {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	admin := adminClient(t, srv.URL())
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-"+command).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, admin, strings.Replace(srv.URL(), "redis://", "redis://locker:pw@", 1)
+}
+
+// isRefusal reports whether err is the server's permanent refusal of a
+// command. Redis 7.0 words a refusal inside a script "can't run this
+// command", later versions NOPERM.
+func isRefusal(err error) bool {
+	return err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, driver.ErrUnavailable) &&
+		(strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't run this command"))
+}
+
 // A server refusing the refresh's GETEX (a user whose ACL lacks it) has said
 // nothing about the lock: Refresh and a batched refresh fail with the
 // server's refusal, permanent, and never report the lock as not held.
 func TestRefreshWithoutGetexPermissionIsTheServersRefusalNotALoss(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin := adminClient(t, srv.URL())
-	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-getex").Err(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, url := refusingUser(t, "getex")
 	for _, fencing := range []string{"true", "false"} {
-		d, err := openURL(ctx, strings.Replace(srv.URL(), "redis://", "redis://locker:pw@", 1)+"?fencing="+fencing)
+		d, err := openURL(ctx, url+"?fencing="+fencing)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,9 +134,7 @@ func TestRefreshWithoutGetexPermissionIsTheServersRefusalNotALoss(t *testing.T) 
 		}
 		check := func(what string, err error) {
 			t.Helper()
-			// Redis 7.0 words a refusal inside a script "can't run this
-			// command", later versions NOPERM.
-			if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't run this command") {
+			if !isRefusal(err) {
 				t.Errorf("fencing=%s: %s without GETEX permission = %v, want the server's permanent refusal, not ErrNotHeld", fencing, what, err)
 			}
 		}
@@ -129,6 +146,30 @@ func TestRefreshWithoutGetexPermissionIsTheServersRefusalNotALoss(t *testing.T) 
 			if err := d.Release(ctx, r); err != nil {
 				t.Errorf("fencing=%s: release %s: %v", fencing, r.Key, err)
 			}
+		}
+		_ = d.Close()
+	}
+}
+
+// A server refusing the release's GET has said nothing about the lock either:
+// Release fails with the refusal, permanent, not ErrNotHeld, and the lock
+// stays where it was.
+func TestReleaseWithoutGetPermissionIsTheServersRefusalNotALoss(t *testing.T) {
+	ctx, admin, url := refusingUser(t, "get")
+	for _, fencing := range []string{"true", "false"} {
+		d, err := openURL(ctx, url+"?fencing="+fencing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &driver.Request{Key: "k-" + fencing, Owner: "owner-1", TTL: 30 * time.Second, Lost: driver.LostFunc(func(error) {})}
+		if _, err := d.TryAcquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, req); !isRefusal(err) {
+			t.Errorf("fencing=%s: Release without GET permission = %v, want the server's permanent refusal, not ErrNotHeld", fencing, err)
+		}
+		if v := admin.Get(ctx, d.keys(req.Key).lock).Val(); !strings.HasPrefix(v, req.Owner) {
+			t.Errorf("fencing=%s: the lock key holds %q after the refused release, want the owner's lock still there", fencing, v)
 		}
 		_ = d.Close()
 	}

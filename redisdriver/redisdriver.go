@@ -471,8 +471,9 @@
 // ZRANGE, ZRANGEBYSCORE and ZREMRANGEBYSCORE (and CLIENT SETNAME with the
 // client_name parameter, SCAN for List). A missing permission fails with the
 // server's NOPERM error (inside a script Redis 7.0 says "can't run this
-// command"), which a refresh reports as such, never as the lock lost; a
-// missing one of Watch's makes Observe look every 250ms instead.
+// command"), which a refresh and a release report as such, never as the lock
+// lost or not held; a missing one of Watch's makes Observe look every 250ms
+// instead.
 //
 // # Limits
 //

@@ -11,6 +11,11 @@
 -- labels. The fence record keeps the holder's record, which Inspect ignores
 -- once the lock is gone.
 local holder = redis.pcall('GET', KEYS[1])
+-- A value of another type is not ours; any other error (GET refused, as by
+-- an ACL without it) says nothing about the lock: it is the call's.
+if type(holder) == 'table' and holder.err and string.sub(holder.err, 1, 9) ~= 'WRONGTYPE' then
+  return holder
+end
 local mine = holder == ARGV[1] or (type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')
 if mine then
   redis.call('DEL', KEYS[1])
