@@ -125,10 +125,12 @@ func (c consumer) source() string {
 	return b.String()
 }
 
-// checker runs go commands as a user would: only the proxy for distlock's
-// modules, the local module cache's downloads for every other module, no
-// workspace, a module cache of its own (so that a version built before is
-// never reused) and a deadline for each command.
+// checker runs go commands as a user would: distlock's modules from the
+// proxy only (it comes first, and the public proxies do not serve them), any
+// other module from the local module cache's downloads or, failing that, from
+// the machine's own GOPROXY (verified by its checksum database as usual); no
+// workspace; a module cache of its own, so that a version built before is
+// never reused; and a deadline for each command.
 type checker struct {
 	proxyDir string
 	tmp      string
@@ -138,26 +140,35 @@ type checker struct {
 }
 
 func newChecker(proxyDir, tmp string, log func(string, ...any)) (*checker, error) {
-	cache, err := exec.Command("go", "env", "GOMODCACHE").Output()
-	if err != nil {
-		return nil, fmt.Errorf("go env GOMODCACHE: %w", err)
+	goenv := func(name string) (string, error) {
+		out, err := exec.Command("go", "env", name).Output()
+		if err != nil {
+			return "", fmt.Errorf("go env %s: %w", name, err)
+		}
+		return strings.TrimSpace(string(out)), nil
 	}
-	downloads := filepath.Join(strings.TrimSpace(string(cache)), "cache", "download")
+	cache, err := goenv("GOMODCACHE")
+	if err != nil {
+		return nil, err
+	}
+	upstream, err := goenv("GOPROXY")
+	if err != nil {
+		return nil, err
+	}
+	downloads := filepath.Join(cache, "cache", "download")
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GOWORK", "GOPROXY", "GOFLAGS", "GONOSUMDB", "GONOSUMCHECK", "GOSUMDB", "GOPRIVATE", "GONOPROXY", "GOMODCACHE", "GOBIN", "GOTOOLCHAIN":
+		case "GOWORK", "GOPROXY", "GOFLAGS", "GONOSUMDB", "GONOSUMCHECK", "GOPRIVATE", "GONOPROXY", "GOMODCACHE", "GOBIN", "GOTOOLCHAIN":
 			continue
 		}
 		env = append(env, kv)
 	}
 	env = append(env,
 		"GOWORK=off",
-		"GOPROXY=file://"+proxyDir+",file://"+downloads,
-		// Third-party modules come from the local cache, which the
-		// workspace's own go.sum files verified when they were fetched.
-		"GOSUMDB=off",
+		"GOPROXY=file://"+proxyDir+",file://"+downloads+","+upstream,
+		"GONOSUMDB="+rootPath,
 		"GOFLAGS=-mod=mod -buildvcs=false",
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
 		"GOBIN="+filepath.Join(tmp, "bin"),
