@@ -92,6 +92,7 @@ const schemeRegistered = `var _ = lock.Open
 		if _, ok := driver.Lookup(s); !ok {
 			fail(fmt.Errorf("scheme %s:// is not registered; registered: %v", s, driver.Schemes()))
 		}
+		fmt.Printf("%s:// registered\n", s)
 	}`
 
 const cronLocker = `ctx := context.Background()
@@ -169,7 +170,9 @@ func newChecker(proxyDir, tmp string, log func(string, ...any)) (*checker, error
 		"GOWORK=off",
 		"GOPROXY=file://"+proxyDir+",file://"+downloads+","+upstream,
 		"GONOSUMDB="+rootPath,
-		"GOFLAGS=-mod=mod -buildvcs=false",
+		// -trimpath: the build cache then knows a module's packages by
+		// module@version, whichever module cache holds them.
+		"GOFLAGS=-mod=mod -buildvcs=false -trimpath",
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
 		"GOBIN="+filepath.Join(tmp, "bin"),
 		"GOTOOLCHAIN=local",
@@ -246,7 +249,11 @@ func (c *checker) consumer(i int, cs consumer, query string) {
 		c.log("ok   %s: %s@%s", cs.name, g, out)
 	}
 	if cs.args != nil {
-		out, err := c.run(dir, time.Minute, filepath.Join(dir, "consumer"), cs.args...)
+		args := make([]string, len(cs.args))
+		for i, a := range cs.args {
+			args[i] = strings.ReplaceAll(a, "{tmp}", c.tmp)
+		}
+		out, err := c.run(dir, time.Minute, filepath.Join(dir, "consumer"), args...)
 		if err != nil {
 			c.fail(cs.name+": running the program", out, err)
 			return
