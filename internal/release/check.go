@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/mod/semver"
 )
 
 // A consumer is what one kind of user does first: a fresh module that gets
@@ -109,6 +111,16 @@ const cronLocker = `ctx := context.Background()
 		fail(err)
 	}
 	fmt.Println("gocron lock taken and given back")`
+
+// asked is what the user types after @: the README's "latest" for a release
+// (which the proxy, listing it as the highest version, must resolve to it),
+// the branch name otherwise.
+func asked(query string) string {
+	if semver.IsValid(query) {
+		return "latest"
+	}
+	return query
+}
 
 func (c consumer) source() string {
 	var b strings.Builder
@@ -226,7 +238,7 @@ func (c *checker) consumer(i int, cs consumer, query string) {
 	}
 	args := []string{"get"}
 	for _, g := range cs.get {
-		args = append(args, g+"@"+query)
+		args = append(args, g+"@"+asked(query))
 	}
 	if out, err := c.run(dir, 5*time.Minute, "go", args...); err != nil {
 		c.fail(cs.name+": go "+strings.Join(args, " "), out, err)
@@ -244,6 +256,10 @@ func (c *checker) consumer(i int, cs consumer, query string) {
 		out, err := c.run(dir, time.Minute, "go", "list", "-m", "-f", "{{.Version}}", g)
 		if err != nil {
 			c.fail(cs.name+": go list -m "+g, out, err)
+			return
+		}
+		if semver.IsValid(query) && out != query {
+			c.fail(cs.name+": go get "+g+"@latest", "", fmt.Errorf("got %s, want the release %s", out, query))
 			return
 		}
 		c.log("ok   %s: %s@%s", cs.name, g, out)
@@ -265,13 +281,20 @@ func (c *checker) consumer(i int, cs consumer, query string) {
 // install installs the command as its README says and runs it on its
 // default backend (a file:// directory under TMPDIR).
 func (c *checker) install(query string) {
-	what := "go install " + rootPath + "/cmd/distlock@" + query
-	out, err := c.run(c.tmp, 10*time.Minute, "go", "install", rootPath+"/cmd/distlock@"+query)
+	what := "go install " + rootPath + "/cmd/distlock@" + asked(query)
+	out, err := c.run(c.tmp, 10*time.Minute, "go", "install", rootPath+"/cmd/distlock@"+asked(query))
 	if err != nil {
 		c.fail(what, out, err)
 		return
 	}
 	bin := filepath.Join(c.tmp, "bin", "distlock")
+	if semver.IsValid(query) {
+		out, err := c.run(c.tmp, time.Minute, "go", "version", "-m", bin)
+		if err != nil || !strings.Contains(out, "\tmod\t"+rootPath+"/cmd/distlock\t"+query+"\t") {
+			c.fail(what, out, fmt.Errorf("the installed command is not the release %s", query))
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "run", "release-check", "--", "sh", "-c", `echo "token $DISTLOCK_TOKEN"`)

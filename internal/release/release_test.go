@@ -135,7 +135,7 @@ func TestCheckFailsOnThePlaceholderRequirementsOfBeforeTheFirstRelease(t *testin
 		"redlockdriver alone: go get", // the same
 		"pgadvisory alone",            // lock at the placeholder
 		"gocronlock",
-		"go install " + rootPath + "/cmd/distlock@v0.99.0", // replace directives
+		"go install " + rootPath + "/cmd/distlock@latest", // replace directives
 		"replace directives",
 	} {
 		if !strings.Contains(msg, want) {
