@@ -1,0 +1,130 @@
+package lock_test
+
+import (
+	"bufio"
+	"go/ast"
+	"go/build"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// sourcePackage is one package of the workspace as its source files declare it.
+type sourcePackage struct {
+	dir   string // relative to the workspace root
+	name  string
+	files map[string]*ast.File // the package's files for this platform, tests excluded
+	fset  *token.FileSet
+}
+
+// workspaceModules returns the directories of the workspace's modules, relative to
+// the root: go.work's use list, or the root module alone where there is no
+// go.work (a copy of the module without its workspace).
+func workspaceModules(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("go.work")
+	if os.IsNotExist(err) {
+		return []string{"."}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var dirs []string
+	inUse := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		switch {
+		case inUse && line == ")":
+			inUse = false
+		case inUse && line != "":
+			dirs = append(dirs, filepath.Clean(line))
+		case line == "use (":
+			inUse = true
+		case strings.HasPrefix(line, "use "):
+			dirs = append(dirs, filepath.Clean(strings.TrimSpace(strings.TrimPrefix(line, "use "))))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("go.work lists no module")
+	}
+	return dirs
+}
+
+// workspacePackages parses the package clause and the comments before it of every
+// package in every module of the workspace (testdata, hidden directories and
+// nested modules' directories belong to no package of their parent module).
+func workspacePackages(t *testing.T) []sourcePackage {
+	t.Helper()
+	var pkgs []sourcePackage
+	for _, mod := range workspaceModules(t) {
+		err := filepath.WalkDir(mod, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() {
+				return nil
+			}
+			base := d.Name()
+			if path != mod {
+				if base == "testdata" || strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir // another module: walked as itself, if the workspace uses it
+				}
+			}
+			bp, err := build.Default.ImportDir(path, 0)
+			if err != nil {
+				if _, ok := err.(*build.NoGoError); ok {
+					return nil
+				}
+				t.Errorf("%s: %v", path, err)
+				return nil
+			}
+			if len(bp.GoFiles) == 0 {
+				return nil // tests only: go doc shows no package
+			}
+			p := sourcePackage{dir: path, name: bp.Name, files: map[string]*ast.File{}, fset: token.NewFileSet()}
+			for _, name := range bp.GoFiles {
+				file := filepath.Join(path, name)
+				f, err := parser.ParseFile(p.fset, file, nil, parser.ParseComments)
+				if err != nil {
+					t.Errorf("%v", err)
+					continue
+				}
+				p.files[file] = f
+			}
+			pkgs = append(pkgs, p)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("walking module %s: %v", mod, err)
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("no package found")
+	}
+	return pkgs
+}
+
+// sortedFiles returns the package's file names in order, for stable messages.
+func (p sourcePackage) sortedFiles() []string {
+	names := make([]string, 0, len(p.files))
+	for name := range p.files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
