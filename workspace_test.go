@@ -15,10 +15,11 @@ import (
 
 // sourcePackage is one package of the workspace as its source files declare it.
 type sourcePackage struct {
-	dir   string // relative to the workspace root
-	name  string
-	files map[string]*ast.File // the package's files for this platform, tests excluded
-	fset  *token.FileSet
+	dir        string // relative to the workspace root
+	importPath string
+	name       string
+	files      map[string]*ast.File // the package's files for this platform, tests excluded
+	fset       *token.FileSet
 }
 
 // workspaceModules returns the directories of the workspace's modules, relative to
@@ -69,6 +70,7 @@ func workspacePackages(t *testing.T) []sourcePackage {
 	t.Helper()
 	var pkgs []sourcePackage
 	for _, mod := range workspaceModules(t) {
+		modPath := modulePath(t, mod)
 		err := filepath.WalkDir(mod, func(path string, d os.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -96,7 +98,14 @@ func workspacePackages(t *testing.T) []sourcePackage {
 			if len(bp.GoFiles) == 0 {
 				return nil // tests only: go doc shows no package
 			}
-			p := sourcePackage{dir: path, name: bp.Name, files: map[string]*ast.File{}, fset: token.NewFileSet()}
+			rel, err := filepath.Rel(mod, path)
+			if err != nil {
+				return err
+			}
+			p := sourcePackage{dir: path, importPath: modPath, name: bp.Name, files: map[string]*ast.File{}, fset: token.NewFileSet()}
+			if rel != "." {
+				p.importPath += "/" + filepath.ToSlash(rel)
+			}
 			for _, name := range bp.GoFiles {
 				file := filepath.Join(path, name)
 				f, err := parser.ParseFile(p.fset, file, nil, parser.ParseComments)
@@ -117,6 +126,22 @@ func workspacePackages(t *testing.T) []sourcePackage {
 		t.Fatal("no package found")
 	}
 	return pkgs
+}
+
+// modulePath reads the module path from the go.mod in dir.
+func modulePath(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(path), `"`)
+		}
+	}
+	t.Fatalf("%s/go.mod has no module line", dir)
+	return ""
 }
 
 // sortedFiles returns the package's file names in order, for stable messages.
