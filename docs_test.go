@@ -101,6 +101,9 @@ func TestPackageDocSectionReferencesExist(t *testing.T) {
 		for _, name := range p.sortedFiles() {
 			for _, g := range p.files[name].Comments {
 				text := strings.Join(strings.Fields(g.Text()), " ")
+				if !strings.Contains(text, "package doc") {
+					continue
+				}
 				for _, re := range sectionRefs {
 					for _, m := range re.FindAllStringSubmatch(text, -1) {
 						refs++

@@ -52,6 +52,7 @@ func docSection(doc, heading string) string {
 // under the same name (so listed), and every one of a package a program
 // imports (the drivers, gocronlock) as pkg.ErrX.
 func TestErrorsSectionListsEveryExportedError(t *testing.T) {
+	needWorkspace(t)
 	pkgs := workspacePackages(t)
 	var section string
 	var lockErrs []string

@@ -38,6 +38,7 @@ func siblingModules(t *testing.T, dir string) map[string]bool {
 // needs (a missing one would be fetched from the proxy, at a version that does
 // not exist), and the example's go mod edit replaces all those of redisdriver.
 func TestReadmeLocalCheckoutReplacesEveryModuleADriverNeeds(t *testing.T) {
+	needWorkspace(t)
 	readme := readFile(t, "README.md")
 	_, section, ok := strings.Cut(readme, "\n### From a local checkout\n")
 	if !ok {

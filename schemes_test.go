@@ -77,6 +77,7 @@ func declaredSchemes(t *testing.T) map[string]string {
 // driver names the blank import that registers it, both when other drivers are
 // registered and when none is.
 func TestOpenNamesTheImportOfEveryProvidedScheme(t *testing.T) {
+	needWorkspace(t)
 	declared := declaredSchemes(t)
 	if !slices.Equal(slices.Sorted(maps.Keys(lock.DriverPackages)), slices.Sorted(maps.Keys(declared))) {
 		t.Errorf("Open's table of schemes %v differs from the drivers' Scheme constants %v",

@@ -16,6 +16,7 @@ import (
 // published benchmark's, and that the README and the WithTTL and WithGrace docs
 // send the reader to it.
 func TestTuningGuideStatesTheDefaults(t *testing.T) {
+	needWorkspace(t)
 	guide := readFile(t, "docs/TUNING.md")
 	ttl := lock.DefaultTTL
 	for what, d := range map[string]string{

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -63,10 +64,40 @@ func workspaceModules(t *testing.T) []string {
 	return dirs
 }
 
+// needWorkspace skips a test that reads other modules' files when the root
+// module is tested without its workspace (from the module cache, where the
+// other modules' files are not beside it).
+func needWorkspace(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("go.work"); os.IsNotExist(err) {
+		t.Skip("no go.work: the other modules of the repository are not here")
+	}
+}
+
 // workspacePackages parses the package clause and the comments before it of every
 // package in every module of the workspace (testdata, hidden directories and
 // nested modules' directories belong to no package of their parent module).
 func workspacePackages(t *testing.T) []sourcePackage {
+	t.Helper()
+	parsed.mu.Lock()
+	defer parsed.mu.Unlock()
+	if parsed.pkgs == nil {
+		pkgs := parseWorkspace(t)
+		if !t.Failed() {
+			parsed.pkgs = pkgs // read-only from here on
+		}
+		return pkgs
+	}
+	return parsed.pkgs
+}
+
+// parsed keeps the workspace's packages for the tests after the first.
+var parsed struct {
+	mu   sync.Mutex
+	pkgs []sourcePackage
+}
+
+func parseWorkspace(t *testing.T) []sourcePackage {
 	t.Helper()
 	var pkgs []sourcePackage
 	for _, mod := range workspaceModules(t) {
