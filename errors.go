@@ -49,7 +49,9 @@ var (
 	ErrInvalidURL = driver.ErrInvalidURL
 
 	// ErrUnknownScheme is returned by Open when no driver registered the URL's
-	// scheme (usually a forgotten blank import of the driver package).
+	// scheme (usually a forgotten blank import of the driver package). Its
+	// message names that import for the schemes of this repository's drivers
+	// and lists the registered schemes.
 	ErrUnknownScheme = errors.New("unknown URL scheme")
 
 	// ErrUnavailable is a transient backend failure: the backend could not be

@@ -31,17 +31,58 @@
 //
 // # Errors
 //
-// Every error is an *Error naming the operation and key, and matches one of the
-// sentinel errors (ErrLocked, ErrNotHeld, ErrLost, ErrClosed, ErrInvalidKey,
-// ErrInvalidArgument, ErrUnsupported, ErrInvalidURL, ErrUnknownScheme,
-// ErrUnavailable, ErrBackend) with errors.Is, or the context's error when the
-// call's context ended (joined with the last ErrUnavailable failure, if the
-// backend was failing meanwhile). Backend failures are classed once, here:
-// transient ones (ErrUnavailable: unreachable, restarting, failing over) are
-// retried by Acquire until its context ends; permanent ones (ErrBackend:
-// authentication, permission, a wrong key type) fail at once. Where a backend
-// reported an error, errors.As reaches it too. No error or String method ever
-// prints a password from a URL.
+// Every error is an *Error naming the operation and key. This is the complete
+// list of the package's errors; each is matched with errors.Is (errors.go
+// gives each one's full comment). Every returned error matches one of these
+// kinds, or is the context's error when the call's context ended (joined with
+// the last ErrUnavailable failure, if the backend was failing meanwhile):
+//
+//   - ErrLocked: TryAcquire found the key held by another owner.
+//   - ErrNotHeld: Refresh or Release of a lock that is no longer ours.
+//   - ErrLost: Do's function ran while the lock was lost; Refresh or Release
+//     of a lock whose Lost channel has closed. Lock.Err matches it with one
+//     of the causes below.
+//   - ErrClosed: a call on a closed Locker, an Acquire that Close interrupted.
+//   - ErrInvalidKey: an empty key, one over 1024 bytes, or not valid UTF-8.
+//   - ErrInvalidArgument: a nil context, a TTL out of the backend's range, a
+//     bad option value.
+//   - ErrUnsupported: a shape, option, fencing token or operator call the
+//     driver cannot serve.
+//   - ErrInvalidURL: Open's URL does not parse, has no scheme, or carries a
+//     bad parameter.
+//   - ErrUnknownScheme: no driver registered the URL's scheme; the message
+//     names the import that registers it.
+//   - ErrUnavailable: a transient backend failure (unreachable, restarting,
+//     failing over, no quorum), retried by Acquire until its context ends.
+//   - ErrBackend: a permanent backend failure (authentication, permission, a
+//     key of the wrong type), never retried.
+//   - ErrNoLeader: Leader found no one leading the election.
+//
+// Why a lock was lost (Lock.Err, and context.Cause of Do's context, match one
+// of these besides ErrLost, or ErrClosed, or what else the backend reported):
+//
+//   - ErrExpired: no refresh was confirmed before the validity deadline.
+//   - ErrTakenOver: the backend showed another owner holding the lock.
+//   - ErrServerChanged: the server holding it restarted or failed over.
+//   - ErrSessionExpired: the session it was bound to ended (connection,
+//     ZooKeeper session, etcd lease).
+//   - ErrForceReleased: an operator freed it with ForceRelease, where the
+//     backend can tell.
+//
+// Drivers' own errors, for a finer match, come wrapped inside the kinds above
+// (each driver's package doc says when): redisdriver.ErrWrongType,
+// redisdriver.ErrForeignData and redlockdriver.ErrWrongType (ErrBackend);
+// redisdriver.ErrServerChanged (with ErrServerChanged);
+// redlockdriver.ErrNoQuorum (ErrUnavailable, or ErrBackend when servers that
+// refused for good stand in the way); redlockdriver.ErrForgotten (a loss
+// cause, with ErrExpired or ErrServerChanged); pgadvisory.ErrFenceSequence
+// (ErrBackend); pgadvisory.ErrTransactionPooler (ErrUnsupported). Package
+// gocronlock's Elector returns gocronlock.ErrNotLeader from IsLeader.
+//
+// Backend failures are classed once, here: transient ones (ErrUnavailable)
+// are retried by Acquire until its context ends; permanent ones (ErrBackend)
+// fail at once. Where a backend reported an error, errors.As reaches it too.
+// No error or String method ever prints a password from a URL.
 //
 // # Fencing
 //

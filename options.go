@@ -79,7 +79,9 @@ const DefaultOpenTimeout = 10 * time.Second
 // expiring backend (Redis, Redlock, etcd, mem) can give the lock to someone else.
 // It must be shorter than half the TTL, so that refreshes still fit in the rest.
 // On session-bound backends the lock stays held until Release anyway (see
-// Release), so a grace is not needed there. The default is 0.
+// Release), so a grace is not needed there. The default is 0. A grace
+// shortens the time refreshes may fail before Lost closes by as much;
+// docs/TUNING.md in the repository has worked settings.
 func WithGrace(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
@@ -106,7 +108,10 @@ func WithCloseTimeout(d time.Duration) Option {
 // expire (Redis, etcd, mem) it is the lease the backend enforces. On session-bound
 // drivers (PostgreSQL, ZooKeeper, file), where a lock lives as long as its session,
 // it bounds how long the lock is trusted without a confirmed check of that session:
-// Lost closes if no check succeeds within the TTL. It must be positive.
+// Lost closes if no check succeeds within the TTL. It must be positive. The
+// default is DefaultTTL; a held lock is refreshed every third of its TTL.
+// docs/TUNING.md in the repository says how to choose it: failover time
+// against false losses against server load, with measured figures per backend.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -50,8 +50,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	scheme := strings.ToLower(u.Scheme)
 	open, ok := driver.Lookup(scheme)
 	if !ok {
-		return fail(fmt.Errorf("%w %q: registered schemes are %s; is the driver package imported (import _ \"github.com/distlock/lock/<driver>\")?",
-			ErrUnknownScheme, scheme, schemeList()))
+		return fail(unknownSchemeError(scheme, driver.Schemes()))
 	}
 	cfg, p, err := portableParams(u)
 	if err != nil {
@@ -156,14 +155,6 @@ func validPrefix(p string) bool {
 		}
 	}
 	return true
-}
-
-func schemeList() string {
-	s := driver.Schemes()
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }
 
 func schemeExamples() string {

@@ -86,7 +86,7 @@
 // prefix. The queue keys exist only while someone waits, the holders key only
 // while shared or permit holds exist (it expires with the latest of them),
 // the labels hash while a shaped hold, a waiter or a watcher needs it.
-
+//
 // # Fencing
 //
 // Each grant mints a token: the previous token plus one, but never less than the
