@@ -193,8 +193,9 @@
 //
 // A refresh that finds the lock gone says why (lock.Err matches it):
 //
-//   - lock.ErrSessionExpired: the lock's descriptor was closed (Sever), as
-//     the kernel closes it when the process dies;
+//   - lock.ErrSessionExpired: the lock's descriptor was closed under the
+//     holder, as the kernel closes it when the process dies (the conformance
+//     suite's Harness.Sever does it to a live client);
 //   - lock.ErrForceReleased: ForceRelease replaced the lock file (its
 //     tombstone is there);
 //   - lock.ErrTakenOver: the lock file was deleted or replaced otherwise, so
@@ -360,9 +361,6 @@ func New(dir string, opts ...Option) (*Driver, error) {
 	}
 	return &Driver{dir: full, done: make(chan struct{}), held: map[holdKey]*holding{}}, nil
 }
-
-// Dir returns the directory that holds the lock files (the prefix subdirectory).
-func (d *Driver) Dir() string { return d.dir }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
@@ -604,12 +602,13 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	return nil
 }
 
-// Sever closes every lock file descriptor this client holds, as the kernel does
+// sever closes every lock file descriptor this client holds, as the kernel does
 // when the process dies, so other clients can take the locks at once. The holder
 // learns it at its next refresh (driver.ErrNotHeld), which with automatic refresh
-// closes the lock's Lost channel. It is meant for tests, such as the conformance
-// suite's lost-session checks.
-func (d *Driver) Sever() {
+// closes the lock's Lost channel. Only the package's tests call it (the
+// conformance suite's Harness.Sever): in a live process nothing else closes a
+// lock's descriptor.
+func (d *Driver) sever() {
 	d.mu.Lock()
 	var files []*os.File
 	for _, h := range d.held {

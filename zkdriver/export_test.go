@@ -18,6 +18,10 @@ var (
 	Unavailable = unavailable
 )
 
+// Root returns the path of the node under which every key's lock lives (the
+// chroot, then the escaped prefix), for tests that look at the nodes there.
+func (d *Driver) Root() string { return d.root }
+
 // SessionForTest returns the live session's id, password and negotiated
 // timeout, as the last connect handshake gave them (Open only).
 func (d *Driver) SessionForTest() (id int64, passwd []byte, timeout time.Duration) {

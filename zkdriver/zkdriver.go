@@ -845,10 +845,6 @@ func waitSession(ctx context.Context, conn *zk.Conn, events <-chan zk.Event, tim
 	return nil
 }
 
-// Root returns the path of the node under which every key's lock lives:
-// the chroot, then the escaped prefix.
-func (d *Driver) Root() string { return d.root }
-
 // LockPath returns the path of key's lock node, the parent of the lock
 // queue's nodes. A go-zookeeper zk.Lock or a Curator InterProcessMutex made on
 // this path (on a client without chroot) takes the same lock.
