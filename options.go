@@ -33,6 +33,7 @@ type options struct {
 	ownerName    string // WithOwnerName; empty: host:pid
 	value        string // a leader's published value (Campaign)
 	err          error  // first invalid option value, reported by validate
+	required     capSet // WithRequired's capabilities
 
 	// Locker settings for telemetry, nil when none was given. Behind a
 	// pointer (copied on write by its options) so that the options every
