@@ -34,11 +34,15 @@
 //
 // # Token 0
 //
-// Token 0 is never admitted: it is what lock.Lock.Token returns on a backend
-// without fencing (Redlock, redis://...?fencing=false), and a program on such a
-// backend must not look fenced. Admit returns an error matching ErrZeroToken
-// (and lock.ErrInvalidArgument) and changes nothing. To make a program refuse
-// to start on such a backend, open it with lock.WithRequired(lock.Capabilities{Fencing: true}).
+// Token 0 is never admitted. No lock has it: lock.Lock.Token is at least 1,
+// and panics on a backend without fencing (Redlock, redis://...?fencing=false)
+// rather than return a token that protects nothing. A 0 is therefore a token
+// that was never set (a variable left at its zero value, a missing
+// DISTLOCK_TOKEN, a driver.Grant from a backend without fencing), and
+// admitting it would make an unfenced writer look fenced. Admit returns an
+// error matching ErrZeroToken (and lock.ErrInvalidArgument) and changes
+// nothing. To make a program refuse to start on a backend without tokens,
+// open it with lock.WithRequired(lock.Capabilities{Fencing: true}).
 //
 // # Resource names
 //
@@ -66,9 +70,9 @@ var (
 	// *StaleError naming the resource and the token offered, never the data.
 	ErrStale = errors.New("stale fencing token")
 
-	// ErrZeroToken is returned by Admit for token 0, the token of a lock from a
-	// backend without fencing, which no Checker admits.
-	ErrZeroToken = fmt.Errorf("%w: fencing token 0 (the lock's backend has no fencing)", driver.ErrInvalidArgument)
+	// ErrZeroToken is returned by Admit for token 0, which no lock has (see
+	// Token 0 above) and no Checker admits.
+	ErrZeroToken = fmt.Errorf("%w: fencing token 0 (no lock has it: a token never set, or from a backend without fencing)", driver.ErrInvalidArgument)
 
 	// ErrInvalidResource is returned by Admit for a resource name that is
 	// empty, longer than 1024 bytes, not valid UTF-8, or holds a control
