@@ -25,12 +25,24 @@
 //
 // A Checker admits token t for a resource when t >= the largest token admitted
 // for it so far, and then remembers t. Equal is admitted because one holder
-// writes many times with its one token; the README's old rule "reject a token
-// lower than or equal to" refused a holder's second write. Strictly smaller is
+// writes many times with its one token (the "WHERE fence < $tok" this
+// repository once showed refused a holder's second write). Strictly smaller is
 // refused because a smaller token belongs to a holder the lock has since been
 // given away from. The check and the write must be atomic with respect to other
 // writers (one statement, one transaction holding the row lock, one mutex):
 // otherwise an old holder can pass the check, pause, and write after a newer one.
+//
+// # Which fence for which store
+//
+//   - SQL: a table in a PostgreSQL, MySQL/MariaDB or SQLite database, checked
+//     in the guarded write's own transaction (Admit before the write), or
+//     StaleIfNoRows for a table that carries its own fence column.
+//   - Memory: a resource in one process; Guard runs the write under the check.
+//   - Handler: an HTTP service that is itself the resource; clients send
+//     Header (SetHeader), for example curl -H "Fencing-Token: report;$DISTLOCK_TOKEN"
+//     from a distlock run child.
+//   - Redis and etcd as the resource: their driver modules' fenced writes, which
+//     keep the root module free of their clients.
 //
 // # Token 0
 //
