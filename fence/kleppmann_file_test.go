@@ -77,11 +77,18 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 	if _, err := fmt.Sscanf(next("its token"), "token %d", &firstToken); err != nil {
 		t.Fatal(err)
 	}
+	// The timeline, logged for docs/FENCING.md.
+	begin := time.Now()
+	event := func(format string, args ...any) {
+		t.Logf("%6.1fms  %s", float64(time.Since(begin).Microseconds())/1000, fmt.Sprintf(format, args...))
+	}
+	event("holder A (pid %d) holds %q with token %d", cmd.Process.Pid, key, firstToken)
 
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stoppedAt := waitStopped(t, ctx, cmd.Process.Pid)
+	event("A frozen (SIGSTOP)")
 	second, err := lock.Open(ctx, (&url.URL{Scheme: "file", Path: dir}).String())
 	if err != nil {
 		t.Fatal(err)
@@ -94,18 +101,22 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	event("A's 200ms lease has run out; its flock stays, so B cannot take the lock")
 	if err := second.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
 	}
+	event("operator evicts A (ForceRelease)")
 	err = second.Do(ctx, key, func(ctx context.Context) error {
 		l, _ := lock.FromContext(ctx)
 		if l.Token() <= firstToken {
 			t.Errorf("second token %d is not above the frozen holder's %d", l.Token(), firstToken)
 		}
+		event("holder B holds %q with token %d", key, l.Token())
 		code, body, err := put(ctx, rs.URL, key, l.Token(), "second")
 		if err == nil && code != http.StatusOK {
 			t.Errorf("second holder's PUT: %d %s", code, body)
 		}
+		event("B's write, token %d: %d", l.Token(), code)
 		return err
 	})
 	if err != nil {
@@ -115,12 +126,15 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	event("A continued (SIGCONT); it writes as if it still held the lock")
 	if _, err := stdin.Write([]byte("write\n")); err != nil {
 		t.Fatal(err)
 	}
-	if got := next("its write's status"); !strings.HasPrefix(got, "status 409 ") || !strings.Contains(got, "stale") {
+	got := next("its write's status")
+	if !strings.HasPrefix(got, "status 409 ") || !strings.Contains(got, "stale") {
 		t.Fatalf("the resumed holder's write: %q, want status 409 naming a stale token", got)
 	}
+	event("A's write, token %d: %s", firstToken, strings.TrimPrefix(got, "status "))
 	if got := rs.stored(); got != "second" {
 		t.Fatalf("stored %q, want the second holder's", got)
 	}

@@ -230,10 +230,17 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 	if _, err := fmt.Sscanf(next("its token"), "token %d", &firstToken); err != nil {
 		t.Fatal(err)
 	}
+	// The timeline, logged for docs/FENCING.md.
+	begin := time.Now()
+	event := func(format string, args ...any) {
+		t.Logf("%7.1fms  %s", float64(time.Since(begin).Microseconds())/1000, fmt.Sprintf(format, args...))
+	}
+	event("holder A (pid %d) holds the advisory lock with token %d", cmd.Process.Pid, firstToken)
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	waitProcessStopped(t, ctx, cmd.Process.Pid)
+	event("A frozen (SIGSTOP); its session keeps the lock")
 
 	second, err := lock.Open(ctx, lockURL)
 	if err != nil {
@@ -246,12 +253,16 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 	if err := second.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
 	}
+	event("operator evicts A (ForceRelease ends its session)")
 	err = second.Do(ctx, key, func(ctx context.Context) error {
 		l, _ := lock.FromContext(ctx)
 		if l.Token() <= firstToken {
 			t.Errorf("second token %d is not above the frozen holder's %d", l.Token(), firstToken)
 		}
-		return writeFenced(ctx, db, key, l.Token(), "second")
+		event("holder B holds the lock with token %d", l.Token())
+		err := writeFenced(ctx, db, key, l.Token(), "second")
+		event("B's fenced write, token %d: %v", l.Token(), err)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -260,12 +271,14 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	event("A continued (SIGCONT); it writes as if it still held the lock")
 	if _, err := stdin.Write([]byte("write\n")); err != nil {
 		t.Fatal(err)
 	}
 	if got := next("its write's outcome"); got != "stale" {
 		t.Fatalf("the resumed holder's fenced write: %q, want stale", got)
 	}
+	event("A's fenced write, token %d: ErrStale, rolled back", firstToken)
 	var value string
 	if err := db.QueryRowContext(ctx, `SELECT value FROM fence_demo WHERE id = $1`, key).Scan(&value); err != nil {
 		t.Fatal(err)
