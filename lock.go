@@ -146,7 +146,8 @@ type Locker struct {
 
 // New returns a Locker over a driver built by the caller, for example from a
 // client the program already has. Options set the defaults of every call; an
-// invalid option is reported by the first call that uses it.
+// invalid option, or a WithRequired capability the driver lacks, is reported by
+// every call that uses it (New itself cannot fail).
 func New(d driver.Driver, opts ...Option) *Locker {
 	lk := &Locker{
 		d:        d,

@@ -70,9 +70,13 @@ func ParseHeader(h http.Header) (resource string, token uint64, ok bool, err err
 // admitted; requests for different resources run in parallel. That order holds
 // within one Handler: a resource served by several processes needs its check
 // and write atomic in the store they share (SQL, for example), not here.
+// A nil c or next panics, as http.Handle does for a nil handler: it is a
+// programming error, and a Handler without a Checker would fence nothing.
 func Handler(c Checker, next http.Handler) http.Handler {
-	h := &handler{c: c, next: next}
-	return h
+	if c == nil || next == nil {
+		panic("fence: Handler with a nil Checker or next handler")
+	}
+	return &handler{c: c, next: next}
 }
 
 type handler struct {

@@ -13,8 +13,8 @@ import (
 //
 // Admit alone only records the token; the write that follows is not atomic
 // with it. Guard admits and runs the write under the resource's turn, which
-// is what makes a stale holder harmless. The zero Memory is not usable; call
-// NewMemory. A Memory is safe for concurrent use.
+// is what makes a stale holder harmless. The zero Memory is ready to use, as
+// is NewMemory's. A Memory is safe for concurrent use.
 type Memory struct {
 	busy    busyResources
 	mu      sync.Mutex
@@ -56,6 +56,9 @@ func (m *Memory) Guard(ctx context.Context, resource string, token uint64, write
 	if token < m.highest[resource] {
 		m.mu.Unlock()
 		return stale(resource, token)
+	}
+	if m.highest == nil {
+		m.highest = make(map[string]uint64)
 	}
 	m.highest[resource] = token
 	m.mu.Unlock()

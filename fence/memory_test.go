@@ -41,6 +41,13 @@ func TestMemoryAdmitsEqualAndLargerTokensAndRefusesSmaller(t *testing.T) {
 	if err := m.Admit(ctx, "invoice:43", 1); err != nil {
 		t.Fatalf("another resource's first token: %v", err)
 	}
+	var zero fence.Memory // ready to use
+	if err := zero.Admit(ctx, "r", 3); err != nil {
+		t.Fatalf("zero Memory's Admit(3): %v", err)
+	}
+	if err := zero.Admit(ctx, "r", 2); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("zero Memory's Admit(2) after 3: %v, want ErrStale", err)
+	}
 }
 
 // Token 0 (a backend without fencing), bad names and an ended context are

@@ -128,6 +128,13 @@ func (s SQL) Rules(ctx context.Context) error {
 			return fmt.Errorf("step %d: %#v does not name the resource and token", i, err)
 		}
 	}
+	// A new resource's first token is admitted on a connection whose last
+	// Admit was refused (on MySQL, the refusal's LAST_INSERT_ID must not carry
+	// over to the insert).
+	if err := f.Admit(ctx, conn, "fresh", 1); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("first Admit(1) of a new resource on the connection of a refusal: %w", err)
+	}
 	if err := f.On(tx).Admit(ctx, "r", 6); !errors.Is(err, fence.ErrStale) {
 		tx.Rollback()
 		return fmt.Errorf("On(tx).Admit(6) after 7 = %v, want ErrStale", err)
