@@ -26,14 +26,14 @@ type options struct {
 	ttl          time.Duration
 	autoRefresh  bool
 	shared       bool
-	permits      int // 0: not a semaphore (WithPermits not given)
+	required     capSet // WithRequired's capabilities (in the padding after the bools)
+	permits      int    // 0: not a semaphore (WithPermits not given)
 	backoff      Backoff
 	closeTimeout time.Duration
 	grace        time.Duration
 	ownerName    string // WithOwnerName; empty: host:pid
 	value        string // a leader's published value (Campaign)
 	err          error  // first invalid option value, reported by validate
-	required     capSet // WithRequired's capabilities
 
 	// Locker settings for telemetry, nil when none was given. Behind a
 	// pointer (copied on write by its options) so that the options every

@@ -26,7 +26,7 @@ func WithRequired(caps Capabilities) Option {
 }
 
 // capSet is a set of the boolean capabilities, one bit each in capNames's
-// order, so that the options every call copies grow by a byte.
+// order, small enough to sit in the padding of the options every call copies.
 type capSet uint8
 
 // capNames names the capabilities in the order of their bits, as errors print them.
