@@ -219,6 +219,11 @@ func (lk *Locker) validate(o *options) error {
 	if o.err != nil {
 		return o.err
 	}
+	if o.required != 0 {
+		if err := missingCapabilities(o.required, lk.caps); err != nil {
+			return err
+		}
+	}
 	if min, max := lk.caps.TTLRange(); o.ttl < min || o.ttl > max {
 		return fmt.Errorf("%w: TTL %v is outside this backend's range [%v, %v]", ErrInvalidArgument, o.ttl, min, max)
 	}

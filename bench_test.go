@@ -155,3 +155,21 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDo measures Do's round trip on mem: acquire, run an empty function,
+// release.
+func BenchmarkDo(b *testing.B) {
+	ctx := context.Background()
+	lk, err := lock.Open(ctx, "mem://bench-do")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lk.Close()
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := lk.Do(ctx, "k", fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

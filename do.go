@@ -11,6 +11,7 @@ import (
 // so work that honours its context stops touching the resource. Do returns fn's
 // error; if the lock was lost while fn ran it returns an error matching ErrLost
 // (joined with fn's error, if any). The lock is released even if fn panics.
+// FromContext(ctx) gives fn the Lock, for its Token.
 func (lk *Locker) Do(ctx context.Context, key string, fn func(context.Context) error, opts ...AcquireOption) (err error) {
 	if fn == nil {
 		return &Error{Op: "do", Key: key, Err: fmt.Errorf("%w: nil function", ErrInvalidArgument)}
@@ -47,7 +48,7 @@ func (lk *Locker) Do(ctx context.Context, key string, fn func(context.Context) e
 			}
 		}
 	}()
-	return fn(fctx)
+	return fn(&doContext{Context: fctx, l: l})
 }
 
 func (l *Lock) lostCause() error {
@@ -58,4 +59,34 @@ func (l *Lock) lostCause() error {
 		return ErrClosed
 	}
 	return l.cause()
+}
+
+// FromContext returns the Lock whose Do made ctx (or a context derived from
+// it), so a function run by Do can pass the lock's Token to the resource's
+// fence. Inside nested Do calls it returns the innermost one's Lock. It
+// returns false for any other context. The Lock is valid until that Do
+// returns; Do releases it, so the function must not.
+func FromContext(ctx context.Context) (*Lock, bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	l, ok := ctx.Value(doLockKey{}).(*Lock)
+	return l, ok
+}
+
+// doLockKey is the context key under which Do's context answers with its Lock.
+type doLockKey struct{}
+
+// doContext is Do's context: fn's cancellable context, answering
+// FromContext's question itself; one small allocation per Do.
+type doContext struct {
+	context.Context
+	l *Lock
+}
+
+func (c *doContext) Value(key any) any {
+	if key == (doLockKey{}) {
+		return c.l
+	}
+	return c.Context.Value(key)
 }

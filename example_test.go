@@ -226,3 +226,36 @@ func ExampleLocker_Inspect() {
 	// true 1 billing-2 true
 	// true
 }
+
+func ExampleFromContext() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-fromcontext")
+	defer locker.Close()
+
+	err := locker.Do(ctx, "invoice:42", func(ctx context.Context) error {
+		// The function Do runs finds its lock, and the fencing token to pass
+		// to the resource (see package fence).
+		l, _ := lock.FromContext(ctx)
+		fmt.Println("holding", l.Key(), "with a token:", l.Token() > 0)
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// holding invoice:42 with a token: true
+	// err: <nil>
+}
+
+func ExampleWithRequired() {
+	ctx := context.Background()
+	// A program that fences its writes refuses to start on a backend without
+	// tokens (redlock://, redis://...?fencing=false) instead of writing token 0.
+	locker, err := lock.Open(ctx, "mem://example-required", lock.WithRequired(lock.Capabilities{Fencing: true}))
+	if errors.Is(err, lock.ErrUnsupported) {
+		fmt.Println("this backend has no fencing tokens:", err)
+		return
+	}
+	defer locker.Close()
+	fmt.Println("fencing:", locker.Capabilities().Fencing)
+	// Output:
+	// fencing: true
+}

@@ -91,9 +91,15 @@
 // delayed. What the package promises instead is a fencing token: Token strictly
 // increases for successive holders of a key, across clients, expiry and restarts
 // wherever the backend keeps data. Pass it to the resource you protect and have the
-// resource reject a token lower than the highest it has seen:
+// resource reject a token lower than the highest it has seen, and admit an equal
+// one (a holder writes many times with its token):
 //
-//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
+//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence <= $2
+//
+// Package fence is that check for the stores people guard (an SQL table in the
+// write's transaction, an in-process resource, an HTTP service); FromContext gives
+// the function Do runs its Lock, and so its token; WithRequired makes Open refuse a
+// backend without fencing.
 //
 // # Read-write locks and semaphores
 //
@@ -181,7 +187,8 @@ type Locker struct {
 
 // New returns a Locker over a driver built by the caller, for example from a
 // client the program already has. Options set the defaults of every call; an
-// invalid option is reported by the first call that uses it.
+// invalid option, or a WithRequired capability the driver lacks, is reported by
+// every call that uses it (New itself cannot fail).
 func New(d driver.Driver, opts ...Option) *Locker {
 	lk := &Locker{
 		d:        d,

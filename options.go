@@ -26,7 +26,8 @@ type options struct {
 	ttl          time.Duration
 	autoRefresh  bool
 	shared       bool
-	permits      int // 0: not a semaphore (WithPermits not given)
+	required     capSet // WithRequired's capabilities (in the padding after the bools)
+	permits      int    // 0: not a semaphore (WithPermits not given)
 	backoff      Backoff
 	closeTimeout time.Duration
 	grace        time.Duration
