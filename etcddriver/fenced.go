@@ -90,6 +90,9 @@ func (f Fenced) Delete(ctx context.Context, key string, token uint64, opts ...cl
 
 // Token returns the largest token admitted for resource, 0 if none was.
 func (f Fenced) Token(ctx context.Context, resource string) (uint64, error) {
+	if f.KV == nil {
+		return 0, fmt.Errorf("etcddriver: fencing token of %q: %w: Fenced has no KV", resource, driver.ErrInvalidArgument)
+	}
 	resp, err := f.KV.Get(ctx, TokenKey(resource))
 	if err != nil {
 		return 0, fmt.Errorf("etcddriver: fencing token of %q: %w", resource, err)
@@ -109,7 +112,7 @@ func decodeToken(resource string, v []byte) (uint64, error) {
 }
 
 func (f Fenced) txn(ctx context.Context, op, resource string, token uint64, ops []clientv3.Op) ([]*pb.ResponseOp, error) {
-	if err := checkFenced(op, resource, token, len(ops)); err != nil {
+	if err := checkFenced(ctx, f.KV, op, resource, token, len(ops)); err != nil {
 		return nil, err
 	}
 	tk, enc := TokenKey(resource), encodeToken(token)
@@ -146,14 +149,20 @@ func (f Fenced) txn(ctx context.Context, op, resource string, token uint64, ops 
 	return nil, &staleWrite{op: op, stale: &fence.StaleError{Resource: resource, Token: token}, held: held}
 }
 
-func checkFenced(op, resource string, token uint64, nops int) error {
+// checkFenced returns the error for bad arguments or a context already
+// done, before anything is sent.
+func checkFenced(ctx context.Context, kv clientv3.KV, op, resource string, token uint64, nops int) error {
 	switch {
+	case kv == nil:
+		return fmt.Errorf("etcddriver: fenced %s %q: %w: Fenced has no KV", op, resource, driver.ErrInvalidArgument)
 	case token == 0:
 		return fmt.Errorf("etcddriver: fenced %s %q: %w", op, resource, fence.ErrZeroToken)
 	case resource == "":
 		return fmt.Errorf("etcddriver: fenced %s: %w: empty resource", op, driver.ErrInvalidArgument)
 	case nops == 0:
 		return fmt.Errorf("etcddriver: fenced %s %q: %w: no operations", op, resource, driver.ErrInvalidArgument)
+	case ctx.Err() != nil:
+		return fmt.Errorf("etcddriver: fenced %s %q: %w", op, resource, ctx.Err())
 	}
 	return nil
 }
@@ -186,7 +195,7 @@ func LockPrefix(prefix, key string) string { return lockPrefix(normalizePrefix(p
 // create revision in the transaction (concurrency.Mutex.IsOwner's compare),
 // so a key deleted between the two fails the compare.
 func (f Fenced) TxnIfHeld(ctx context.Context, lockPrefix string, token uint64, ops ...clientv3.Op) ([]*pb.ResponseOp, error) {
-	if err := checkFenced("txn if held", lockPrefix, token, len(ops)); err != nil {
+	if err := checkFenced(ctx, f.KV, "txn if held", lockPrefix, token, len(ops)); err != nil {
 		return nil, err
 	}
 	if token > 1<<63-1 {

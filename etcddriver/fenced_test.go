@@ -153,6 +153,7 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 		{"TxnIfHeld with token 0", errHeld, fence.ErrZeroToken},
 		{"Txn without operations", errTxn, lock.ErrInvalidArgument},
 		{"the empty resource", f.Put(ctx, "", "v", 1), lock.ErrInvalidArgument},
+		{"no KV", etcddriver.Fenced{}.Put(ctx, key, "v", 1), lock.ErrInvalidArgument},
 	} {
 		if !errors.Is(tc.err, tc.is) || !errors.Is(tc.err, lock.ErrInvalidArgument) {
 			t.Errorf("%s: err = %v, want %v (and lock.ErrInvalidArgument)", tc.name, tc.err, tc.is)
@@ -161,6 +162,21 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 	wantValue(t, ctx, c, key, "<none>")
 	wantValue(t, ctx, c, etcddriver.TokenKey(key), "<none>")
 	wantValue(t, ctx, c, etcddriver.TokenKey(""), "<none>")
+}
+
+func TestFencedWriteHonoursItsContext(t *testing.T) {
+	c := newClient(t, testserverEtcd(t))
+	f := etcddriver.Fenced{KV: c}
+	key := testPrefix(t) + "/k"
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.Put(ctx, key, "v", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put with a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := f.TxnIfHeld(ctx, etcddriver.LockPrefix(testPrefix(t), "k"), 1, clientv3.OpPut(key, "v")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("TxnIfHeld with a cancelled context: %v, want context.Canceled", err)
+	}
+	wantValue(t, fencedCtx(t), c, key, "<none>")
 }
 
 func TestFencedWritesOfInterleavedTokensEndInTheLargestTokensWrite(t *testing.T) {

@@ -34,7 +34,8 @@ var fencedScript = redis.NewScript(fencedLua)
 // holder's write would be admitted again. Only writes through Fenced keep the
 // guarantee; a plain SET of the key is not checked.
 //
-// Client is any go-redis client (not a pipeline: each call needs its reply);
+// Client is any go-redis client (not a pipeline: each call needs its reply;
+// with ContextTimeoutEnabled, so that a call honours its context's deadline);
 // the lock may live on another server or backend, since the token is the
 // lock's and the check is the resource's.
 type Fenced struct {
@@ -71,6 +72,9 @@ func (f Fenced) Del(ctx context.Context, key string, token uint64) error {
 
 // Token returns the largest token admitted for key, 0 if none was.
 func (f Fenced) Token(ctx context.Context, key string) (uint64, error) {
+	if f.Client == nil {
+		return 0, fmt.Errorf("redisdriver: fencing token of %q: %w: Fenced has no Client", key, driver.ErrInvalidArgument)
+	}
 	tk, err := TokenKey(key)
 	if err != nil {
 		return 0, err
@@ -134,6 +138,9 @@ func (e *staleWrite) Unwrap() error { return e.stale }
 
 // write runs fenced.lua for the write args on key.
 func (f Fenced) write(ctx context.Context, op, key string, token uint64, args ...any) error {
+	if f.Client == nil {
+		return fmt.Errorf("redisdriver: fenced %s %q: %w: Fenced has no Client", op, key, driver.ErrInvalidArgument)
+	}
 	if token == 0 {
 		return fmt.Errorf("redisdriver: fenced %s %q: %w", op, key, fence.ErrZeroToken)
 	}

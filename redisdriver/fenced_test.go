@@ -184,6 +184,7 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 		{"HSET with a field and no value", f.HSet(ctx, key, 1, "f"), lock.ErrInvalidArgument},
 		{"a key with '}' and no hash tag", f.Set(ctx, key+"}", "v", 1, 0), lock.ErrInvalidArgument},
 		{"the empty key", f.Set(ctx, "", "v", 1, 0), lock.ErrInvalidArgument},
+		{"no Client", Fenced{}.Set(ctx, key, "v", 1, 0), lock.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.is) || !errors.Is(tc.err, lock.ErrInvalidArgument) {
@@ -192,6 +193,20 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 	}
 	if n := c.Exists(ctx, key, tk, key+"}", "").Val(); n != 0 {
 		t.Fatalf("refused calls wrote %d keys", n)
+	}
+}
+
+func TestFencedWriteHonoursItsContext(t *testing.T) {
+	c := adminClient(t, testserver.Redis(t))
+	f := Fenced{Client: c}
+	key := fencedKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.Set(ctx, key, "v", 1, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Set with a cancelled context: %v, want context.Canceled", err)
+	}
+	if n := c.Exists(fencedCtx(t), key).Val(); n != 0 {
+		t.Fatalf("a Set with a cancelled context wrote the key")
 	}
 }
 
