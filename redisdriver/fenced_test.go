@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func wantToken(t *testing.T, ctx context.Context, f Fenced, key string, want uin
 	}
 }
 
-func wantValue(t *testing.T, ctx context.Context, c *redis.Client, key, want string) {
+func wantValue(t *testing.T, ctx context.Context, c redis.Cmdable, key, want string) {
 	t.Helper()
 	got, err := c.Get(ctx, key).Result()
 	if err != nil || got != want {
@@ -356,14 +357,24 @@ func TestFencedWritesOfInterleavedTokensOnACluster(t *testing.T) {
 	}
 }
 
-// The child's side of the paused-holder test: resource is "URL KEY".
+// The child's side of the paused-holder test: resource is "URL KEY", URL a
+// redis:// or redis+cluster:// one.
 func staleHolderWrite(ctx context.Context, resource string, token uint64, value string) error {
-	u, key, _ := strings.Cut(resource, " ")
-	o, err := redis.ParseURL(u)
-	if err != nil {
-		return err
+	raw, key, _ := strings.Cut(resource, " ")
+	var c redis.UniversalClient
+	if strings.HasPrefix(raw, "redis+cluster://") {
+		u, err := neturl.Parse(raw)
+		if err != nil {
+			return err
+		}
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: append([]string{u.Host}, u.Query()["addr"]...)})
+	} else {
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return err
+		}
+		c = redis.NewClient(o)
 	}
-	c := redis.NewClient(o)
 	defer c.Close()
 	return Fenced{Client: c}.Set(ctx, key, value, token, 0)
 }
@@ -371,11 +382,33 @@ func staleHolderWrite(ctx context.Context, resource string, token uint64, value 
 // Kleppmann's scenario: a holder process takes the lock and writes, is
 // frozen past its TTL, a second holder takes the lock and writes with its
 // larger token; the first resumes and writes with its old token: refused,
-// and the value stays the second holder's.
+// and the value stays the second holder's. On one server, and on a Cluster
+// (lock and value both on it).
 func TestPausedHolderWriteIsRefusedAfterItsSuccessorWrote(t *testing.T) {
-	url := testserver.Redis(t)
+	for _, where := range []string{"server", "cluster"} {
+		t.Run(where, func(t *testing.T) {
+			var url string
+			var c redis.UniversalClient
+			if where == "server" {
+				url = testserver.Redis(t)
+				c = adminClient(t, url)
+			} else {
+				cl := startCluster(t)
+				var addrs []string
+				for _, n := range cl.nodes {
+					addrs = append(addrs, n.Options().Addr)
+				}
+				url = cl.url
+				c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+				defer c.Close()
+			}
+			pausedHolderRefused(t, url, c)
+		})
+	}
+}
+
+func pausedHolderRefused(t *testing.T, url string, c redis.UniversalClient) {
 	ctx := fencedCtx(t)
-	c := adminClient(t, url)
 	key, resource := fencedKey(t), fencedKey(t)
 	const ttl = time.Second
 	first := staleholder.Start(t, staleholder.Spec{URL: url, Key: key, TTL: ttl, Resource: url + " " + resource, First: "holder 1, before its pause"})
