@@ -25,6 +25,12 @@ func fencedCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// fencedPrefix is a prefix of its own for each run of t (-count=N): a
+// token key outlives the test, by design.
+func fencedPrefix(t *testing.T) string {
+	return testPrefix(t) + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
 // wantStale fails t unless err is a refusal by the stored token by.
 func wantStale(t *testing.T, err error, by uint64) {
 	t.Helper()
@@ -59,7 +65,7 @@ func TestFencedPutAdmitsEqualAndLargerTokensAndRefusesSmallerOnes(t *testing.T) 
 	ctx := fencedCtx(t)
 	c := newClient(t, testserverEtcd(t))
 	f := etcddriver.Fenced{KV: c}
-	key := testPrefix(t) + "/invoice"
+	key := fencedPrefix(t) + "/invoice"
 	if err := f.Put(ctx, key, "a", 5); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +95,8 @@ func TestFencedDeleteKeepsTheTokenSoOlderHoldersStayRefused(t *testing.T) {
 	ctx := fencedCtx(t)
 	c := newClient(t, testserverEtcd(t))
 	f := etcddriver.Fenced{KV: c}
-	key := testPrefix(t) + "/invoice"
+	p := fencedPrefix(t)
+	key := p + "/invoice"
 	if err := f.Put(ctx, key, "v", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,7 @@ func TestFencedDeleteKeepsTheTokenSoOlderHoldersStayRefused(t *testing.T) {
 	wantStale(t, f.Put(ctx, key, "old", 5), 6)
 	wantValue(t, ctx, c, key, "<none>")
 	// A range delete of the values leaves the token.
-	if _, err := c.Delete(ctx, testPrefix(t)+"/", clientv3.WithPrefix()); err != nil {
+	if _, err := c.Delete(ctx, p+"/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	wantToken(t, ctx, f, key, 6)
@@ -114,7 +121,7 @@ func TestFencedTxnRunsEveryOperationOrNone(t *testing.T) {
 	ctx := fencedCtx(t)
 	c := newClient(t, testserverEtcd(t))
 	f := etcddriver.Fenced{KV: c}
-	p := testPrefix(t)
+	p := fencedPrefix(t)
 	resps, err := f.Txn(ctx, p+"/order", 3,
 		clientv3.OpPut(p+"/order/state", "paid"), clientv3.OpPut(p+"/order/receipt", "r-1"), clientv3.OpGet(p+"/order/state"))
 	if err != nil {
@@ -139,8 +146,9 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 	ctx := fencedCtx(t)
 	c := newClient(t, testserverEtcd(t))
 	f := etcddriver.Fenced{KV: c}
-	key := testPrefix(t) + "/k"
-	lockName := etcddriver.LockPrefix(testPrefix(t), "k")
+	p := fencedPrefix(t)
+	key := p + "/k"
+	lockName := etcddriver.LockPrefix(p, "k")
 	_, errTxn := f.Txn(ctx, key, 1)
 	_, errHeld := f.TxnIfHeld(ctx, lockName, 0, clientv3.OpPut(key, "v"))
 	for _, tc := range []struct {
@@ -167,13 +175,14 @@ func TestFencedWriteRefusesBadArgumentsAndChangesNothing(t *testing.T) {
 func TestFencedWriteHonoursItsContext(t *testing.T) {
 	c := newClient(t, testserverEtcd(t))
 	f := etcddriver.Fenced{KV: c}
-	key := testPrefix(t) + "/k"
+	p := fencedPrefix(t)
+	key := p + "/k"
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := f.Put(ctx, key, "v", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Put with a cancelled context: %v, want context.Canceled", err)
 	}
-	if _, err := f.TxnIfHeld(ctx, etcddriver.LockPrefix(testPrefix(t), "k"), 1, clientv3.OpPut(key, "v")); !errors.Is(err, context.Canceled) {
+	if _, err := f.TxnIfHeld(ctx, etcddriver.LockPrefix(p, "k"), 1, clientv3.OpPut(key, "v")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("TxnIfHeld with a cancelled context: %v, want context.Canceled", err)
 	}
 	wantValue(t, fencedCtx(t), c, key, "<none>")
@@ -185,7 +194,7 @@ func TestFencedWritesOfInterleavedTokensEndInTheLargestTokensWrite(t *testing.T)
 	f := etcddriver.Fenced{KV: c}
 	for _, op := range []string{"put", "delete"} {
 		t.Run(op, func(t *testing.T) {
-			key := testPrefix(t) + "/value"
+			key := fencedPrefix(t) + "/value"
 			value := func(a fencetest.Attempt) string { return strconv.FormatUint(a.Token, 10) + "/" + strconv.Itoa(a.N) }
 			isDel := func(a fencetest.Attempt) bool { return op == "delete" && (a.Final || a.N%3 == 2) }
 			final := fencetest.Interleave(t, ctx, 8, 30, 3, func(ctx context.Context, a fencetest.Attempt) (uint64, error) {
@@ -214,7 +223,7 @@ func TestTxnIfHeldWritesOnlyWhileTheLockIsHeld(t *testing.T) {
 	c := newClient(t, url)
 	f := etcddriver.Fenced{KV: c}
 	lk, d := newLocker(t, url)
-	res := testPrefix(t) + "-resource"
+	res := fencedPrefix(t) + "-resource"
 	for _, how := range []string{"released", "lease revoked"} {
 		l, err := lk.Acquire(ctx, "job")
 		if err != nil {
@@ -249,7 +258,7 @@ func TestTxnIfHeldOfSuccessiveHoldersRefusesEveryLateWrite(t *testing.T) {
 	url := testserverEtcd(t)
 	c := newClient(t, url)
 	f := etcddriver.Fenced{KV: c}
-	res := testPrefix(t) + "-resource"
+	res := fencedPrefix(t) + "-resource"
 	const holders, rounds = 4, 8
 	var (
 		mu      sync.Mutex
@@ -317,7 +326,7 @@ func TestPausedOrSeveredHolderWriteIsRefusedAfterItsSuccessorWrote(t *testing.T)
 				ctx := fencedCtx(t)
 				c := newClient(t, url)
 				f := etcddriver.Fenced{KV: c}
-				p := testPrefix(t)
+				p := fencedPrefix(t)
 				lockName := etcddriver.LockPrefix(p, "job")
 				value := p + "-resource"
 				resource := strings.Join(endpoints(url), ",") + " stored " + value
