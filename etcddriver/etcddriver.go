@@ -241,6 +241,32 @@
 // (each Observe) costs an etcd watch and a goroutine until its context ends or
 // the Driver closes.
 //
+// # Fenced writes
+//
+// When the resource the lock guards is etcd itself, Fenced refuses the writes
+// of a superseded holder in the same transaction as the write, in either of
+// two ways:
+//
+//   - Fenced.Txn, Put and Delete compare the writer's token with the largest
+//     admitted before for the resource, stored in TokenKey(resource)
+//     (TokenKeyPrefix + resource, apart from the values so that a range
+//     delete leaves it), and admit an equal or larger one: etcd's
+//     clientv3.Compare on the stored value, in fixed-width decimal. Tokens
+//     from any backend work.
+//   - Fenced.TxnIfHeld compares the lock's own key, as
+//     concurrency.Mutex.IsOwner does: the key with create revision token (the
+//     token of this driver) must still exist. It refuses a holder whose lease
+//     expired or was revoked even before a successor wrote, and needs no
+//     token key; it takes the lock's name, Driver.LockPrefix(key) or
+//     LockPrefix(prefix, key).
+//
+// Refusals match fence.ErrStale; token 0 matches fence.ErrZeroToken.
+//
+//	err := etcddriver.Fenced{KV: client}.Put(ctx, "/invoices/42", "paid", l.Token())
+//	if errors.Is(err, fence.ErrStale) {
+//		// a newer holder has written: this one lost the lock while paused
+//	}
+//
 // # Leases and TTL
 //
 // A Driver keeps one lease per distinct lease TTL alive for every 1,000 of its
@@ -270,8 +296,8 @@
 //
 //   - Fencing: yes; the token is the create revision of the holder's key, which
 //     only grows, cluster-wide, across expiry, client restarts and server
-//     restarts (etcd keeps its revision). etcd's own IsOwner compare in a
-//     transaction can fence writes to etcd itself: CreateRevision(key) = token.
+//     restarts (etcd keeps its revision). Writes to etcd itself are fenced
+//     by Fenced (see Fenced writes).
 //   - Expiring: yes; a lock lives for its TTL unless refreshed (see above).
 //   - Notify: yes; a waiter watches its predecessor's key and is woken by its
 //     delete.

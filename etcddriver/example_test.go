@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/etcddriver"
+	"github.com/distlock/lock/fence"
 )
 
 // Open a Locker on an etcd cluster by URL; the blank import of etcddriver (here a
@@ -55,7 +56,7 @@ func ExampleNew() {
 	}
 	defer l.Release(ctx)
 	// The token is the create revision of the lock's key: pass it to the
-	// resource, or fence writes to etcd itself with a compare on it.
+	// resource, or fence writes to etcd itself with Fenced.
 	fmt.Println("fencing token", l.Token())
 	// The same lock, for etcd's own tools: etcdctl lock <this name>.
 	fmt.Println(d.LockPrefix("report:daily"))
@@ -110,6 +111,50 @@ func Example_semaphore() {
 		log.Fatal("render-farm is used with another number of permits: ", err)
 	}
 	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Fenced writes to etcd: a holder that paused past its TTL, or whose lease
+// was revoked, cannot overwrite what its successor wrote, whether or not it
+// noticed the loss.
+func ExampleFenced() {
+	ctx := context.Background()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, err := etcddriver.New(c)
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker := lock.New(d, lock.WithTTL(10*time.Second))
+	defer locker.Close()
+	l, err := locker.Acquire(ctx, "invoice:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	store := etcddriver.Fenced{KV: c}
+
+	// Admitted only if no holder with a larger token has written the
+	// resource "/invoices/42" (its token is kept in TokenKey("/invoices/42")).
+	_, err = store.Txn(ctx, "/invoices/42", l.Token(),
+		clientv3.OpPut("/invoices/42/state", "paid"),
+		clientv3.OpPut("/invoices/42/receipt", "r-1001"))
+	if errors.Is(err, fence.ErrStale) {
+		log.Print("a newer holder of invoice:42 has written; this write was refused")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+
+	// Or: admitted only while this lock is still held (its key exists).
+	_, err = store.TxnIfHeld(ctx, d.LockPrefix("invoice:42"), l.Token(),
+		clientv3.OpPut("/invoices/42/state", "shipped"))
+	if errors.Is(err, fence.ErrStale) {
+		log.Print("the lock on invoice:42 was lost; this write was refused")
+	} else if err != nil {
 		log.Fatal(err)
 	}
 }

@@ -52,3 +52,13 @@ func (d *Driver) AwaitRefreshWatch(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RefusedBy returns the stored token that refused a fenced write, from its
+// error.
+func RefusedBy(err error) (uint64, bool) {
+	var sw *staleWrite
+	if errors.As(err, &sw) {
+		return sw.held, true
+	}
+	return 0, false
+}

@@ -2,6 +2,7 @@ package redisdriver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/fence"
 	"github.com/distlock/lock/redisdriver"
 )
 
@@ -56,9 +58,9 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer l.Release(ctx)
-	// Pass the token to the resource, which rejects a token lower than the
-	// highest it has seen:
-	//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence < $2
+	// Pass the token to the resource, which refuses a token lower than the
+	// highest it has admitted (equal is admitted: this holder writes again):
+	//	UPDATE invoices SET ..., fence = $2 WHERE id = $1 AND fence <= $2
 	fmt.Println(l.Token() > 0)
 }
 
@@ -106,4 +108,31 @@ func Example_semaphore() {
 	defer l.Release(ctx)
 	// Each permit has its own fencing token, refresh, release and Lost().
 	fmt.Println(l.Token() > 0)
+}
+
+// A fenced write to a Redis value: a holder that paused past its TTL cannot
+// overwrite what its successor wrote, whether or not it noticed the loss.
+func ExampleFenced() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, os.Getenv("LOCK_URL"), lock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	store := redisdriver.Fenced{Client: rdb}
+
+	l, err := locker.Acquire(ctx, "invoice:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// Admitted only if no holder with a larger token has written.
+	err = store.HSet(ctx, "invoice:42", l.Token(), "state", "paid", "receipt", "r-1001")
+	if errors.Is(err, fence.ErrStale) {
+		log.Print("a newer holder of invoice:42 has written; this write was refused")
+	} else if err != nil {
+		log.Fatal(err)
+	}
 }

@@ -6,10 +6,12 @@ import (
 	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
-	conformance.HolderMain() // the holder processes of the fault properties
+	conformance.HolderMain()           // the holder processes of the fault properties
+	staleholder.Main(staleHolderWrite) // the paused holders of the fenced-write tests
 	leakcheck.VerifyTestMain(testserver.Main(m))
 }

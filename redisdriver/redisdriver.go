@@ -99,6 +99,26 @@
 // Tokens are about 1.8e15 today and stay below 2^53 (exact in JSON and
 // JavaScript) until the year 2255.
 //
+// # Fenced writes
+//
+// When the resource the lock guards is itself a Redis value, Fenced makes the
+// check the README asks of a resource: Fenced.Set, HSet and Del run one
+// script that compares the writer's token with the largest token admitted
+// for the key and writes, or refuses with an error matching fence.ErrStale,
+// atomically. Equal tokens are admitted (one holder writes many times), token
+// 0 never is. The token lives in its own key, TokenKey(key) =
+// "{T}:fence:"+key, where T is the key's hash tag or, without one, the whole
+// key, so both keys share a Cluster slot; it has no TTL and survives Del.
+// The lock may live anywhere (another server, another backend): the token
+// comes from the lock, the check from the resource.
+//
+//	l, err := locker.Acquire(ctx, "invoice:42")
+//	...
+//	err = redisdriver.Fenced{Client: rdb}.Set(ctx, "invoice:42:state", "paid", l.Token(), 0)
+//	if errors.Is(err, fence.ErrStale) {
+//		// a newer holder has written: this one lost the lock while paused
+//	}
+//
 // # Without fencing
 //
 // fencing=false (WithFencing(false)) is the faster, weaker choice, for users

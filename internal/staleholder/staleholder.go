@@ -1,0 +1,238 @@
+// Package staleholder runs Kleppmann's scenario against a real fenced
+// resource: a lock holder in a child process (the test binary run again)
+// takes a lock through lock.Open, writes the resource with its token, and
+// can then be frozen (SIGSTOP) past its TTL or have its session severed;
+// told to write again, it writes with its old token, as a process that woke
+// from a pause would, and reports whether the resource refused the write
+// with fence.ErrStale.
+//
+// A test package calls Main first in its TestMain, with the fenced write it
+// tests, and Start in a test:
+//
+//	func TestMain(m *testing.M) {
+//		staleholder.Main(fencedWrite)
+//		leakcheck.VerifyTestMain(testserver.Main(m))
+//	}
+package staleholder
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock"
+	"github.com/distlock/lock/fence"
+)
+
+// env carries a holder process's Spec, as JSON.
+const env = "DISTLOCK_STALEHOLDER"
+
+// Spec is what a holder process does.
+type Spec struct {
+	URL string        // the lock's backend, for lock.Open
+	Key string        // the lock's key
+	TTL time.Duration // the lock's TTL
+	// Resource names the fenced resource for the package's Write function
+	// (for example a server's URL and a key); First is the value the
+	// holder writes once it holds the lock.
+	Resource, First string
+}
+
+// Write is a fenced write of value to resource with token.
+type Write func(ctx context.Context, resource string, token uint64, value string) error
+
+// Outcomes of a holder's late write, as Holder.Write reports them.
+const (
+	Admitted = "admitted"
+	Stale    = "stale" // the error matched fence.ErrStale
+)
+
+// Main turns the test binary into a holder process when Start started it as
+// one (and exits), and returns at once otherwise.
+func Main(write Write) {
+	raw := os.Getenv(env)
+	if raw == "" {
+		return
+	}
+	os.Exit(runHolder(raw, write))
+}
+
+func runHolder(raw string, write Write) int {
+	var spec Spec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		fmt.Printf("error bad %s: %v\n", env, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL))
+	if err != nil {
+		fmt.Printf("error %s\n", oneLine(err))
+		return 1
+	}
+	defer lk.Close()
+	l, err := lk.Acquire(ctx, spec.Key)
+	if err != nil {
+		fmt.Printf("error %s\n", oneLine(err))
+		return 1
+	}
+	tok := l.Token()
+	if err := write(ctx, spec.Resource, tok, spec.First); err != nil {
+		fmt.Printf("error first write: %s\n", oneLine(err))
+		return 1
+	}
+	fmt.Printf("held %d\n", tok)
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		return 0
+	}
+	// The late write: with the token of a lock this process may no longer
+	// hold, whatever l.Lost() says by now, as a process that was paused
+	// between its check and its write.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = write(wctx, spec.Resource, tok, in.Text())
+	wcancel()
+	switch {
+	case err == nil:
+		fmt.Println(Admitted)
+	case errors.Is(err, fence.ErrStale):
+		fmt.Println(Stale)
+	default:
+		fmt.Printf("error %s\n", oneLine(err))
+	}
+	for in.Scan() { // until the test is done with us
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	_ = l.Release(rctx) // ErrLost, normally: the lock is its successor's
+	return 0
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// Holder is a running holder process.
+type Holder struct {
+	Token uint64 // the token it holds (or held) the lock with
+
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string   // its standard output, line by line
+	done  chan struct{} // closed once the process was reaped
+}
+
+// Start starts a holder process of spec and returns once it holds the lock
+// and has written spec.First. The process is killed when t ends.
+func Start(t testing.TB, spec Spec) *Holder {
+	t.Helper()
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatalf("holder process: %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("holder process: %v", err)
+	}
+	// The kernel kills the holder if the test binary dies first (a frozen
+	// holder could not notice). Pdeathsig follows the starting thread, so
+	// the starting goroutine keeps its thread until the holder has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	h := &Holder{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer close(h.done)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		t.Fatalf("starting a holder process: %v", err)
+	}
+	t.Cleanup(h.kill)
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	line := h.next(t, 30*time.Second, "hold the lock and write")
+	f := strings.Fields(line)
+	if len(f) != 2 || f[0] != "held" {
+		t.Fatalf("holder process: %s", line)
+	}
+	if h.Token, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+		t.Fatalf("holder process: bad line %q", line)
+	}
+	return h
+}
+
+// next returns the holder's next line, failing t if none comes within bound.
+func (h *Holder) next(t testing.TB, bound time.Duration, what string) string {
+	t.Helper()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			t.Fatalf("the holder process exited before it could %s: does TestMain call staleholder.Main first?", what)
+		}
+		return line
+	case <-timer.C:
+		t.Fatalf("the holder process did not %s within %v", what, bound)
+	}
+	return ""
+}
+
+// Freeze stops the holder (SIGSTOP): its connections stay open, it neither
+// refreshes its lock nor notices losing it.
+func (h *Holder) Freeze(t testing.TB) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("freezing the holder process: %v", err)
+	}
+}
+
+// Write has the holder write value with its token, resuming it first if it
+// is frozen (the value is in its input before it runs again), and returns
+// the outcome: Admitted, Stale, or "error ..." for any other error.
+func (h *Holder) Write(t testing.TB, value string) string {
+	t.Helper()
+	if strings.Contains(value, "\n") {
+		t.Fatalf("staleholder: a value holds no newline")
+	}
+	if _, err := io.WriteString(h.stdin, value+"\n"); err != nil {
+		t.Fatalf("telling the holder process to write: %v", err)
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("resuming the holder process: %v", err)
+	}
+	return h.next(t, 30*time.Second, "write")
+}
+
+// kill kills the holder (frozen or not) and waits until it was reaped.
+func (h *Holder) kill() {
+	_ = h.cmd.Process.Signal(syscall.SIGKILL)
+	_ = h.stdin.Close()
+	<-h.done
+	for range h.lines { // its pipe's reader ends with the process
+	}
+}
