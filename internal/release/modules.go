@@ -39,6 +39,7 @@ var unreleased = []string{
 	"internal/testserver/servertest",
 	"gocronlock/internal/redistest",
 	"internal/release",
+	"fence/fencetest",
 }
 
 // noReplace lists the modules whose go.mod has no replace directive at all:
