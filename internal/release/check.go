@@ -192,6 +192,18 @@ func newChecker(proxyDir, tmp string, log func(string, ...any)) (*checker, error
 	return &checker{proxyDir: proxyDir, tmp: tmp, env: env, log: log}, nil
 }
 
+// setProxy points the checker's commands at another proxy for distlock's
+// modules.
+func (c *checker) setProxy(dir string) {
+	for i, kv := range c.env {
+		if strings.HasPrefix(kv, "GOPROXY=file://"+c.proxyDir+",") {
+			c.env[i] = "GOPROXY=file://" + dir + "," + strings.TrimPrefix(kv, "GOPROXY=file://"+c.proxyDir+",")
+			c.proxyDir = dir
+			return
+		}
+	}
+}
+
 // run runs a command in dir and returns its combined output.
 func (c *checker) run(dir string, timeout time.Duration, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

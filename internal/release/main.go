@@ -12,7 +12,6 @@
 //	release require -placeholder      the layout before the first release (for the check's own test)
 //	release proxy -out DIR            serve every release tag and HEAD (as a pseudo-version and as "main")
 //	release proxy -out DIR -version V serve HEAD as V, and every earlier release tag
-//	release proxy -out DIR -tags-only serve the release tags only
 //	release check -proxy DIR -query Q check a consumer's first commands at Q (a version, or main)
 //	release tidy -proxy DIR           go mod tidy in every module, as a user's machine resolves them
 //	release changelog -version V      CHANGELOG.md's Unreleased section becomes V's
@@ -51,7 +50,6 @@ func main() {
 	query := fs.String("query", "", "what the user asks for: a version or main")
 	base := fs.String("base", "", "the previous release")
 	ph := fs.Bool("placeholder", false, "write the layout before the first release")
-	tagsOnly := fs.Bool("tags-only", false, "serve the release tags only, not HEAD (what gorelease compares against)")
 	_ = fs.Parse(os.Args[2:])
 	if *version != "" && (!semver.IsValid(*version) || semver.Canonical(*version) != *version || semver.Prerelease(*version) != "") {
 		fatal(fmt.Errorf("version %q is not of the form vMAJOR.MINOR.PATCH", *version))
@@ -78,7 +76,7 @@ func main() {
 			fatal(fmt.Errorf("proxy needs -out"))
 		}
 		var notes []string
-		notes, err = buildProxy(root, mustAbs(*out), *version, *tagsOnly, mods)
+		notes, err = buildProxy(root, mustAbs(*out), *version, mods)
 		for _, n := range notes {
 			logf("note: %s", n)
 		}
@@ -121,9 +119,7 @@ func main() {
 // that version (a release being checked before it is tagged); without, HEAD
 // as its pseudo-version and as the answer to "main". Either way every release
 // tag of the clone, and whatever those versions require.
-// With tagsOnly, the release tags alone: gorelease refuses to report on a
-// version its proxy already serves.
-func buildProxy(root, out, version string, tagsOnly bool, mods []workModule) ([]string, error) {
+func buildProxy(root, out, version string, mods []workModule) ([]string, error) {
 	if err := os.RemoveAll(out); err != nil {
 		return nil, err
 	}
@@ -134,19 +130,15 @@ func buildProxy(root, out, version string, tagsOnly bool, mods []workModule) ([]
 	}
 	for _, m := range releasedInOrder(mods) {
 		v := version
-		switch {
-		case tagsOnly:
-		case v == "":
+		if v == "" {
 			if v, err = headVersion(root, m, head); err != nil {
 				return nil, err
 			}
-			fallthrough
-		default:
-			if err := p.add(m, v, head); err != nil {
-				return nil, err
-			}
 		}
-		if version == "" && !tagsOnly {
+		if err := p.add(m, v, head); err != nil {
+			return nil, err
+		}
+		if version == "" {
 			if err := p.alias(m, "main", v); err != nil {
 				return nil, err
 			}

@@ -118,7 +118,7 @@ func TestCheckFailsOnThePlaceholderRequirementsOfBeforeTheFirstRelease(t *testin
 		t.Fatal(err)
 	}
 	proxyDir := filepath.Join(t.TempDir(), "proxy")
-	notes, err := buildProxy(clone, proxyDir, "v0.99.0", false, mods)
+	notes, err := buildProxy(clone, proxyDir, "v0.99.0", mods)
 	if err != nil {
 		t.Fatal(err)
 	}
