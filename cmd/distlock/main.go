@@ -125,6 +125,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -144,6 +146,7 @@ const (
 	exitOK          = 0
 	exitUsage       = 64  // EX_USAGE
 	exitUnavailable = 69  // EX_UNAVAILABLE
+	exitUnsupported = 78  // EX_CONFIG
 	exitLost        = 74  // EX_IOERR
 	exitHeld        = 75  // EX_TEMPFAIL
 	exitCannotRun   = 126 // as shells do
@@ -222,14 +225,13 @@ func main() {
 // dispatch runs the subcommand named by args[0] and returns the exit status.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return usageError(stderr, "distlock", "missing command: run, elect, status, list, release, leader or help")
 	}
 	switch args[0] {
 	case "run":
-		return run(args[1:], stderr, false)
+		return run(args[1:], stdout, stderr, false)
 	case "elect":
-		return run(args[1:], stderr, true)
+		return run(args[1:], stdout, stderr, true)
 	case "status":
 		return status(args[1:], stdout, stderr)
 	case "list":
@@ -241,8 +243,36 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case groupWatcherCommand:
+		return runGroupWatcher(args[1:])
 	default:
-		fmt.Fprintf(stderr, "distlock: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
+		return usageError(stderr, "distlock", "unknown command %q", args[0])
 	}
+}
+
+// usageError prints a usage error as one line, then one line pointing to
+// the usage (which is long: printed after every mistake it would hide the
+// message), and returns exitUsage.
+func usageError(stderr io.Writer, prefix, format string, a ...any) int {
+	fmt.Fprintf(stderr, prefix+": "+format+"\n", a...)
+	fmt.Fprintln(stderr, usageHint)
+	return exitUsage
+}
+
+// usageHint follows every usage error.
+const usageHint = `run "distlock --help" for the usage`
+
+// parseFlags parses args with fs, printing a flag error as a usage error,
+// and -h or --help as the whole usage on stdout. ok false: stop with status.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (status int, ok bool) {
+	fs.SetOutput(io.Discard) // its errors are printed below, its usage never
+	fs.Usage = func() {}
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK, false
+	case err != nil:
+		return usageError(stderr, fs.Name(), "%v", err), false
+	}
+	return 0, true
 }
