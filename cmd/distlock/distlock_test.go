@@ -277,7 +277,7 @@ func TestURLDefaultsToEnvironmentThenTempDir(t *testing.T) {
 func TestHelpListsExitStatuses(t *testing.T) {
 	out, stderr, status := runDistlock(t, nil, "help")
 	expectStatus(t, status, 0, stderr)
-	for _, want := range []string{"distlock run", "--no-wait", "64", "69", "74", "75", "DISTLOCK_TOKEN"} {
+	for _, want := range []string{"distlock run", "--no-wait", "64", "69", "74", "75", "78", "--signal-child-only", "DISTLOCK_TOKEN"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help does not mention %q", want)
 		}

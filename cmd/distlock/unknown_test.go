@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,8 @@ func TestLeaderSaysUnknownForWhatTheBackendCannotKnow(t *testing.T) {
 	out, stderr, status := runDistlock(t, nil, "leader", "--url", pg, name)
 	expectStatus(t, status, exitOK, stderr)
 	expectNoMadeUpValues(t, "leader", out)
-	if !strings.HasPrefix(out, name+": ") || !strings.Contains(out, "unknown (needs holders=true)") || strings.Contains(out, "addr-1") {
+	// As the README shows it.
+	if !regexp.MustCompile(`^` + name + `: owner postgres pid [0-9]+; value, term and since unknown \(needs holders=true\)\n$`).MatchString(out) {
 		t.Errorf("leader without holders=true: %q", out)
 	}
 	out, stderr, status = runDistlock(t, nil, "leader", "--url", pg, "--json", name)
@@ -152,6 +154,11 @@ func TestCommandTheBackendCannotServeExitsUnsupportedNamingTheParameter(t *testi
 		if strings.Contains(stderr, "Flags of run") {
 			t.Errorf("distlock %q prints the usage for a command the backend cannot serve:\n%s", args, stderr)
 		}
+	}
+	// As the README shows it.
+	_, stderr, _ := runDistlock(t, nil, "list", "--url", pg)
+	if want := `distlock list: lock: list: not supported by this driver: pgadvisory: List needs the holders table (holders=true, WithHolders): an advisory lock records no owner, label or key` + "\n"; stderr != want {
+		t.Errorf("list without holders=true printed\n%s\nwant\n%s", stderr, want)
 	}
 	out, stderr, status := runDistlock(t, nil, "list", "--url", withHolders(pg), "unsupported-")
 	expectStatus(t, status, exitOK, stderr)
