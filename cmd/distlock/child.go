@@ -43,46 +43,44 @@ func (r *runner) runHolding(l holding) int {
 	default:
 	}
 
-	cmd := exec.Command(r.cfg.argv[0], r.cfg.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = env // later entries win, so an outer distlock's variables are replaced
-	setParentDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
+	c, status := r.startChild(env)
+	if c == nil {
 		r.release(l)
-		r.errorf("%v", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
+		return status
 	}
 	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait() // the status is read from cmd.ProcessState
+		_ = c.cmd.Wait() // the status is read from cmd.ProcessState
 		close(exited)
 	}()
 
 	lost := l.Lost()
 	wasLost := false
-	var kill <-chan time.Time
+	var st stopping
 	for waiting := true; waiting; {
 		select {
 		case <-exited:
 			waiting = false
 		case s := <-r.sigs:
-			_ = cmd.Process.Signal(s)
+			c.signal(s)
 		case <-lost:
 			r.errorf("lost the %s %q (cause: %s) on %s: %v; terminating %s", r.what(), r.cfg.key, lossCause(l.Err()), r.locker, l.Err(), r.cfg.argv[0])
-			kill = r.terminate(cmd, &wasLost)
+			wasLost = true
+			c.signal(syscall.SIGTERM)
+			st = stopping{termSent: true, kill: time.After(r.grace)}
 			lost = nil
-		case <-kill:
-			kill = nil
+		case <-st.kill:
+			st.kill, st.killSent = nil, true
 			r.errorf("%s did not exit within --grace %v; killing it", r.cfg.argv[0], r.grace)
-			_ = cmd.Process.Kill()
+			c.signal(syscall.SIGKILL)
 		}
 	}
 
-	// The command has exited (and been waited for): only now may the lock go.
-	status := exitStatus(cmd.ProcessState)
+	// The command has exited (and been waited for), and so has what it left
+	// in its group: only now may the lock go.
+	r.stopLeftovers(c, st)
+	c.watch.stop()
+	status = exitStatus(c.cmd.ProcessState)
 	if err := r.release(l); err != nil {
 		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
@@ -121,12 +119,42 @@ func (r *runner) what() string {
 	return "lock"
 }
 
-// terminate sends the command SIGTERM after a loss and returns the channel that
-// says when --grace is over.
-func (r *runner) terminate(cmd *exec.Cmd, wasLost *bool) <-chan time.Time {
-	*wasLost = true
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	return time.After(r.grace)
+// startChild starts the command with env, in a process group of its own
+// unless --signal-child-only or a terminal's foreground says otherwise, with
+// a groupWatcher for that group. It returns nil and the exit status if the
+// command could not start.
+func (r *runner) startChild(env []string) (*child, int) {
+	cmd := exec.Command(r.cfg.argv[0], r.cfg.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env // later entries win, so an outer distlock's variables are replaced
+	setParentDeathSignal(cmd)
+	c := &child{cmd: cmd, group: groupsSupported && !r.cfg.signalChildOnly}
+	if c.group && inTerminalForeground() {
+		c.group = false
+		r.verbosef("in a terminal's foreground: %s stays in distlock's process group, and only it is signalled", r.cfg.argv[0])
+	}
+	if c.group {
+		setOwnGroup(cmd)
+		w, err := startGroupWatcher()
+		if err != nil {
+			r.errorf("cannot start the watcher of %s's process group (%v): should distlock die, what %[1]s started would run on", r.cfg.argv[0], err)
+		}
+		c.watch = w
+	}
+	if err := cmd.Start(); err != nil {
+		c.watch.stop()
+		r.errorf("%v", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return nil, exitNotFound
+		}
+		return nil, exitCannotRun
+	}
+	if c.watch != nil {
+		if err := c.watch.watch(cmd.Process.Pid); err != nil {
+			r.errorf("the watcher of %s's process group failed (%v): should distlock die, what %[1]s started would run on", r.cfg.argv[0], err)
+		}
+	}
+	return c, 0
 }
 
 // exitStatus is the status a shell would report for the command: its exit code,

@@ -200,11 +200,28 @@ func TestBadUsageExits64(t *testing.T) {
 		{"run", "--url", u, "--permits", "0", "k", "--", "true"},
 		{"run", "--url", u, "--permits", "-2", "k", "--", "true"},
 		{"run", "--url", u, "--shared", "--permits", "2", "k", "--", "true"},
+		{"elect", "--url", u, "--bogus", "k", "--", "true"},
+		{"status", "--url", u},
+		{"status", "--bogus", "k"},
+		{"list", "--url", u, "a", "b"},
+		{"release", "--url", u, "k"},
+		{"leader", "--url", u},
 	} {
 		_, stderr, status := runDistlock(t, nil, args...)
 		if status != exitUsage {
 			t.Errorf("distlock %q: exit status %d, want %d; stderr:\n%s", args, status, exitUsage, stderr)
 		}
+		expectShortUsageError(t, args, stderr)
+	}
+}
+
+// expectShortUsageError checks that a usage error is the error and one line
+// pointing to --help, not the whole usage text.
+func expectShortUsageError(t *testing.T, args []string, stderr string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	if len(lines) > 2 || !strings.Contains(lines[len(lines)-1], "distlock --help") || strings.Contains(stderr, "Flags of run") {
+		t.Errorf("distlock %q: want the error and one line pointing to --help; stderr:\n%s", args, stderr)
 	}
 }
 
@@ -260,7 +277,7 @@ func TestURLDefaultsToEnvironmentThenTempDir(t *testing.T) {
 func TestHelpListsExitStatuses(t *testing.T) {
 	out, stderr, status := runDistlock(t, nil, "help")
 	expectStatus(t, status, 0, stderr)
-	for _, want := range []string{"distlock run", "--no-wait", "64", "69", "74", "75", "DISTLOCK_TOKEN"} {
+	for _, want := range []string{"distlock run", "--no-wait", "64", "69", "74", "75", "78", "--signal-child-only", "DISTLOCK_TOKEN"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help does not mention %q", want)
 		}
@@ -294,6 +311,9 @@ func TestGraceMustBeUnderHalfTheTTLWhereLocksExpire(t *testing.T) {
 		}
 		if tc.want == exitUsage && !strings.Contains(stderr, "shorter than half the TTL") {
 			t.Errorf("distlock %q: stderr does not say why:\n%s", args, stderr)
+		}
+		if tc.want == exitUsage {
+			expectShortUsageError(t, args, stderr)
 		}
 	}
 }

@@ -57,8 +57,7 @@ func (r *runner) campaign() (*lock.Leadership, int) {
 	case err == nil:
 		return res.ld, 0
 	case errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrInvalidArgument), errors.Is(err, lock.ErrUnsupported):
-		r.errorf("%v", err)
-		return nil, exitUsage
+		return nil, usageError(r.stderr, "distlock", "%v", err)
 	default:
 		r.errorf("%v", err)
 		return nil, exitUnavailable

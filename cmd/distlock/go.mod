@@ -23,6 +23,7 @@ require (
 	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
 	github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000
 	github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000
+	golang.org/x/sys v0.47.0
 )
 
 require (
@@ -53,7 +54,6 @@ require (
 	go.uber.org/zap v1.28.0 // indirect
 	golang.org/x/net v0.56.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260414002931-afd174a4e478 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +88,10 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	// A race-enabled program sleeps a second before exiting unless told not to.
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
 	cmd.Env = append(env[:len(env):len(env)], beDistlock, "GORACE="+gorace)
+	// A session of its own, without a controlling terminal, as under cron or
+	// a service manager: run from a terminal, the tests would otherwise have
+	// distlock in the terminal's foreground (see inTerminalForeground).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	p := &proc{t: t, cmd: cmd, stdout: make(chan string, 100), stderr: make(chan string, 100), done: make(chan struct{})}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {

@@ -1,8 +1,8 @@
 // Command distlock runs a command while holding a distributed lock, like flock(1)
 // or etcdctl lock, on any distlock backend.
 //
-//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--verbose] [--log-level L] [--log-format F] KEY [--] CMD [ARGS...]
-//	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--verbose] [--log-level L] [--log-format F] NAME [--] CMD [ARGS...]
+//	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--signal-child-only] [--verbose] [--log-level L] [--log-format F] KEY [--] CMD [ARGS...]
+//	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--signal-child-only] [--verbose] [--log-level L] [--log-format F] NAME [--] CMD [ARGS...]
 //	distlock status [--url URL] [--json] KEY
 //	distlock list [--url URL] [--json] [PREFIX]
 //	distlock release --force [--url URL] KEY
@@ -12,9 +12,10 @@
 // run takes the lock on KEY (waiting for it unless told otherwise), starts CMD with
 // DISTLOCK_KEY and DISTLOCK_TOKEN (the fencing token) in its environment, keeps
 // the lock refreshed while CMD runs, forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT
-// to it, and releases the lock when it exits. On Linux CMD is killed if distlock
-// itself dies, since the lock dies with distlock. Pass DISTLOCK_TOKEN to the
-// resource CMD changes, so the resource can reject a stale holder.
+// to it (to its process group, see below), and releases the lock when it exits.
+// CMD is killed if distlock itself dies, since the lock dies with distlock. Pass
+// DISTLOCK_TOKEN to the resource CMD changes, so the resource can reject a stale
+// holder.
 //
 // By default the lock is exclusive. With --shared it is a read lock: runs with
 // --shared on KEY hold it together, and a run without it waits until they are
@@ -35,9 +36,10 @@
 // # Lost locks
 //
 // When the lock may no longer be held, distlock stops CMD first and releases
-// last: it sends CMD SIGTERM, waits up to --grace for it to exit, sends SIGKILL,
-// waits until CMD has exited, and only then releases the lock and closes its
-// connection. What that guarantees depends on the backend:
+// last: it sends CMD's process group SIGTERM, waits up to --grace for CMD to
+// exit, sends SIGKILL, waits until CMD and the rest of its group have exited,
+// and only then releases the lock and closes its connection. What that
+// guarantees depends on the backend:
 //
 //   - Session-bound (PostgreSQL, ZooKeeper, file): the server keeps the lock as
 //     long as distlock's session lives, even after distlock stopped trusting
@@ -77,9 +79,33 @@
 // Nothing can stop CMD while distlock itself is paused (SIGSTOP, a stalled
 // machine): on an expiring backend the lock may then pass to another holder
 // while CMD runs on. A CMD that ignores SIGTERM is killed after --grace.
-// Signals go to CMD's own process: a CMD that starts processes of its own must
-// pass SIGTERM on to them (or exec the last one), or they outlive it. Fencing
-// tokens are what protects the resource in every case no lease can cover.
+// Fencing tokens are what protects the resource in every case no lease can
+// cover.
+//
+// # Process groups
+//
+// CMD runs in a process group of its own, and distlock signals the whole
+// group: the forwarded signals, and on a loss SIGTERM, then SIGKILL after
+// --grace, so the processes CMD started stop with it. When CMD exits by
+// itself, what it left running in its group (a forgotten background job) gets
+// the same SIGTERM, --grace, SIGKILL before the lock is released; distlock
+// still exits with CMD's status. Processes that leave the group (setsid, a
+// daemon) are out of reach.
+//
+// If distlock itself dies (SIGKILL, the OOM killer), a watcher process it
+// starts beside CMD (its own executable, in a group of its own) sees distlock's
+// pipe close and kills CMD's group with SIGKILL; on Linux the kernel also kills
+// CMD itself at once (PR_SET_PDEATHSIG). The watcher is told the group right
+// after CMD starts: a process CMD starts in that instant escapes if distlock
+// dies in it too. Where there are no process groups (Windows) only CMD is
+// signalled, and nothing is killed when distlock dies.
+//
+// --signal-child-only signals CMD alone and starts no watcher, for a CMD that
+// manages its own processes: on Linux CMD alone is then killed when distlock
+// dies, elsewhere nothing is. In the foreground of a terminal CMD stays in
+// distlock's process group, so that it can read the terminal and the
+// terminal's Ctrl-C and Ctrl-Z reach it, and is signalled alone as with
+// --signal-child-only (--verbose says so).
 //
 // # Leader election
 //
@@ -95,13 +121,22 @@
 //
 // status prints who holds KEY (owner names, set by the holders with
 // lock.WithOwnerName, default host:pid), since when and until when, its latest
-// token and how many wait; --json prints the same as one JSON object. list
+// token and how many wait; --json prints the same as one JSON object. What the
+// backend cannot know is printed as unknown with the reason (PostgreSQL
+// without holders=true records no start or token, nor a leader's value and
+// term: "unknown (needs holders=true)"); --json leaves it out and names it in
+// "unknown", with "unknown_reason". list
 // prints the held keys under PREFIX, one per line (--json: an array). release
 // --force frees KEY whoever holds it: the holder's lock is lost (its Err
 // matches lock.ErrForceReleased) and the next holder's token is larger, so a
 // fenced resource rejects the evicted holder. leader prints NAME's leader;
 // with --watch it prints every change until interrupted. A backend that cannot
-// serve one of these (see its driver's documentation) makes it exit 64.
+// serve one of these (see its driver's documentation) makes it exit 78, with a
+// message naming the URL parameter that enables it where one does (PostgreSQL's
+// holders=true for list and release --force).
+//
+// A usage error prints the error and one line pointing to --help, which
+// prints the usage on standard output.
 //
 // Exit status:
 //
@@ -113,6 +148,9 @@
 //	                  --grace too long for the TTL, --shared or --permits on a backend
 //	                  without such locks, or an N other than the holders' (EX_USAGE)
 //	69                the backend could not be opened or reached (EX_UNAVAILABLE)
+//	78                status, list, release --force or leader: the backend, as its URL
+//	                  configures it, cannot serve the command; the message names the
+//	                  URL parameter that enables it where one does (EX_CONFIG)
 //	74                the lock was lost (or no longer trusted) while CMD ran; CMD was
 //	                  terminated, and the lock released after CMD exited (EX_IOERR);
 //	                  elect exits so only with --once
@@ -125,6 +163,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -144,6 +184,7 @@ const (
 	exitOK          = 0
 	exitUsage       = 64  // EX_USAGE
 	exitUnavailable = 69  // EX_UNAVAILABLE
+	exitUnsupported = 78  // EX_CONFIG: not unavailable (69 is worth a retry), not bad usage
 	exitLost        = 74  // EX_IOERR
 	exitHeld        = 75  // EX_TEMPFAIL
 	exitCannotRun   = 126 // as shells do
@@ -165,14 +206,17 @@ and SIGQUIT are forwarded to it. If the lock is lost CMD gets SIGTERM, then
 SIGKILL after --grace, and the lock is released only once CMD has exited. On
 backends whose locks expire (Redis, Redlock, etcd) distlock sends the SIGTERM
 TTL - grace after the last confirmed refresh, so that CMD is gone before the
-lock can expire.
+lock can expire. Signals go to CMD's process group, so what CMD started stops
+with it; what CMD leaves running when it exits is stopped the same way before
+the release; if distlock dies, a watcher process kills the group.
 
 elect: campaign for the leadership of NAME and run CMD only while leading
 (DISTLOCK_TOKEN is the term, DISTLOCK_LEADER_VALUE the --value); on a loss CMD
 is stopped as run stops it, then distlock campaigns again (unless --once). When
 CMD exits by itself distlock resigns and exits with CMD's status.
 
-status: who holds KEY, since when, until when, its token and its waiters.
+status: who holds KEY, since when, until when, its token and its waiters
+(what the backend cannot know says unknown and why, e.g. needs holders=true).
 list: the held keys under PREFIX. release --force: free KEY whoever holds it
 (its holder loses it; the next holder's token fences it out). leader: the
 current leader of NAME, or every change of leader with --watch.
@@ -187,6 +231,10 @@ Flags of run and elect:
                 warn, error or off (default warn: nothing when all goes well;
                 a lost lock with its cause, an unreachable backend)
   --log-format F text or json (one object per line) (default text)
+  --signal-child-only
+                signal CMD alone, not its process group, and kill nothing
+                else if distlock dies (for a CMD that manages its own
+                processes); in a terminal's foreground this is the default
 Flags of run:
   --wait D      give up if the lock is not held after D
   --no-wait     make one attempt; do not wait
@@ -205,9 +253,11 @@ Exit status:
   128+N         CMD was killed by signal N, or distlock got signal N while waiting
   64            bad usage: flags, arguments, key, URL, unknown scheme, a
                 --grace too long for the TTL, --shared or --permits where the
-                backend has no such locks, or another N than KEY's holders; or
-                a command the backend cannot serve (status, list, release, leader)
+                backend has no such locks, or another N than KEY's holders
   69            the backend could not be opened or reached
+  78            the backend, as its URL configures it, cannot serve the command
+                (status, list, release, leader); the message names the URL
+                parameter that enables it, e.g. holders=true
   74            the lock was lost while CMD ran; CMD was terminated first
                 (elect: only with --once)
   75            the lock is held elsewhere (--no-wait) or --wait expired
@@ -222,14 +272,13 @@ func main() {
 // dispatch runs the subcommand named by args[0] and returns the exit status.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return usageError(stderr, "distlock", "missing command: run, elect, status, list, release, leader or help")
 	}
 	switch args[0] {
 	case "run":
-		return run(args[1:], stderr, false)
+		return run(args[1:], stdout, stderr, false)
 	case "elect":
-		return run(args[1:], stderr, true)
+		return run(args[1:], stdout, stderr, true)
 	case "status":
 		return status(args[1:], stdout, stderr)
 	case "list":
@@ -241,8 +290,36 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case groupWatcherCommand:
+		return runGroupWatcher(args[1:])
 	default:
-		fmt.Fprintf(stderr, "distlock: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
+		return usageError(stderr, "distlock", "unknown command %q", args[0])
 	}
+}
+
+// usageError prints a usage error as one line, then one line pointing to
+// the usage (which is long: printed after every mistake it would hide the
+// message), and returns exitUsage.
+func usageError(stderr io.Writer, prefix, format string, a ...any) int {
+	fmt.Fprintf(stderr, prefix+": "+format+"\n", a...)
+	fmt.Fprintln(stderr, usageHint)
+	return exitUsage
+}
+
+// usageHint follows every usage error.
+const usageHint = `run "distlock --help" for the usage`
+
+// parseFlags parses args with fs, printing a flag error as a usage error,
+// and -h or --help as the whole usage on stdout. ok false: stop with status.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (status int, ok bool) {
+	fs.SetOutput(io.Discard) // its errors are printed below, its usage never
+	fs.Usage = func() {}
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK, false
+	case err != nil:
+		return usageError(stderr, fs.Name(), "%v", err), false
+	}
+	return 0, true
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,23 +40,17 @@ type opsCommand struct {
 
 func (c *opsCommand) parse(args []string, extra func(*flag.FlagSet)) (status int, ok bool) {
 	fs := flag.NewFlagSet("distlock "+c.name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() { fmt.Fprint(c.stderr, usage) }
 	fs.StringVar(&c.url, "url", "", "backend URL")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
+	if status, ok := parseFlags(fs, args, c.stdout, c.stderr); !ok {
+		return status, false
 	}
 	c.args = fs.Args()
 	if n := len(c.args); n < c.nargs[0] || n > c.nargs[1] {
-		fmt.Fprintf(c.stderr, "distlock %s: want %s\n\n%s", c.name, c.argName, usage)
-		return exitUsage, false
+		return usageError(c.stderr, fs.Name(), "want %s", c.argName), false
 	}
 	if c.url == "" {
 		c.url = defaultURL()
@@ -73,14 +69,20 @@ func (c *opsCommand) open() (*lock.Locker, int) {
 	return lk, 0
 }
 
-// fail reports err and returns its exit status.
+// fail reports err and returns its exit status: bad usage for a bad URL, key
+// or argument; exitUnsupported for a command the backend cannot serve (the
+// driver's error says why, and which URL parameter enables it where one
+// does); exitUnavailable otherwise.
 func (c *opsCommand) fail(err error) int {
-	fmt.Fprintf(c.stderr, "distlock %s: %v\n", c.name, err)
 	switch {
+	case errors.Is(err, lock.ErrUnsupported):
+		fmt.Fprintf(c.stderr, "distlock %s: %v\n", c.name, err)
+		return exitUnsupported
 	case errors.Is(err, lock.ErrInvalidURL), errors.Is(err, lock.ErrUnknownScheme), errors.Is(err, lock.ErrInvalidArgument),
-		errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrUnsupported):
-		return exitUsage
+		errors.Is(err, lock.ErrInvalidKey):
+		return usageError(c.stderr, "distlock "+c.name, "%v", err)
 	default:
+		fmt.Fprintf(c.stderr, "distlock %s: %v\n", c.name, err)
 		return exitUnavailable
 	}
 }
@@ -104,6 +106,24 @@ type infoJSON struct {
 	Since   *time.Time `json:"since,omitempty"`
 	Expires *time.Time `json:"expires,omitempty"`
 	Waiters int        `json:"waiters"`
+	// Unknown names the fields above that the backend cannot tell (left
+	// out, never zero), and UnknownReason says why.
+	Unknown       []string `json:"unknown,omitempty"`
+	UnknownReason string   `json:"unknown_reason,omitempty"`
+}
+
+// unknownInfo names the fields of in that the backend left zero because it
+// cannot know them: the start of a held key's holding (every holder distlock
+// knows of records one), and its token where the backend has tokens.
+func unknownInfo(in lock.Info, fencing bool) []string {
+	var unknown []string
+	if in.Held && in.Since.IsZero() {
+		unknown = append(unknown, "since")
+	}
+	if in.Held && fencing && in.Token == 0 {
+		unknown = append(unknown, "token")
+	}
+	return unknown
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -130,11 +150,16 @@ func status(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	unknown := unknownInfo(in, lk.Capabilities().Fencing)
 	if c.json {
-		c.printJSON(infoJSON{Key: in.Key, Held: in.Held, Shared: in.Shared, Holders: in.Holders, Permits: in.Permits, Token: in.Token,
-			Owner: in.Owner, Owners: in.Owners, Since: timePtr(in.Since), Expires: timePtr(in.Expires), Waiters: in.Waiters})
+		j := infoJSON{Key: in.Key, Held: in.Held, Shared: in.Shared, Holders: in.Holders, Permits: in.Permits, Token: in.Token,
+			Owner: in.Owner, Owners: in.Owners, Since: timePtr(in.Since), Expires: timePtr(in.Expires), Waiters: in.Waiters, Unknown: unknown}
+		if len(unknown) > 0 {
+			j.UnknownReason = unknownReason(c.url)
+		}
+		c.printJSON(j)
 	} else {
-		printInfo(stdout, in, time.Now())
+		printInfo(stdout, in, unknown, unknownText(c.url), time.Now())
 	}
 	if !in.Held {
 		return exitNone
@@ -142,7 +167,9 @@ func status(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func printInfo(w io.Writer, in lock.Info, now time.Time) {
+// printInfo prints in as status does; the fields named in unknown are
+// printed as unknownText.
+func printInfo(w io.Writer, in lock.Info, unknown []string, unknownText string, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	fmt.Fprintf(tw, "key\t%s\n", in.Key)
@@ -160,14 +187,21 @@ func printInfo(w io.Writer, in lock.Info, now time.Time) {
 		for _, o := range in.Owners {
 			fmt.Fprintf(tw, "owner\t%s\n", o)
 		}
-		fmt.Fprintf(tw, "since\t%s (%s ago)\n", in.Since.Format(time.RFC3339), now.Sub(in.Since).Round(time.Second))
+		if slices.Contains(unknown, "since") {
+			fmt.Fprintf(tw, "since\t%s\n", unknownText)
+		} else {
+			fmt.Fprintf(tw, "since\t%s (%s ago)\n", in.Since.Format(time.RFC3339), now.Sub(in.Since).Round(time.Second))
+		}
 		if !in.Expires.IsZero() {
 			fmt.Fprintf(tw, "expires\t%s (in %s, unless refreshed)\n", in.Expires.Format(time.RFC3339), in.Expires.Sub(now).Round(time.Millisecond))
 		} else {
 			fmt.Fprintf(tw, "expires\tnever (held as long as its holder's session)\n")
 		}
 	}
-	if in.Token > 0 {
+	switch {
+	case slices.Contains(unknown, "token"):
+		fmt.Fprintf(tw, "token\t%s\n", unknownText)
+	case in.Token > 0:
 		fmt.Fprintf(tw, "token\t%d\n", in.Token)
 	}
 	if in.Waiters >= 0 {
@@ -218,8 +252,7 @@ func forceRelease(args []string, stdout, stderr io.Writer) int {
 		return st
 	}
 	if !c.force {
-		fmt.Fprintf(stderr, "distlock release: only --force is supported: it frees KEY whoever holds it (the holder's lock is lost, and the next holder's token fences it out); a holder releases its own lock itself\n\n%s", usage)
-		return exitUsage
+		return usageError(stderr, "distlock release", "only --force is supported: it frees KEY whoever holds it (the holder's lock is lost, and the next holder's token fences it out); a holder releases its own lock itself")
 	}
 	lk, st := c.open()
 	if lk == nil {
@@ -248,19 +281,77 @@ type leaderJSON struct {
 	Owner   string     `json:"owner,omitempty"`
 	Token   uint64     `json:"token,omitempty"`
 	Since   *time.Time `json:"since,omitempty"`
+	// Unknown and UnknownReason: as in infoJSON.
+	Unknown       []string `json:"unknown,omitempty"`
+	UnknownReason string   `json:"unknown_reason,omitempty"`
 }
 
-func (c *opsCommand) printLeader(l lock.Leader) {
+// unknownLeader names the fields of l that the backend left zero because it
+// cannot know them. The value and the start come from what the leader
+// recorded, which always has a start: without one neither is known (an
+// empty value is a value).
+func unknownLeader(l lock.Leader, fencing bool) []string {
+	var unknown []string
+	if !l.Elected {
+		return nil
+	}
+	if l.Since.IsZero() {
+		unknown = append(unknown, "value")
+	}
+	if fencing && l.Token == 0 {
+		unknown = append(unknown, "token")
+	}
+	if l.Since.IsZero() {
+		unknown = append(unknown, "since")
+	}
+	return unknown
+}
+
+func (c *opsCommand) printLeader(l lock.Leader, fencing bool) {
+	unknown := unknownLeader(l, fencing)
 	if c.json {
+		j := leaderJSON{Name: l.Name, Elected: l.Elected, Value: l.Value, Owner: l.Owner, Token: l.Token, Since: timePtr(l.Since), Unknown: unknown}
+		if len(unknown) > 0 {
+			j.UnknownReason = unknownReason(c.url)
+		}
 		enc := json.NewEncoder(c.stdout) // one line per change under --watch
-		_ = enc.Encode(leaderJSON{Name: l.Name, Elected: l.Elected, Value: l.Value, Owner: l.Owner, Token: l.Token, Since: timePtr(l.Since)})
+		_ = enc.Encode(j)
 		return
 	}
 	if !l.Elected {
 		fmt.Fprintf(c.stdout, "%s: no leader\n", l.Name)
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s: %s (owner %s, term %d, since %s)\n", l.Name, l.Value, l.Owner, l.Token, l.Since.Format(time.RFC3339))
+	known := []string{"owner " + l.Owner}
+	if fencing && l.Token > 0 {
+		known = append(known, fmt.Sprintf("term %d", l.Token))
+	}
+	if !l.Since.IsZero() {
+		known = append(known, "since "+l.Since.Format(time.RFC3339))
+	}
+	detail := strings.Join(known, ", ")
+	if len(unknown) > 0 {
+		names := slices.Clone(unknown)
+		for i, n := range names {
+			if n == "token" {
+				names[i] = "term"
+			}
+		}
+		detail += "; " + andList(names) + " " + unknownText(c.url)
+	}
+	if slices.Contains(unknown, "value") {
+		fmt.Fprintf(c.stdout, "%s: %s\n", l.Name, detail)
+		return
+	}
+	fmt.Fprintf(c.stdout, "%s: %s (%s)\n", l.Name, l.Value, detail)
+}
+
+// andList joins words as English does: "a", "a and b", "a, b and c".
+func andList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 // leader is "distlock leader NAME [--watch]".
@@ -277,18 +368,19 @@ func leader(args []string, stdout, stderr io.Writer) int {
 	}
 	defer lk.Close()
 	name := c.args[0]
+	fencing := lk.Capabilities().Fencing
 	if !c.watch {
 		ctx, cancel := context.WithTimeout(context.Background(), opsTimeout)
 		defer cancel()
 		l, err := lk.Leader(ctx, name)
 		switch {
 		case errors.Is(err, lock.ErrNoLeader):
-			c.printLeader(lock.Leader{Name: name})
+			c.printLeader(lock.Leader{Name: name}, fencing)
 			return exitNone
 		case err != nil:
 			return c.fail(err)
 		}
-		c.printLeader(l)
+		c.printLeader(l, fencing)
 		return exitOK
 	}
 	// Probe once, so that a backend that cannot tell is an error, not silence.
@@ -301,7 +393,7 @@ func leader(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), forwarded...)
 	defer stop()
 	for l := range lk.Observe(ctx, name) {
-		c.printLeader(l)
+		c.printLeader(l, fencing)
 	}
 	if ctx.Err() == nil {
 		fmt.Fprintf(stderr, "distlock leader: stopped watching %q\n", name)

@@ -36,9 +36,11 @@ type runConfig struct {
 	logLevel  string // --log-level: debug, info, warn, error, off
 	logFormat string // --log-format: text, json
 	shared    bool   // --shared: a read lock, held beside other --shared runs
-	permits   int    // --permits N: one of N permits of a semaphore; 0: not given
-	key       string
-	argv      []string
+	// --signal-child-only: signal the command alone, not its process group
+	signalChildOnly bool
+	permits         int // --permits N: one of N permits of a semaphore; 0: not given
+	key             string
+	argv            []string
 
 	// elect only
 	elect bool   // "distlock elect": key is an election's name
@@ -49,21 +51,20 @@ type runConfig struct {
 // parseRun parses the arguments of "distlock run", or of "distlock elect"
 // when elect is set. It returns ok false with the exit status when distlock
 // must stop (bad usage, or help was asked for).
-func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, status int, ok bool) {
+func parseRun(args []string, stdout, stderr io.Writer, elect bool) (cfg runConfig, status int, ok bool) {
 	cfg.elect = elect
 	name := "distlock run"
 	if elect {
 		name = "distlock elect"
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&cfg.url, "url", "", "backend URL")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lock TTL")
 	fs.DurationVar(&cfg.grace, "grace", 0, "time between SIGTERM and SIGKILL after a lost lock")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "report on stderr")
 	fs.StringVar(&cfg.logLevel, "log-level", defaultLogLevel, "log the lock's life on stderr from this level: debug, info, warn, error, off")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&cfg.signalChildOnly, "signal-child-only", false, "signal the command alone, not its process group")
 	if elect {
 		fs.StringVar(&cfg.value, "value", "", "value published with the leadership")
 		fs.BoolVar(&cfg.once, "once", false, "do not campaign again after losing the leadership")
@@ -73,11 +74,8 @@ func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, statu
 		fs.BoolVar(&cfg.shared, "shared", false, "take a shared (read) lock")
 		fs.IntVar(&cfg.permits, "permits", 0, "take one of N permits of a semaphore")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, exitOK, false
-		}
-		return cfg, exitUsage, false
+	if status, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return cfg, status, false
 	}
 	waitSet, ttlSet, permitsSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
@@ -87,8 +85,7 @@ func parseRun(args []string, stderr io.Writer, elect bool) (cfg runConfig, statu
 		cfg.graceSet = cfg.graceSet || f.Name == "grace"
 	})
 	bad := func(format string, a ...any) (runConfig, int, bool) {
-		fmt.Fprintf(stderr, "distlock: "+format+"\n\n%s", append(a, usage)...)
-		return cfg, exitUsage, false
+		return cfg, usageError(stderr, "distlock", format, a...), false
 	}
 	if err := checkLogFlags(cfg.logLevel, cfg.logFormat); err != nil {
 		return bad("%v", err)
@@ -139,8 +136,8 @@ func defaultURL() string {
 }
 
 // run is "distlock run": it returns the exit status.
-func run(args []string, stderr io.Writer, elect bool) int {
-	cfg, status, ok := parseRun(args, stderr, elect)
+func run(args []string, stdout, stderr io.Writer, elect bool) int {
+	cfg, status, ok := parseRun(args, stdout, stderr, elect)
 	if !ok {
 		return status
 	}
@@ -204,9 +201,8 @@ func (r *runner) checkGrace() (status int, ok bool) {
 		}
 	}
 	if r.expiring && r.grace >= r.ttl/2 {
-		r.errorf("--grace %v must be shorter than half the TTL (%v) on %s, whose locks expire: the command must be stopped before the backend can give the lock to another holder\n\n%s",
-			r.grace, r.ttl, r.locker, usage)
-		return exitUsage, false
+		return usageError(r.stderr, "distlock", "--grace %v must be shorter than half the TTL (%v) on %s, whose locks expire: the command must be stopped before the backend can give the lock to another holder",
+			r.grace, r.ttl, r.locker), false
 	}
 	return 0, true
 }
@@ -228,10 +224,11 @@ func (r *runner) run() int {
 	}
 	locker, err := lock.Open(context.Background(), r.cfg.url, opts...)
 	if err != nil {
-		r.errorf("%v", err) // lock's errors never carry a password
+		// lock's errors never carry a password
 		if errors.Is(err, lock.ErrInvalidURL) || errors.Is(err, lock.ErrUnknownScheme) || errors.Is(err, lock.ErrInvalidArgument) {
-			return exitUsage
+			return usageError(r.stderr, "distlock", "%v", err)
 		}
+		r.errorf("%v", err)
 		return exitUnavailable
 	}
 	// The lock is released (after the command is gone) before Close, which would
@@ -309,8 +306,7 @@ func (r *runner) acquire() (*lock.Lock, int) {
 		r.errorf("the lock %q is still held elsewhere after --wait %v (%s)", r.cfg.key, r.cfg.wait, r.locker)
 		return nil, exitHeld
 	case errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrInvalidArgument), errors.Is(err, lock.ErrUnsupported):
-		r.errorf("%v", err)
-		return nil, exitUsage
+		return nil, usageError(r.stderr, "distlock", "%v", err)
 	default:
 		r.errorf("%v", err)
 		return nil, exitUnavailable
