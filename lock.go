@@ -79,6 +79,12 @@
 // (ErrBackend); pgadvisory.ErrTransactionPooler (ErrUnsupported). Package
 // gocronlock's Elector returns gocronlock.ErrNotLeader from IsLeader.
 //
+// Package fence, on the resource's side: fence.ErrStale (a token below the
+// highest the resource admitted: a newer holder exists; also what
+// redisdriver.Fenced and etcddriver.Fenced refuse with), fence.ErrZeroToken,
+// fence.ErrInvalidResource and fence.ErrMalformedHeader (each matching
+// ErrInvalidArgument).
+//
 // Backend failures are classed once, here: transient ones (ErrUnavailable)
 // are retried by Acquire until its context ends; permanent ones (ErrBackend)
 // fail at once. Where a backend reported an error, errors.As reaches it too.
