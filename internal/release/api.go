@@ -29,16 +29,13 @@ func apiReport(root, proxyDir, base, version string, mods []workModule, logf fun
 		logf("API report: no earlier release to compare %s with", version)
 		return nil
 	}
-	tmp, err := os.MkdirTemp("", "distlock-release-api-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	c, err := newChecker(proxyDir, tmp, logf)
-	if err != nil {
-		return err
-	}
-	defer c.cleanup()
+	return withChecker(proxyDir, "api", logf, func(c *checker) error {
+		return reportEach(c, root, proxyDir, base, version, mods, logf)
+	})
+}
+
+func reportEach(c *checker, root, proxyDir, base, version string, mods []workModule, logf func(string, ...any)) error {
+	tmp := c.tmp
 	bin := filepath.Join(tmp, "gorelease")
 	install := exec.Command("go", "install", "golang.org/x/exp/cmd/gorelease@"+goreleaseVersion)
 	install.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-mod=mod")

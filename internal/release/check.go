@@ -192,6 +192,22 @@ func newChecker(proxyDir, tmp string, log func(string, ...any)) (*checker, error
 	return &checker{proxyDir: proxyDir, tmp: tmp, env: env, log: log}, nil
 }
 
+// withChecker runs fn with a checker working in a temporary directory of its
+// own, and removes both afterwards.
+func withChecker(proxyDir, name string, log func(string, ...any), fn func(c *checker) error) error {
+	tmp, err := os.MkdirTemp("", "distlock-release-"+name+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	c, err := newChecker(proxyDir, tmp, log)
+	if err != nil {
+		return err
+	}
+	defer c.cleanup()
+	return fn(c)
+}
+
 // setProxy points the checker's commands at another proxy for distlock's
 // modules.
 func (c *checker) setProxy(dir string) {

@@ -170,26 +170,18 @@ func buildProxy(root, out, version string, mods []workModule) ([]string, error) 
 // check runs every consumer, the install and the tidy checks, and fails with
 // a summary of whatever failed.
 func check(root, proxyDir, query string, mods []workModule, logf func(string, ...any)) error {
-	tmp, err := os.MkdirTemp("", "distlock-release-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	c, err := newChecker(proxyDir, tmp, logf)
-	if err != nil {
-		return err
-	}
-	defer c.cleanup()
-	for i, cs := range consumers(query) {
-		c.consumer(i, cs, query)
-	}
-	c.install(query)
-	c.tidy(root, mods)
-	if len(c.failures) > 0 {
-		return fmt.Errorf("%d of the release checks at %s failed:\n%s", len(c.failures), query, strings.Join(c.failures, "\n"))
-	}
-	logf("all release checks at %s passed", query)
-	return nil
+	return withChecker(proxyDir, "check", logf, func(c *checker) error {
+		for i, cs := range consumers(query) {
+			c.consumer(i, cs, query)
+		}
+		c.install(query)
+		c.tidy(root, mods)
+		if len(c.failures) > 0 {
+			return fmt.Errorf("%d of the release checks at %s failed:\n%s", len(c.failures), query, strings.Join(c.failures, "\n"))
+		}
+		logf("all release checks at %s passed", query)
+		return nil
+	})
 }
 
 func mustAbs(p string) string {

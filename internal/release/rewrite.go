@@ -17,15 +17,7 @@ import (
 // module), while the module's own `GOWORK=off go test` and `go mod tidy` build
 // against the working tree. go.work then needs no replace of its own.
 func requireAt(root, version string, mods []workModule) error {
-	dirOf := map[string]string{}
-	for _, m := range mods {
-		dirOf[m.Path] = m.Dir
-	}
-	for _, m := range mods {
-		f, err := readModFile(root, m)
-		if err != nil {
-			return err
-		}
+	err := eachModFile(root, mods, func(m workModule, f *modfile.File, dirOf map[string]string) error {
 		var need []string
 		for _, r := range f.Require {
 			if ours(r.Mod.Path) {
@@ -58,19 +50,17 @@ func requireAt(root, version string, mods []workModule) error {
 				}
 			}
 		}
-		if err := writeModFile(root, m, f); err != nil {
-			return err
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return dropWorkReplaces(root)
 }
 
-// requirePlaceholders writes the layout the repository had before its first
-// release: siblings required at the placeholder version and replaced at that
-// version in every module, cmd/distlock included, and go.work repeating the
-// replacements. The release check's own test feeds it to the check, which must
-// refuse it.
-func requirePlaceholders(root string, mods []workModule) error {
+// eachModFile calls edit with each module's parsed go.mod (and the directory
+// of every module path), then writes the go.mod back.
+func eachModFile(root string, mods []workModule, edit func(m workModule, f *modfile.File, dirOf map[string]string) error) error {
 	dirOf := map[string]string{}
 	for _, m := range mods {
 		dirOf[m.Path] = m.Dir
@@ -80,6 +70,23 @@ func requirePlaceholders(root string, mods []workModule) error {
 		if err != nil {
 			return err
 		}
+		if err := edit(m, f, dirOf); err != nil {
+			return err
+		}
+		if err := writeModFile(root, m, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requirePlaceholders writes the layout the repository had before its first
+// release: siblings required at the placeholder version and replaced at that
+// version in every module, cmd/distlock included, and go.work repeating the
+// replacements. The release check's own test feeds it to the check, which must
+// refuse it.
+func requirePlaceholders(root string, mods []workModule) error {
+	err := eachModFile(root, mods, func(m workModule, f *modfile.File, dirOf map[string]string) error {
 		for _, r := range append([]*modfile.Replace(nil), f.Replace...) {
 			if ours(r.Old.Path) {
 				if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
@@ -102,9 +109,10 @@ func requirePlaceholders(root string, mods []workModule) error {
 				return err
 			}
 		}
-		if err := writeModFile(root, m, f); err != nil {
-			return err
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	data, err := os.ReadFile(filepath.Join(root, "go.work"))
 	if err != nil {

@@ -13,23 +13,15 @@ import (
 // that cmd/distlock's go.sum, the one go.sum that names distlock's modules,
 // holds the hashes of the versions it requires.
 func tidyAll(root, proxyDir string, mods []workModule, logf func(string, ...any)) error {
-	tmp, err := os.MkdirTemp("", "distlock-release-tidy-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	c, err := newChecker(proxyDir, tmp, logf)
-	if err != nil {
-		return err
-	}
-	defer c.cleanup()
-	for _, m := range mods {
-		out, err := c.run(filepath.Join(root, filepath.FromSlash(m.Dir)), 5*time.Minute, "go", "mod", "tidy")
-		if err != nil {
-			return fmt.Errorf("go mod tidy in %s: %v\n%s", m.Dir, err, indent(out))
+	return withChecker(proxyDir, "tidy", logf, func(c *checker) error {
+		for _, m := range mods {
+			out, err := c.run(filepath.Join(root, filepath.FromSlash(m.Dir)), 5*time.Minute, "go", "mod", "tidy")
+			if err != nil {
+				return fmt.Errorf("go mod tidy in %s: %v\n%s", m.Dir, err, indent(out))
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // changelogRelease turns CHANGELOG.md's "Unreleased" section into the
