@@ -29,14 +29,19 @@ import (
 // an operation from a client killed before the answer reached it is still in
 // the history.
 type Resource struct {
-	fence *fence.Memory
+	guard guard // fence.Memory's Guard; the self-test's broken fences otherwise
 	mu    sync.Mutex
 	value map[string]int64 // guarded by mu
 	ops   []check.Op       // guarded by mu
 }
 
-func NewResource() *Resource {
-	return &Resource{fence: fence.NewMemory(), value: map[string]int64{}}
+// guard runs write if token is admitted for resource, as fence.Memory.Guard.
+type guard func(ctx context.Context, resource string, token uint64, write func() error) error
+
+func NewResource() *Resource { return newResourceGuardedBy(fence.NewMemory().Guard) }
+
+func newResourceGuardedBy(g guard) *Resource {
+	return &Resource{guard: g, value: map[string]int64{}}
 }
 
 // Read applies a fenced read. call is when the client invoked it. A non-zero
@@ -75,7 +80,7 @@ func (r *Resource) apply(o *check.Op, deadline int64, do func()) {
 	}
 	// The resource applies what reached it, whoever hung up since: its
 	// context does not end (Guard then fails only for a refused token).
-	err := r.fence.Guard(context.Background(), o.Key, o.Token, func() error {
+	err := r.guard(context.Background(), o.Key, o.Token, func() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		do()
