@@ -15,7 +15,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/etcddriver"
 	"github.com/distlock/lock/fence"
-	"github.com/distlock/lock/internal/fencetest"
+	"github.com/distlock/lock/internal/fenceprops"
 	"github.com/distlock/lock/internal/staleholder"
 )
 
@@ -195,22 +195,30 @@ func TestFencedWritesOfInterleavedTokensEndInTheLargestTokensWrite(t *testing.T)
 	for _, op := range []string{"put", "delete"} {
 		t.Run(op, func(t *testing.T) {
 			key := fencedPrefix(t) + "/value"
-			value := func(a fencetest.Attempt) string { return strconv.FormatUint(a.Token, 10) + "/" + strconv.Itoa(a.N) }
-			isDel := func(a fencetest.Attempt) bool { return op == "delete" && (a.Final || a.N%3 == 2) }
-			final := fencetest.Interleave(t, ctx, 8, 30, 3, func(ctx context.Context, a fencetest.Attempt) (uint64, error) {
-				var err error
-				if isDel(a) {
-					err = f.Delete(ctx, key, a.Token)
-				} else {
-					err = f.Put(ctx, key, value(a), a.Token)
-				}
-				by, _ := etcddriver.RefusedBy(err)
-				return by, err
-			})
-			if isDel(final) {
+			final, err := fenceprops.ConcurrentWriters(ctx, fenceprops.Store{
+				Write: func(ctx context.Context, a fenceprops.Attempt) error {
+					if a.Delete {
+						return f.Delete(ctx, key, a.Token)
+					}
+					return f.Put(ctx, key, a.Value, a.Token)
+				},
+				Read: func(ctx context.Context) (string, error) {
+					resp, err := c.Get(ctx, key)
+					if err != nil || len(resp.Kvs) == 0 {
+						return "", err
+					}
+					return string(resp.Kvs[0].Value), nil
+				},
+				Deletes:   op == "delete",
+				RefusedBy: etcddriver.RefusedBy,
+			}, 8, 30)
+			if err != nil {
+				t.Error(err)
+			}
+			if final.Delete {
 				wantValue(t, ctx, c, key, "<none>")
 			} else {
-				wantValue(t, ctx, c, key, value(final))
+				wantValue(t, ctx, c, key, final.Value)
 			}
 			wantToken(t, ctx, f, key, final.Token)
 		})

@@ -162,8 +162,9 @@ func TestHandlerConcurrentWritersEndWithTheLargestToken(t *testing.T) {
 	for range 3 {
 		rs := newResourceServer(t)
 		s := fenceprops.Store{
-			Write: func(ctx context.Context, token uint64, value string) error {
-				code, body, err := put(ctx, rs.URL, "r", token, value)
+			Write: func(ctx context.Context, a fenceprops.Attempt) error {
+				token := a.Token
+				code, body, err := put(ctx, rs.URL, "r", token, a.Value)
 				switch {
 				case err != nil:
 					return err
@@ -176,7 +177,7 @@ func TestHandlerConcurrentWritersEndWithTheLargestToken(t *testing.T) {
 			},
 			Read: func(context.Context) (string, error) { return rs.stored(), nil },
 		}
-		if err := fenceprops.ConcurrentWriters(ctx, s, 24); err != nil {
+		if _, err := fenceprops.ConcurrentWriters(ctx, s, 24, 24); err != nil {
 			t.Fatal(err)
 		}
 		rs.Close()

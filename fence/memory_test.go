@@ -120,12 +120,12 @@ func TestMemoryConcurrentWritersEndWithTheLargestToken(t *testing.T) {
 		var mu sync.Mutex
 		var value string
 		s := fenceprops.Store{
-			Write: func(ctx context.Context, token uint64, v string) error {
-				return m.Guard(ctx, "r", token, func() error { mu.Lock(); value = v; mu.Unlock(); return nil })
+			Write: func(ctx context.Context, a fenceprops.Attempt) error {
+				return m.Guard(ctx, "r", a.Token, func() error { mu.Lock(); value = a.Value; mu.Unlock(); return nil })
 			},
 			Read: func(context.Context) (string, error) { mu.Lock(); defer mu.Unlock(); return value, nil },
 		}
-		if err := fenceprops.ConcurrentWriters(ctx, s, 32); err != nil {
+		if _, err := fenceprops.ConcurrentWriters(ctx, s, 32, 32); err != nil {
 			t.Fatal(err)
 		}
 	}

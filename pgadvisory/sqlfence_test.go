@@ -48,12 +48,15 @@ func TestSQLFenceOnPostgres(t *testing.T) {
 		if err := s.Fence.CreateTable(ctx, s.DB); err != nil {
 			t.Fatal(err)
 		}
+		// A fresh resource each run: the server, and the tokens its fence
+		// table keeps, outlive one run of the test (-count).
+		run := time.Now().UnixNano()
 		for i := range 3 {
-			st, err := s.Store(ctx, fmt.Sprintf("%s-%d", t.Name(), i))
+			st, err := s.Store(ctx, fmt.Sprintf("%s-%d-%d", t.Name(), run, i))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := fenceprops.ConcurrentWriters(ctx, st, 24); err != nil {
+			if _, err := fenceprops.ConcurrentWriters(ctx, st, 24, 24); err != nil {
 				t.Fatal(err)
 			}
 		}

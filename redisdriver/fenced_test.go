@@ -14,7 +14,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
-	"github.com/distlock/lock/internal/fencetest"
+	"github.com/distlock/lock/internal/fenceprops"
 	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -276,42 +276,56 @@ func redisSlot(key string) uint16 {
 	return crc % 16384
 }
 
-// interleavedFencedWrites runs fencetest.Interleave on key through f with
-// the write op ("set", "hset", or "del" for the final write and every third
-// one, the others SET) and checks that the key ends in the final write's
-// state.
+// interleavedFencedWrites runs fenceprops.ConcurrentWriters on key through
+// f with the write op ("set", "hset", or "del" for the final write and every
+// third one, the others SET) and checks that the key ends in the final
+// write's state.
 func interleavedFencedWrites(t *testing.T, ctx context.Context, f Fenced, c redis.Cmdable, key, op string) {
-	value := func(a fencetest.Attempt) string { return strconv.FormatUint(a.Token, 10) + "/" + strconv.Itoa(a.N) }
-	isDel := func(a fencetest.Attempt) bool { return op == "del" && (a.Final || a.N%3 == 2) }
-	final := fencetest.Interleave(t, ctx, 8, 30, 3, func(ctx context.Context, a fencetest.Attempt) (uint64, error) {
+	read := func(ctx context.Context) (string, error) {
+		var v string
 		var err error
-		switch {
-		case isDel(a):
-			err = f.Del(ctx, key, a.Token)
-		case op == "hset":
-			err = f.HSet(ctx, key, a.Token, "value", value(a), "token", a.Token)
-		default:
-			err = f.Set(ctx, key, value(a), a.Token, 0)
+		if op == "hset" {
+			v, err = c.HGet(ctx, key, "value").Result()
+		} else {
+			v, err = c.Get(ctx, key).Result()
 		}
-		var sw *staleWrite
-		if errors.As(err, &sw) {
-			return sw.held, err
+		if errors.Is(err, redis.Nil) {
+			return "", nil
 		}
-		return 0, err
-	})
+		return v, err
+	}
+	final, err := fenceprops.ConcurrentWriters(ctx, fenceprops.Store{
+		Write: func(ctx context.Context, a fenceprops.Attempt) error {
+			switch {
+			case a.Delete:
+				return f.Del(ctx, key, a.Token)
+			case op == "hset":
+				return f.HSet(ctx, key, a.Token, "value", a.Value, "token", a.Token)
+			}
+			return f.Set(ctx, key, a.Value, a.Token, 0)
+		},
+		Read:    read,
+		Deletes: op == "del",
+		RefusedBy: func(err error) (uint64, bool) {
+			var sw *staleWrite
+			if errors.As(err, &sw) {
+				return sw.held, true
+			}
+			return 0, false
+		},
+	}, 8, 30)
+	if err != nil {
+		t.Error(err)
+	}
 	switch {
-	case isDel(final):
+	case final.Delete:
 		if n := c.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("the key exists after the largest token's DEL")
 		}
 	case op == "hset":
 		got := c.HGetAll(ctx, key).Val()
-		if got["value"] != value(final) || got["token"] != strconv.FormatUint(final.Token, 10) || len(got) != 2 {
-			t.Errorf("HGETALL = %v, want the largest token's write %q", got, value(final))
-		}
-	default:
-		if got := c.Get(ctx, key).Val(); got != value(final) {
-			t.Errorf("GET = %q, want the largest token's write %q", got, value(final))
+		if got["value"] != final.Value || got["token"] != strconv.FormatUint(final.Token, 10) || len(got) != 2 {
+			t.Errorf("HGETALL = %v, want the largest token's write %q", got, final.Value)
 		}
 	}
 	if got, err := f.Token(ctx, key); err != nil || got != final.Token {

@@ -67,7 +67,7 @@ func TestMariaDBFence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := fenceprops.ConcurrentWriters(ctx, st, 16); err != nil {
+			if _, err := fenceprops.ConcurrentWriters(ctx, st, 16, 16); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -55,7 +55,7 @@ func TestSQLiteConcurrentWritersEndWithTheLargestToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := fenceprops.ConcurrentWriters(ctx, st, 16); err != nil {
+		if _, err := fenceprops.ConcurrentWriters(ctx, st, 16, 16); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,9 +69,9 @@ func (s SQL) Store(ctx context.Context, resource string) (Store, error) {
 		return tx.Commit()
 	}
 	return Store{
-		Write: func(ctx context.Context, token uint64, value string) error {
+		Write: func(ctx context.Context, a Attempt) error {
 			for {
-				err := write(ctx, token, value)
+				err := write(ctx, a.Token, a.Value)
 				if err == nil || s.Retry == nil || !s.Retry(err) || ctx.Err() != nil {
 					return err
 				}

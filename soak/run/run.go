@@ -68,6 +68,10 @@ type InProcess struct {
 	// FreezeServer, if set, freezes the backend (SIGSTOP) and returns the
 	// function that thaws it.
 	FreezeServer func() (thaw func())
+
+	// resource, if set, is the resource instead of NewResource's (the
+	// self-test's broken fences).
+	resource *Resource
 }
 
 type localStore struct{ r *Resource }
@@ -83,7 +87,10 @@ func (s localStore) Write(_ context.Context, c, h int, key string, tok uint64, r
 
 // Run runs the soak and checks its history.
 func (p InProcess) Run(ctx context.Context) (*Summary, error) {
-	res, rec := NewResource(), &Recorder{}
+	res, rec := p.resource, &Recorder{}
+	if res == nil {
+		res = NewResource()
+	}
 	gates := make([]*Gate, p.Clients)
 	lockers := make([]*lock.Locker, p.Clients)
 	expiring := true

@@ -2,11 +2,14 @@ package run
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/fence"
 	"github.com/distlock/lock/memdriver"
+	"github.com/distlock/lock/soak/check"
 )
 
 func quick(name string, nd func() (driver.Driver, error), seed int64, out string) InProcess {
@@ -77,6 +80,91 @@ func TestSoakOfCorrectDriversFindsNoViolation(t *testing.T) {
 				t.Errorf("violation: %s", v)
 			}
 			t.Logf("%v ops, %v faults, loss detection %v", sum.Ops, sum.Faults, sum.LossDetectionMS)
+		})
+	}
+}
+
+// strictFence refuses a token not above the largest admitted: the
+// "WHERE fence < $tok" rule, which refuses a holder's second operation.
+func strictFence() guard {
+	var mu sync.Mutex
+	highest := map[string]uint64{}
+	return func(_ context.Context, resource string, token uint64, write func() error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if token <= highest[resource] {
+			return &fence.StaleError{Resource: resource, Token: token}
+		}
+		highest[resource] = token
+		return write()
+	}
+}
+
+// noFence admits every token.
+func noFence() guard {
+	return func(_ context.Context, _ string, _ uint64, write func() error) error { return write() }
+}
+
+// resourceViolations are the violations of the resource's properties, not
+// of the locks'.
+func resourceViolations(sum *Summary) []check.Violation {
+	var vs []check.Violation
+	for _, v := range sum.Violations {
+		if v.Property == "linearizable" || v.Property == "no stale write" {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// The linearizability check covers the fence: under a driver whose refresh
+// ignores the loss (stale holders keep writing), a resource with a broken
+// fence is caught within brokenRounds quick soaks by a property of the
+// resource, and package fence's Memory, the soak's own, keeps the resource
+// linearizable under the same driver.
+func TestSoakReportsEveryBrokenFence(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		guard func() guard
+		ok    bool
+	}{
+		{"fence.Memory", func() guard { return fence.NewMemory().Guard }, true},
+		{"refuses-the-holders-own-token", strictFence, false},
+		{"admits-stale-tokens", noFence, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			for round := range brokenRounds {
+				s := newBrokenStore(flawRefreshIgnoresLoss)
+				q := quick(c.name, s.driver, int64(1+round), t.TempDir())
+				q.Forget = s.forget
+				q.resource = newResourceGuardedBy(c.guard())
+				// Every holder on one register, for long enough that a stale
+				// holder's write meets a newer holder's read often (a few
+				// times a run): it shows only then.
+				q.Keys, q.Duration = 1, 10*time.Second
+				sum, err := q.Run(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs := resourceViolations(sum)
+				if c.ok {
+					for _, v := range vs {
+						t.Errorf("round %d: %s", round+1, v)
+					}
+					if sum.Ops["write"] == 0 || len(sum.Violations) == 0 {
+						t.Fatalf("round %d: the stale holders did not show (%v ops, %d violations of the locks)", round+1, sum.Ops, len(sum.Violations))
+					}
+					t.Logf("round %d: %d violations of the locks, none of the resource, in %v", round+1, len(sum.Violations), sum.Ops)
+					return
+				}
+				if len(vs) > 0 {
+					t.Logf("round %d: %d violations of the resource (first: %s) in %v", round+1, len(vs), vs[0].Property, sum.Ops)
+					return
+				}
+				t.Logf("round %d: no violation of the resource found in %v ops, %v faults", round+1, sum.Ops, sum.Faults)
+			}
+			t.Fatalf("no violation of the resource found in %d quick soaks", brokenRounds)
 		})
 	}
 }
