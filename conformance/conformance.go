@@ -257,6 +257,7 @@ func Run(t *testing.T, h Harness) {
 
 	// TTL range, on every driver.
 	run("TTLsOutsideTheDriversRangeAreRejectedAndChangeNothing", testTTLsOutsideRangeAreRejected)
+	run("CapabilitiesStateTheTTLRangeAcquireAccepts", testCapabilitiesStateTheTTLRangeAcquireAccepts)
 
 	// Faults (faults.go): each needs a hook of the Harness, and is skipped
 	// naming it when the hook is nil.

@@ -436,7 +436,7 @@ func (d *netmemDriver) forget(r *driver.Request) {
 }
 
 func (d *netmemDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true}
+	return driver.Capabilities{Fencing: true, Expiring: true, MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {

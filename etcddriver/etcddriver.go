@@ -261,8 +261,8 @@
 // and reading what etcd granted, and declares it as Capabilities.MinTTL, so a
 // shorter TTL is refused with an error rather than silently lengthened. Nor does
 // etcd grant a lease longer than 9,000,000,000 seconds (its MaxLeaseTTL, about
-// 285 years), declared as Capabilities.MaxTTL; package lock accepts at most 366
-// days anyway. The driver refuses a TTL outside that range itself, with a plain
+// 285 years); package lock accepts at most 366 days, which is
+// Capabilities.MaxTTL. The driver refuses a TTL outside that range itself, with a plain
 // error that names the range, before etcd sees it, and no conversion between a
 // Duration and seconds can overflow, whatever TTL it is given.
 //
@@ -282,8 +282,10 @@
 //   - Permits: yes; a mismatched n, or a semaphore used as a lock, is
 //     ErrInvalidArgument where the request can see it (see Read-write locks
 //     and semaphores).
-//   - MinTTL: the server's minimum lease TTL, measured by New.
-//   - MaxTTL: etcd's maximum lease TTL, 9,000,000,000s.
+//   - MinTTL: the server's minimum lease TTL, measured by New (or given by
+//     WithMinTTL), and at least 10ms (driver.FloorTTL).
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL;
+//     etcd's own maximum lease TTL, 9,000,000,000s, is longer.
 //
 // # Lost locks
 //
@@ -644,8 +646,8 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		Shared:           true,
 		WriterPreference: true,
 		Permits:          true,
-		MinTTL:           d.minTTL,
-		MaxTTL:           maxLeaseTTL,
+		MinTTL:           max(d.minTTL, driver.FloorTTL),
+		MaxTTL:           min(maxLeaseTTL, driver.DefaultMaxTTL),
 	}
 }
 

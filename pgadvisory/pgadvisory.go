@@ -72,6 +72,8 @@
 //   - Permits: yes; a semaphore of n is n advisory locks; a mismatched n, or a
 //     semaphore used as a lock, is driver.ErrInvalidArgument where the driver
 //     sees it (see Read-write locks and semaphores).
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
 //
 // # Read-write locks and semaphores
 //
@@ -697,7 +699,8 @@ func (d *Driver) ApplicationName() string { return d.tag }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true}
+	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 // pooled records that c's statements ran on another server session (with pid,

@@ -342,15 +342,18 @@
 //     Read-write locks and semaphores.
 //   - Permits: yes; a mismatched number of permits, or a semaphore used as a
 //     lock, is ErrInvalidArgument (see Read-write locks and semaphores).
-//   - MinTTL: 1ms, the resolution of PX.
-//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
-//     the server in whole milliseconds rounded up, which cannot overflow, and
-//     at most 9.2e12 ms plus the server clock fits Redis's 64-bit expiry time
-//     with room to spare; the largest numbers the scripts compute (the fence
-//     record's expiry, TTL plus a day; a waiter's deadline, the server clock
-//     plus its lease) stay below 2^53, where Lua's numbers are exact integers.
-//     A PTTL read back is capped at 146 years before conversion. Package lock
-//     caps every TTL at driver.DefaultMaxTTL (366 days) anyway.
+//   - MinTTL: 10ms (driver.FloorTTL), package lock's shortest TTL; PX itself
+//     would take 1ms, but the drift allowance would leave such a lock no
+//     validity.
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL.
+//     The driver itself carries the whole range of time.Duration (about 292
+//     years): TTLs go to the server in whole milliseconds rounded up, which
+//     cannot overflow, and at most 9.2e12 ms plus the server clock fits
+//     Redis's 64-bit expiry time with room to spare; the largest numbers the
+//     scripts compute (the fence record's expiry, TTL plus a day; a waiter's
+//     deadline, the server clock plus its lease) stay below 2^53, where Lua's
+//     numbers are exact integers. A PTTL read back is capped at 146 years
+//     before conversion.
 //
 // # Lost locks
 //
@@ -534,8 +537,9 @@ const DefaultPrefix = "distlock"
 // of keys no longer used.
 const fenceKeep = 24 * time.Hour
 
-// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
-// its way to the server (see Capabilities in the package documentation).
+// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
+// hold overflows on its way to the server (see Capabilities in the package
+// documentation). Package lock accepts less, Capabilities.MaxTTL.
 const maxTTL = time.Duration(math.MaxInt64)
 
 // minLease is the shortest time a waiter keeps its place in a queue without
@@ -681,7 +685,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Fencing: d.fencing, Expiring: true, Notify: true, FIFO: true,
 		Shared: true, WriterPreference: true, Permits: true,
-		MinTTL: time.Millisecond, MaxTTL: maxTTL,
+		MinTTL: driver.FloorTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL),
 	}
 }
 

@@ -428,14 +428,14 @@
 //     holders (see Read-write locks and semaphores).
 //   - MinTTL: 100ms, so that the per-server timeout (at most a tenth of the
 //     TTL) is at least 10ms.
-//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
-//     the servers in whole milliseconds rounded up, which cannot overflow, and
-//     at most 9.2e12 ms plus a server's clock fits Redis's 64-bit expiry time;
-//     the largest number the scripts compute (a registration's deadline, the
-//     server clock plus twice the lease) stays below 2^53, where Lua's numbers
-//     are exact integers. A PTTL read back is capped at 146 years before
-//     conversion. Package lock caps every TTL at driver.DefaultMaxTTL (366
-//     days) anyway.
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL.
+//     The driver itself carries the whole range of time.Duration (about 292
+//     years): TTLs go to the servers in whole milliseconds rounded up, which
+//     cannot overflow, and at most 9.2e12 ms plus a server's clock fits
+//     Redis's 64-bit expiry time; the largest number the scripts compute (a
+//     registration's deadline, the server clock plus twice the lease) stays
+//     below 2^53, where Lua's numbers are exact integers. A PTTL read back is
+//     capped at 146 years before conversion.
 //
 // # Limits
 //
@@ -544,8 +544,9 @@ const MinServers = 3
 // timeout.
 const minTTL = 100 * time.Millisecond
 
-// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
-// its way to the servers (see Capabilities in the package documentation).
+// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
+// hold overflows on its way to the servers (see Capabilities in the package
+// documentation). Package lock accepts less, Capabilities.MaxTTL.
 const maxTTL = time.Duration(math.MaxInt64)
 
 var (
@@ -713,7 +714,7 @@ func clientName(c redis.UniversalClient, i int) string {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: maxTTL}
+	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL)}
 }
 
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.

@@ -185,6 +185,8 @@
 //   - Shared: yes, with WriterPreference (the rule above).
 //   - Permits: yes; another n is ErrInvalidArgument where it can be seen (see
 //     Read-write locks and semaphores).
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
 //
 // # Inspection, eviction and leader election
 //
@@ -857,7 +859,8 @@ func (d *Driver) LockPath(key string) string { return d.root + "/" + escapeName(
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true,
-		Shared: true, WriterPreference: true, Permits: true}
+		Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 // closeGrace is how long Close waits for the server to confirm the end of the
