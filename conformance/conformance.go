@@ -271,6 +271,7 @@ func Run(t *testing.T, h Harness) {
 	run("EveryCallHonoursItsContextAgainstFrozenServer", testEveryCallHonoursContextAgainstFrozenServer)
 	run("OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer", testOpenAndCloseHonourTimeoutsAgainstFrozenServer)
 	run("OpenAndCloseHaveDefaultBoundsAgainstFrozenServer", testOpenAndCloseHaveDefaultBoundsAgainstFrozenServer)
+	run("OpenFailsFastWhenEveryServerRefuses", testOpenFailsFastWhenEveryServerRefuses)
 	run("WaiterSurvivesBackendRestartShorterThanItsContext", testWaiterSurvivesBackendRestart)
 }
 

@@ -101,6 +101,12 @@ func TestFaultSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"ignores-ctx", []string{"EveryCallHonoursItsContextAgainstFrozenServer", "OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer"}},
 		// Locks never expire: a killed or frozen holder blocks everyone.
 		{"immortal", []string{"KilledHolderProcessStopsBlockingOthers", "FrozenHolderProcessIsSupersededOnlyAfterItsValidity"}},
+		// A refused dial is retried until the context ends, as etcd and
+		// ZooKeeper did: Open fails only at its timeout.
+		{"waits-on-refusal", []string{"OpenFailsFastWhenEveryServerRefuses"}},
+		// A server that does not answer within 50ms is given up on: Open
+		// fails before its timeout against a frozen server.
+		{"gives-up-on-silence", []string{"OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer"}},
 		// Connection failures lose their class: the portable layer gives up.
 		{"permanent-errors", []string{"WaiterSurvivesBackendRestartShorterThanItsContext"}},
 	} {

@@ -293,6 +293,14 @@ func dialNetmem(ctx context.Context, addr string) (*netmemDriver, error) {
 func (d *netmemDriver) dial(ctx context.Context) (*rpc.Client, int, error) {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "tcp", d.addr)
+	for netmemBroken("waits-on-refusal") && err != nil && ctx.Err() == nil {
+		// Treats a refusal as silence: dials again until ctx ends.
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		conn, err = dialer.DialContext(ctx, "tcp", d.addr)
+	}
 	if err != nil {
 		if netmemBroken("permanent-errors") {
 			return nil, 0, fmt.Errorf("netmem: %s", err.Error()) // loses its class
@@ -301,7 +309,15 @@ func (d *netmemDriver) dial(ctx context.Context) (*rpc.Client, int, error) {
 	}
 	c := rpc.NewClient(conn)
 	var r NetmemReply
-	if err := d.call(ctx, c, "Ping", NetmemArgs{}, &r); err != nil {
+	pctx := ctx
+	if netmemBroken("gives-up-on-silence") {
+		// Treats silence as a refusal: a server that does not answer at once
+		// is given up on.
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+	}
+	if err := d.call(pctx, c, "Ping", NetmemArgs{}, &r); err != nil {
 		_ = c.Close()
 		return nil, 0, err
 	}

@@ -26,7 +26,8 @@
 // the server with), cert and key (files of a client certificate and its key, both
 // or neither), server_name (the name to verify the server's certificate for), all
 // four only with etcds://; dial_timeout (default 5s; Open fails if etcd does not
-// answer within it), keepalive_time and keepalive_timeout (the gRPC connection's
+// answer within it, and at once, naming the refusal, when every endpoint
+// refuses the connection), keepalive_time and keepalive_timeout (the gRPC connection's
 // pings: defaults 10s and 5s; gRPC raises a keepalive_time below 10s to 10s).
 // Any other parameter is an error that lists these; the portable ttl,
 // auto_refresh and prefix are described in package lock. A list of several IPv6

@@ -100,8 +100,11 @@
 // server, waiting at most ten per-server timeouts and never past its
 // context's deadline or cancellation: a wrong password, a TLS failure or a
 // malformed server URL on any one of them fails Open, and so does reaching
-// fewer than a majority; servers merely unreachable (refused, or not
-// answering in time) are tolerated, as Redlock tolerates them later. No error
+// fewer than a majority (an error matching ErrNoQuorum and
+// driver.ErrUnavailable, with each server's error; when a majority refuses
+// the connection, as soon as the others have answered, since a refusal is
+// known at once); servers merely unreachable (refused, or not answering in
+// time) are tolerated, as Redlock tolerates them later. No error
 // shows a password, and errors hide nothing else: servers are named by
 // position and by their URL with only the password replaced by "xxxxx" (or by
 // address).

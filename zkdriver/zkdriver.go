@@ -286,7 +286,10 @@
 // is on the wire. Each server gets at most two thirds of the session timeout
 // to answer the handshake before the next is tried. connect_timeout bounds the
 // wait for the first session even when the context would allow more;
-// lock.Open adds its open_timeout to a context without deadline.
+// lock.Open adds its open_timeout to a context without deadline. When every
+// server refuses the connection (nothing listens on its port), Open fails at
+// once with driver.ErrUnavailable and the last refusal; only a server that
+// does not answer is waited for.
 //
 // Close asks the server to end the session and waits for it at most half a
 // second (closeGrace); then it closes the connection itself, which ends
