@@ -73,6 +73,46 @@ func testEveryCallHonoursContextAgainstFrozenServer(e *env) {
 
 var errSucceeded = errors.New("succeeded against a frozen server")
 
+// attemptSlack is what TryAcquireWithoutDeadlineIsBoundedAgainstFrozenServer
+// allows beyond Harness.AttemptBound: the portable layer's wait for its
+// cleanup (250ms) and a loaded machine's scheduling.
+const attemptSlack = time.Second
+
+// Against a frozen server, one TryAcquire whose context never ends returns
+// within the bound the driver documents for one attempt (Harness.AttemptBound,
+// plus attemptSlack), with an error matching ErrUnavailable: a caller without
+// a deadline learns that the backend does not answer, in a time the
+// documentation states.
+func testTryAcquireWithoutDeadlineIsBounded(e *env) {
+	e.needFreeze()
+	if e.h.AttemptBound <= 0 {
+		e.Skip("Harness.AttemptBound is zero: the harness states no bound for one attempt against a server that does not answer")
+	}
+	a := e.client()
+	e.release(e.acquire(a, e.key+"/warm")) // connections are open when the server freezes
+	var wg sync.WaitGroup
+	e.Cleanup(wg.Wait) // after the thaw, which lets a call that overran finish
+	e.freeze()
+	bound := e.h.AttemptBound + attemptSlack
+	r := <-e.boundedCall(&wg, "TryAcquire", bound, func() error {
+		l, err := a.TryAcquire(context.Background(), e.key)
+		if err == nil {
+			_ = l.Release(context.Background())
+			return errSucceeded
+		}
+		if !errors.Is(err, lock.ErrUnavailable) {
+			return fmt.Errorf("%w, want an error matching ErrUnavailable", err)
+		}
+		e.Logf("TryAcquire: %v", err)
+		return nil
+	})
+	if r.err != nil {
+		e.Errorf("TryAcquire with context.Background() against a frozen server: %v after %v (documented bound %v, allowed %v)",
+			r.err, r.took.Round(time.Millisecond), e.h.AttemptBound, bound)
+	}
+	e.figure("try-acquire-frozen", r.took)
+}
+
 // acquireAndDrop acquires key (with try: once) and releases what it got.
 func acquireAndDrop(ctx context.Context, lk *lock.Locker, key string, try ...bool) error {
 	var l *lock.Lock

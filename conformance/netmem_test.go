@@ -455,7 +455,16 @@ func (d *netmemDriver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Fencing: true, Expiring: true, MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
+// netmemAttemptBound bounds one TryAcquire, whatever its context allows.
+const netmemAttemptBound = 500 * time.Millisecond
+
 func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	parent := ctx
+	if !netmemBroken("unbounded-attempt") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, netmemAttemptBound)
+		defer cancel()
+	}
 	c, run, err := d.conn(ctx)
 	if err != nil {
 		return driver.Grant{}, err
@@ -463,6 +472,9 @@ func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (dri
 	start := time.Now()
 	var r NetmemReply
 	if err := d.call(ctx, c, "TryAcquire", NetmemArgs{Key: req.Key, Owner: req.Owner, TTL: req.TTL}, &r); err != nil {
+		if ctx.Err() != nil && parent.Err() == nil {
+			return driver.Grant{}, fmt.Errorf("%w: netmem: no answer within %v: %w", driver.ErrUnavailable, netmemAttemptBound, err)
+		}
 		return driver.Grant{}, err
 	}
 	d.mu.Lock()

@@ -368,7 +368,11 @@
 //
 // # Errors
 //
-// Each call makes one attempt and reports. A failure that a later attempt may
+// Each call makes one attempt and reports. Against an etcd that accepts
+// connections and answers nothing (frozen, stalled), a TryAcquire whose
+// context has no deadline fails with driver.ErrUnavailable once gRPC's
+// keepalive declares the connection dead: after keepalive_time plus
+// keepalive_timeout (15s by default). A failure that a later attempt may
 // not meet matches driver.ErrUnavailable (lock.ErrUnavailable), which the
 // portable layer retries: gRPC's Unavailable and DeadlineExceeded (connection
 // refused, reset or lost, keepalive timeouts), etcd's "no leader", "leader

@@ -332,6 +332,13 @@
 // also bounded by connect_timeout (default 10s, where pgx would wait about two
 // minutes for a server whose SYNs are dropped).
 //
+// connect_timeout also bounds one TryAcquire or Release whatever its context
+// allows: against a server that accepts connections and answers nothing
+// (frozen: the kernel acknowledges, TCP keepalives pass) such a call fails
+// with driver.ErrUnavailable after connect_timeout, where it used to wait for
+// ever. A waiting Acquire is bounded by its context alone, and Refresh by the
+// deadline package lock always gives it.
+//
 // Every call returns when its context ends, whatever the server does: Refresh
 // and Release at once (within a millisecond or two against a frozen server on
 // the development machine), TryAcquire and Acquire after giving the server at

@@ -508,8 +508,13 @@
 // it free when they next look (within a third of their lease). go-redis ends
 // a command blocked on a server that stopped answering only at a deadline: a
 // cancelled context takes effect after the client's read timeout
-// (read_timeout, 3s by default) on such a server, and at once otherwise
-// (Open and Close excepted, see above).
+// (read_timeout, 5s by default in go-redis v9.22) on such a server, and at
+// once otherwise (Open and Close excepted, see above). The read timeout also
+// bounds one TryAcquire, Refresh or Release whatever its context allows, the
+// client's own retries included: against a server that accepts connections
+// and answers nothing, the call fails with driver.ErrUnavailable after
+// read_timeout (go-redis's retry of a timed-out command used to add a second
+// one). A waiting Acquire is bounded by its context alone.
 package redisdriver
 
 import (
@@ -609,6 +614,10 @@ type Driver struct {
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
+	// attemptTimeout bounds one TryAcquire, Refresh or Release: the
+	// client's read timeout (attempt.go).
+	attemptTimeout time.Duration
+
 	epoch  time.Time          // the origin of since
 	ctx    context.Context    // cancelled by Close: ends waiting and background work
 	cancel context.CancelFunc //
@@ -660,6 +669,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
+	d.attemptTimeout = attemptTimeout(client)
 	o := options{prefix: DefaultPrefix, fencing: true}
 	for _, opt := range opts {
 		if opt != nil {

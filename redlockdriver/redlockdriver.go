@@ -476,6 +476,9 @@
 // Each call makes one round (Acquire: one round per look at the lock, and it
 // looks again only when woken, when the holder's TTL runs out, or after a
 // split vote, which the algorithm resolves with a random back-off). A round
+// waits for each server at most the per-server timeout (server_timeout), so
+// against servers that answer nothing a TryAcquire whose context has no
+// deadline fails with ErrNoQuorum and driver.ErrUnavailable after it. A round
 // that finds the lock held by a majority, or a split vote, is ErrLocked
 // (contended). With fewer than a majority answering, the call fails with an
 // error matching ErrNoQuorum that names the servers and why each failed; it

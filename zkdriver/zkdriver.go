@@ -306,7 +306,11 @@
 // # Errors
 //
 // Each call makes one attempt and reports its outcome; the portable layer
-// retries. A failure that a later attempt may not meet is marked
+// retries. Against a server that accepts connections and answers nothing
+// (frozen, stalled), a TryAcquire whose context has no deadline fails with
+// driver.ErrUnavailable (zk.ErrConnectionClosed) once go-zookeeper's read
+// times out and drops the connection: after two thirds of the session
+// timeout. A failure that a later attempt may not meet is marked
 // driver.ErrUnavailable (lock.ErrUnavailable): the connection closed or could
 // not be made (zk.ErrConnectionClosed, zk.ErrNoServer), a network error or
 // timeout, a session moved to another server (zk.ErrSessionMoved) or expired
