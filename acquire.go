@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/durtext"
 )
 
 // Acquire blocks until it holds the lock on key, ctx is done, or the Locker is
@@ -225,10 +226,10 @@ func (lk *Locker) validate(o *options) error {
 		}
 	}
 	if min, max := lk.caps.TTLRange(); o.ttl < min || o.ttl > max {
-		return fmt.Errorf("%w: TTL %v is outside this backend's range [%v, %v]", ErrInvalidArgument, o.ttl, min, max)
+		return fmt.Errorf("%w: TTL %s is outside this backend's range [%s, %s]", ErrInvalidArgument, durtext.Format(o.ttl), durtext.Format(min), durtext.Format(max))
 	}
 	if o.grace >= o.ttl/2 {
-		return fmt.Errorf("%w: grace %v must be shorter than half the TTL %v", ErrInvalidArgument, o.grace, o.ttl)
+		return fmt.Errorf("%w: grace %s must be shorter than half the TTL %s", ErrInvalidArgument, durtext.Format(o.grace), durtext.Format(o.ttl))
 	}
 	if !o.autoRefresh && !lk.caps.Expiring {
 		return fmt.Errorf("%w: turning automatic refresh off (locks on this backend live as long as the session, they cannot expire)", ErrUnsupported)

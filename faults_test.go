@@ -36,8 +36,8 @@ func TestTTLOutsideTheDriversRangeIsRejectedAndChangesNothing(t *testing.T) {
 		if !errors.Is(err, lock.ErrInvalidArgument) {
 			t.Fatalf("Acquire with TTL %v = %v, want ErrInvalidArgument", ttl, err)
 		}
-		if !strings.Contains(err.Error(), "[20ms, 1h0m0s]") {
-			t.Errorf("error %q does not name the range [20ms, 1h0m0s]", err)
+		if !strings.Contains(err.Error(), "[20ms, 1h]") {
+			t.Errorf("error %q does not name the range [20ms, 1h]", err)
 		}
 	}
 	// Nothing was taken: the bounds themselves are accepted.
@@ -54,8 +54,8 @@ func TestTTLOutsideTheDriversRangeIsRejectedAndChangesNothing(t *testing.T) {
 
 func TestOpenRejectsATTLBeyondEveryDriversMaximum(t *testing.T) {
 	_, err := lock.Open(context.Background(), "mem://"+t.Name()+"?ttl=9000h")
-	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), driver.DefaultMaxTTL.String()) {
-		t.Fatalf("Open with ttl=9000h = %v, want ErrInvalidArgument naming the maximum %v", err, driver.DefaultMaxTTL)
+	if !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL 375 days is outside this backend's range [10ms, 366 days]") {
+		t.Fatalf("Open with ttl=9000h = %v, want ErrInvalidArgument naming the TTL and the range as people write them, 375 days and [10ms, 366 days]", err)
 	}
 }
 
@@ -447,4 +447,26 @@ func TestGraceMakesLostCloseThatMuchEarlier(t *testing.T) {
 		t.Errorf("Lost closed after %v, want at TTL - drift - grace = about %v", took, ttl-grace)
 	}
 	_ = l.Release(ctx)
+}
+
+// What a Locker reports is what it accepts, even over a driver that leaves its
+// TTL range zero: Capabilities' MinTTL and MaxTTL are the range's ends.
+func TestLockerCapabilitiesStateTheTTLRangeItEnforces(t *testing.T) {
+	ctx := context.Background()
+	lk := lock.New(nopDriver{})
+	defer lk.Close()
+	c := lk.Capabilities()
+	if c.MinTTL != driver.FloorTTL || c.MaxTTL != driver.DefaultMaxTTL {
+		t.Fatalf("Capabilities() = [%v, %v], want [%v, %v]", c.MinTTL, c.MaxTTL, driver.FloorTTL, driver.DefaultMaxTTL)
+	}
+	for _, ttl := range []time.Duration{c.MinTTL, c.MaxTTL} {
+		if _, err := lk.TryAcquire(ctx, "k", lock.WithTTL(ttl)); errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("TryAcquire with TTL %v, a reported end = %v", ttl, err)
+		}
+	}
+	for _, ttl := range []time.Duration{c.MinTTL - 1, c.MaxTTL + 1} {
+		if _, err := lk.TryAcquire(ctx, "k", lock.WithTTL(ttl)); !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Errorf("TryAcquire with TTL %v, just outside the reported range = %v, want ErrInvalidArgument", ttl, err)
+		}
+	}
 }

@@ -198,7 +198,7 @@ type Locker struct {
 func New(d driver.Driver, opts ...Option) *Locker {
 	lk := &Locker{
 		d:        d,
-		caps:     d.Capabilities(),
+		caps:     enforcedCapabilities(d.Capabilities()),
 		defaults: defaultOptions().apply(opts),
 		name:     driverName(d),
 		epoch:    time.Now(),
@@ -223,8 +223,17 @@ func New(d driver.Driver, opts ...Option) *Locker {
 	return lk
 }
 
-// Capabilities reports what the Locker's driver guarantees.
+// Capabilities reports what the Locker's driver guarantees. Its MinTTL and
+// MaxTTL are the TTLs Acquire accepts, both ends included.
 func (lk *Locker) Capabilities() Capabilities { return lk.caps }
+
+// enforcedCapabilities is c with MinTTL and MaxTTL set to the range validate
+// enforces, so that what a Locker reports is what it accepts even for a
+// driver that leaves them zero.
+func enforcedCapabilities(c driver.Capabilities) driver.Capabilities {
+	c.MinTTL, c.MaxTTL = c.TTLRange()
+	return c
+}
 
 // String describes the Locker by its driver or its URL, with any password
 // redacted.

@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/distlock/lock/internal/durtext"
 )
 
 // DefaultTTL is the lock TTL when no WithTTL option is given.
@@ -86,7 +88,7 @@ const DefaultOpenTimeout = 10 * time.Second
 func WithGrace(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
-			o.fail(fmt.Errorf("%w: grace %v is negative", ErrInvalidArgument, d))
+			o.fail(fmt.Errorf("%w: grace %s is negative", ErrInvalidArgument, durtext.Format(d)))
 		}
 		o.grace = d
 	}
@@ -98,7 +100,7 @@ func WithGrace(d time.Duration) Option {
 func WithCloseTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
-			o.fail(fmt.Errorf("%w: close timeout %v is not positive", ErrInvalidArgument, d))
+			o.fail(fmt.Errorf("%w: close timeout %s is not positive", ErrInvalidArgument, durtext.Format(d)))
 			return
 		}
 		o.closeTimeout = d
@@ -116,7 +118,7 @@ func WithCloseTimeout(d time.Duration) Option {
 func WithTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
-			o.fail(fmt.Errorf("%w: TTL %v is not positive", ErrInvalidArgument, d))
+			o.fail(fmt.Errorf("%w: TTL %s is not positive", ErrInvalidArgument, durtext.Format(d)))
 		}
 		o.ttl = d
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
@@ -74,6 +73,46 @@ func testEveryCallHonoursContextAgainstFrozenServer(e *env) {
 
 var errSucceeded = errors.New("succeeded against a frozen server")
 
+// attemptSlack is what TryAcquireWithoutDeadlineIsBoundedAgainstFrozenServer
+// allows beyond Harness.AttemptBound: the portable layer's wait for its
+// cleanup (250ms) and a loaded machine's scheduling.
+const attemptSlack = time.Second
+
+// Against a frozen server, one TryAcquire whose context never ends returns
+// within the bound the driver documents for one attempt (Harness.AttemptBound,
+// plus attemptSlack), with an error matching ErrUnavailable: a caller without
+// a deadline learns that the backend does not answer, in a time the
+// documentation states.
+func testTryAcquireWithoutDeadlineIsBounded(e *env) {
+	e.needFreeze()
+	if e.h.AttemptBound <= 0 {
+		e.Skip("Harness.AttemptBound is zero: the harness states no bound for one attempt against a server that does not answer")
+	}
+	a := e.client()
+	e.release(e.acquire(a, e.key+"/warm")) // connections are open when the server freezes
+	var wg sync.WaitGroup
+	e.Cleanup(wg.Wait) // after the thaw, which lets a call that overran finish
+	e.freeze()
+	bound := e.h.AttemptBound + attemptSlack
+	r := <-e.boundedCall(&wg, "TryAcquire", bound, func() error {
+		l, err := a.TryAcquire(context.Background(), e.key)
+		if err == nil {
+			_ = l.Release(context.Background())
+			return errSucceeded
+		}
+		if !errors.Is(err, lock.ErrUnavailable) {
+			return fmt.Errorf("%w, want an error matching ErrUnavailable", err)
+		}
+		e.Logf("TryAcquire: %v", err)
+		return nil
+	})
+	if r.err != nil {
+		e.Errorf("TryAcquire with context.Background() against a frozen server: %v after %v (documented bound %v, allowed %v)",
+			r.err, r.took.Round(time.Millisecond), e.h.AttemptBound, bound)
+	}
+	e.figure("try-acquire-frozen", r.took)
+}
+
 // acquireAndDrop acquires key (with try: once) and releases what it got.
 func acquireAndDrop(ctx context.Context, lk *lock.Locker, key string, try ...bool) error {
 	var l *lock.Lock
@@ -98,14 +137,7 @@ func (e *env) needURL() {
 // withQuery returns the harness URL with a query parameter set.
 func (e *env) withQuery(name, value string) string {
 	e.Helper()
-	u, err := url.Parse(e.h.URL)
-	if err != nil {
-		e.Fatalf("Harness.URL: %v", err)
-	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return withQueryOf(e, e.h.URL, name, value)
 }
 
 // callResult is what a bounded call returned, and how long it took.
@@ -193,6 +225,10 @@ func testOpenAndCloseHonourTimeoutsAgainstFrozenServer(e *env) {
 	closed := e.boundedCall(&wg, "Close", closeBound, func() error { _ = lk.Close(); return nil })
 	if r := <-open; r.err != nil {
 		e.Errorf("lock.Open with open_timeout=%v against a frozen server: %v (bound %v)", openTimeout, r.err, openBound)
+	} else if r.took < openTimeout*9/10 {
+		// A frozen server accepts connections (the kernel does) and answers
+		// nothing: no refusal, so the answer is unknown until the timeout.
+		e.Errorf("lock.Open with open_timeout=%v against a frozen server failed after %v, before its timeout: silence is not a refusal", openTimeout, r.took.Round(time.Millisecond))
 	}
 	if r := <-closed; r.err != nil {
 		e.Errorf("Close of a Locker holding a lock, with close_timeout=%v, against a frozen server: %v (bound %v)", closeTimeout, r.err, closeBound)

@@ -32,7 +32,9 @@
 // hold the permits of a crashed holder and of one that stopped refreshing;
 // restart-loss-detection: from the backend answering again to Lost;
 // frozen-holder-superseded-after and killed-holder-superseded-after: until
-// another client holds the lock; open-frozen and close-frozen). Each takes a few
+// another client holds the lock; open-frozen and close-frozen;
+// try-acquire-frozen: one TryAcquire without a deadline, bounded by
+// Harness.AttemptBound). Each takes a few
 // seconds with the default one-second TTL, except
 // OpenAndCloseHaveDefaultBoundsAgainstFrozenServer, which may take the default
 // Open bound of ten seconds; a quick run leaves it out.
@@ -162,6 +164,13 @@ type Harness struct {
 	// connection drops (PostgreSQL, files) or when the TTL bounds it (expiring
 	// backends).
 	SessionTimeout time.Duration
+
+	// AttemptBound is how long one TryAcquire may take, by the driver's
+	// documentation, against a server that accepts connections and answers
+	// nothing, when the caller's context has no deadline (for example the
+	// client's read timeout). TryAcquireWithoutDeadlineIsBoundedAgainstFrozenServer
+	// checks it (with Freeze), and is skipped, saying so, when it is zero.
+	AttemptBound time.Duration
 }
 
 // Bounds the suite asserts. They are generous for slow CI machines under the race
@@ -257,6 +266,7 @@ func Run(t *testing.T, h Harness) {
 
 	// TTL range, on every driver.
 	run("TTLsOutsideTheDriversRangeAreRejectedAndChangeNothing", testTTLsOutsideRangeAreRejected)
+	run("CapabilitiesStateTheTTLRangeAcquireAccepts", testCapabilitiesStateTheTTLRangeAcquireAccepts)
 
 	// Faults (faults.go): each needs a hook of the Harness, and is skipped
 	// naming it when the hook is nil.
@@ -270,6 +280,8 @@ func Run(t *testing.T, h Harness) {
 	run("EveryCallHonoursItsContextAgainstFrozenServer", testEveryCallHonoursContextAgainstFrozenServer)
 	run("OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer", testOpenAndCloseHonourTimeoutsAgainstFrozenServer)
 	run("OpenAndCloseHaveDefaultBoundsAgainstFrozenServer", testOpenAndCloseHaveDefaultBoundsAgainstFrozenServer)
+	run("OpenFailsFastWhenEveryServerRefuses", testOpenFailsFastWhenEveryServerRefuses)
+	run("TryAcquireWithoutDeadlineIsBoundedAgainstFrozenServer", testTryAcquireWithoutDeadlineIsBounded)
 	run("WaiterSurvivesBackendRestartShorterThanItsContext", testWaiterSurvivesBackendRestart)
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -122,6 +123,13 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			fail:   []string{"StoppedPermitHoldersFreeTheirPermitsWithinTTL"},
 		},
 		{
+			// Capabilities claim the TTLs the Redis driver once claimed,
+			// 1ms and the whole range of time.Duration.
+			broken: "overstated-ttl-range",
+			run:    "CapabilitiesStateTheTTLRangeAcquireAccepts",
+			fail:   []string{"CapabilitiesStateTheTTLRangeAcquireAccepts"},
+		},
+		{
 			// Shared and permit grants reuse the last token.
 			broken: "shape-tokens-stall",
 			run:    "TokensIncreaseAcrossSharedExclusiveAndPermitGrants",
@@ -208,6 +216,14 @@ func (b *broken) shaped(req *driver.Request) *driver.Request {
 		r.TTL = time.Hour
 	}
 	return &r
+}
+
+func (b *broken) Capabilities() driver.Capabilities {
+	c := b.Driver.Capabilities()
+	if b.kind == "overstated-ttl-range" {
+		c.MinTTL, c.MaxTTL = time.Millisecond, math.MaxInt64
+	}
+	return c
 }
 
 func (b *broken) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {

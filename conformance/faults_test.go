@@ -46,6 +46,7 @@ func netmemHarness(t *testing.T) conformance.Harness {
 		// netmem tells no cause of its own but a restart's: a holder that
 		// hears nothing loses its lock at the portable layer's deadline.
 		PartitionCause: lock.ErrExpired,
+		AttemptBound:   netmemAttemptBound,
 	}
 }
 
@@ -101,6 +102,14 @@ func TestFaultSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"ignores-ctx", []string{"EveryCallHonoursItsContextAgainstFrozenServer", "OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer"}},
 		// Locks never expire: a killed or frozen holder blocks everyone.
 		{"immortal", []string{"KilledHolderProcessStopsBlockingOthers", "FrozenHolderProcessIsSupersededOnlyAfterItsValidity"}},
+		// TryAcquire waits for the server as long as its context allows.
+		{"unbounded-attempt", []string{"TryAcquireWithoutDeadlineIsBoundedAgainstFrozenServer"}},
+		// A refused dial is retried until the context ends, as etcd and
+		// ZooKeeper did: Open fails only at its timeout.
+		{"waits-on-refusal", []string{"OpenFailsFastWhenEveryServerRefuses"}},
+		// A server that does not answer within 50ms is given up on: Open
+		// fails before its timeout against a frozen server.
+		{"gives-up-on-silence", []string{"OpenAndCloseHonourTheirTimeoutsAgainstFrozenServer"}},
 		// Connection failures lose their class: the portable layer gives up.
 		{"permanent-errors", []string{"WaiterSurvivesBackendRestartShorterThanItsContext"}},
 	} {

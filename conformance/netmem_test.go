@@ -293,6 +293,14 @@ func dialNetmem(ctx context.Context, addr string) (*netmemDriver, error) {
 func (d *netmemDriver) dial(ctx context.Context) (*rpc.Client, int, error) {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "tcp", d.addr)
+	for netmemBroken("waits-on-refusal") && err != nil && ctx.Err() == nil {
+		// Treats a refusal as silence: dials again until ctx ends.
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		conn, err = dialer.DialContext(ctx, "tcp", d.addr)
+	}
 	if err != nil {
 		if netmemBroken("permanent-errors") {
 			return nil, 0, fmt.Errorf("netmem: %s", err.Error()) // loses its class
@@ -301,7 +309,15 @@ func (d *netmemDriver) dial(ctx context.Context) (*rpc.Client, int, error) {
 	}
 	c := rpc.NewClient(conn)
 	var r NetmemReply
-	if err := d.call(ctx, c, "Ping", NetmemArgs{}, &r); err != nil {
+	pctx := ctx
+	if netmemBroken("gives-up-on-silence") {
+		// Treats silence as a refusal: a server that does not answer at once
+		// is given up on.
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+	}
+	if err := d.call(pctx, c, "Ping", NetmemArgs{}, &r); err != nil {
 		_ = c.Close()
 		return nil, 0, err
 	}
@@ -436,10 +452,19 @@ func (d *netmemDriver) forget(r *driver.Request) {
 }
 
 func (d *netmemDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true}
+	return driver.Capabilities{Fencing: true, Expiring: true, MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
+// netmemAttemptBound bounds one TryAcquire, whatever its context allows.
+const netmemAttemptBound = 500 * time.Millisecond
+
 func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	parent := ctx
+	if !netmemBroken("unbounded-attempt") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, netmemAttemptBound)
+		defer cancel()
+	}
 	c, run, err := d.conn(ctx)
 	if err != nil {
 		return driver.Grant{}, err
@@ -447,6 +472,9 @@ func (d *netmemDriver) TryAcquire(ctx context.Context, req *driver.Request) (dri
 	start := time.Now()
 	var r NetmemReply
 	if err := d.call(ctx, c, "TryAcquire", NetmemArgs{Key: req.Key, Owner: req.Owner, TTL: req.TTL}, &r); err != nil {
+		if ctx.Err() != nil && parent.Err() == nil {
+			return driver.Grant{}, fmt.Errorf("%w: netmem: no answer within %v: %w", driver.ErrUnavailable, netmemAttemptBound, err)
+		}
 		return driver.Grant{}, err
 	}
 	d.mu.Lock()

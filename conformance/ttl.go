@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/durtext"
 )
 
 // outOfRangeTTLs are TTLs the portable layer must refuse for a driver with this
@@ -27,8 +28,8 @@ func ttlRangeError(err error, ttl, min, max time.Duration) string {
 	switch {
 	case !errors.Is(err, lock.ErrInvalidArgument):
 		return "want an error matching ErrInvalidArgument"
-	case ttl > 0 && (!strings.Contains(err.Error(), min.String()) || !strings.Contains(err.Error(), max.String())):
-		return "want the message to name the accepted range [" + min.String() + ", " + max.String() + "]"
+	case ttl > 0 && !strings.Contains(err.Error(), "["+durtext.Format(min)+", "+durtext.Format(max)+"]"):
+		return "want the message to name the accepted range [" + durtext.Format(min) + ", " + durtext.Format(max) + "]"
 	}
 	return ""
 }
@@ -85,6 +86,49 @@ func testTTLsOutsideRangeAreRejected(e *env) {
 	}
 	e.requireLocked(b, e.key, "held with the longest TTL in range")
 	e.release(l)
+}
+
+// The driver's Capabilities state the TTLs Acquire accepts, as they are: a
+// TTL of exactly MinTTL passes validation and one of exactly MaxTTL gives a
+// lock; a nanosecond outside either is refused with ErrInvalidArgument; and a
+// Locker over the driver reports the same range. (A driver whose MinTTL or
+// MaxTTL is zero, or beyond what the portable layer enforces, tells its users
+// a range that Acquire does not keep.)
+func testCapabilitiesStateTheTTLRangeAcquireAccepts(e *env) {
+	min, max := e.caps.MinTTL, e.caps.MaxTTL
+	if min <= 0 || max <= 0 {
+		lo, hi := e.caps.TTLRange()
+		e.Fatalf("Capabilities declares MinTTL %v and MaxTTL %v; want the range Acquire accepts, [%v, %v]", min, max, lo, hi)
+	}
+	a := e.client()
+	if got := a.Capabilities(); got.MinTTL != min || got.MaxTTL != max {
+		e.Errorf("Locker.Capabilities() reports TTLs [%v, %v], the driver [%v, %v]", got.MinTTL, got.MaxTTL, min, max)
+	}
+	try := func(what string, ttl time.Duration) error {
+		ctx, cancel := e.boundedCtx(5 * time.Second)
+		defer cancel()
+		l, err := a.TryAcquire(ctx, e.key+"/"+what, lock.WithTTL(ttl))
+		if err == nil {
+			_ = l.Release(ctx) // a lock of MinTTL may be lost already
+		}
+		return err
+	}
+	// MinTTL may be too short for a grant to keep any validity on a slow
+	// round trip: any refusal but an invalid or unsupported TTL passes.
+	if err := try("min", min); errors.Is(err, lock.ErrInvalidArgument) || errors.Is(err, lock.ErrUnsupported) {
+		e.Errorf("TryAcquire with TTL %v, the reported MinTTL, = %v; want it accepted", min, err)
+	}
+	if err := try("max", max); err != nil {
+		e.Errorf("TryAcquire with TTL %v, the reported MaxTTL, = %v; want a lock", max, err)
+	}
+	for _, c := range []struct {
+		what string
+		ttl  time.Duration
+	}{{"below", min - 1}, {"above", max + 1}} {
+		if err := try(c.what, c.ttl); !errors.Is(err, lock.ErrInvalidArgument) {
+			e.Errorf("TryAcquire with TTL %v, a nanosecond %s the reported range [%v, %v], = %v; want ErrInvalidArgument", c.ttl, c.what, min, max, err)
+		}
+	}
 }
 
 // FuzzTTL checks any TTL through the portable layer over the harness's driver:

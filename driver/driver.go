@@ -277,16 +277,22 @@ type Capabilities struct {
 	// refresh, release and (with Fencing) token.
 	Permits bool
 
-	// MinTTL is the shortest TTL the backend honours (for example etcd's minimum
-	// lease TTL); zero means no minimum. The portable layer rejects shorter TTLs
-	// with a clear error rather than letting the server raise them.
+	// MinTTL is the shortest TTL Acquire accepts: the longer of the backend's
+	// own minimum (for example etcd's minimum lease TTL) and FloorTTL. The
+	// portable layer rejects shorter TTLs with a clear error rather than
+	// letting the server raise them. A driver states the range exactly (the
+	// conformance suite checks that both ends are accepted and that just
+	// outside is refused); a zero is read as FloorTTL, and Locker.Capabilities
+	// reports it so.
 	MinTTL time.Duration
 
-	// MaxTTL is the longest TTL the driver can carry without overflow or loss of
-	// meaning (a lease in whole seconds, milliseconds in a 64-bit argument); zero
-	// means DefaultMaxTTL. The portable layer rejects longer TTLs, so a driver
-	// never sees a TTL above min(MaxTTL, DefaultMaxTTL) and its duration arithmetic
-	// cannot overflow.
+	// MaxTTL is the longest TTL Acquire accepts: the shorter of what the driver
+	// can carry without overflow or loss of meaning (a lease in whole seconds,
+	// milliseconds in a 64-bit argument) and DefaultMaxTTL. The portable layer
+	// rejects longer TTLs, so a driver never sees a TTL above it and its
+	// duration arithmetic cannot overflow. A zero, or anything longer than
+	// DefaultMaxTTL, is read as DefaultMaxTTL, and Locker.Capabilities reports
+	// it so.
 	MaxTTL time.Duration
 }
 
@@ -302,7 +308,9 @@ const DefaultMaxTTL = 366 * 24 * time.Hour
 const FloorTTL = 10 * time.Millisecond
 
 // TTLRange is the range of TTLs the portable layer accepts for a driver with
-// these capabilities: [max(MinTTL, FloorTTL), min(MaxTTL, DefaultMaxTTL)].
+// these capabilities: [max(MinTTL, FloorTTL), min(MaxTTL, DefaultMaxTTL)]. For
+// a driver that states its range exactly, as every driver of this repository
+// does, that is [MinTTL, MaxTTL].
 func (c Capabilities) TTLRange() (min, max time.Duration) {
 	min, max = c.MinTTL, c.MaxTTL
 	if min < FloorTTL {

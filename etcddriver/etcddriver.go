@@ -26,7 +26,8 @@
 // the server with), cert and key (files of a client certificate and its key, both
 // or neither), server_name (the name to verify the server's certificate for), all
 // four only with etcds://; dial_timeout (default 5s; Open fails if etcd does not
-// answer within it), keepalive_time and keepalive_timeout (the gRPC connection's
+// answer within it, and at once, naming the refusal, when every endpoint
+// refuses the connection), keepalive_time and keepalive_timeout (the gRPC connection's
 // pings: defaults 10s and 5s; gRPC raises a keepalive_time below 10s to 10s).
 // Any other parameter is an error that lists these; the portable ttl,
 // auto_refresh and prefix are described in package lock. A list of several IPv6
@@ -287,8 +288,8 @@
 // and reading what etcd granted, and declares it as Capabilities.MinTTL, so a
 // shorter TTL is refused with an error rather than silently lengthened. Nor does
 // etcd grant a lease longer than 9,000,000,000 seconds (its MaxLeaseTTL, about
-// 285 years), declared as Capabilities.MaxTTL; package lock accepts at most 366
-// days anyway. The driver refuses a TTL outside that range itself, with a plain
+// 285 years); package lock accepts at most 366 days, which is
+// Capabilities.MaxTTL. The driver refuses a TTL outside that range itself, with a plain
 // error that names the range, before etcd sees it, and no conversion between a
 // Duration and seconds can overflow, whatever TTL it is given.
 //
@@ -308,8 +309,10 @@
 //   - Permits: yes; a mismatched n, or a semaphore used as a lock, is
 //     ErrInvalidArgument where the request can see it (see Read-write locks
 //     and semaphores).
-//   - MinTTL: the server's minimum lease TTL, measured by New.
-//   - MaxTTL: etcd's maximum lease TTL, 9,000,000,000s.
+//   - MinTTL: the server's minimum lease TTL, measured by New (or given by
+//     WithMinTTL), and at least 10ms (driver.FloorTTL).
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL;
+//     etcd's own maximum lease TTL, 9,000,000,000s, is longer.
 //
 // # Lost locks
 //
@@ -391,7 +394,11 @@
 //
 // # Errors
 //
-// Each call makes one attempt and reports. A failure that a later attempt may
+// Each call makes one attempt and reports. Against an etcd that accepts
+// connections and answers nothing (frozen, stalled), a TryAcquire whose
+// context has no deadline fails with driver.ErrUnavailable once gRPC's
+// keepalive declares the connection dead: after keepalive_time plus
+// keepalive_timeout (15s by default). A failure that a later attempt may
 // not meet matches driver.ErrUnavailable (lock.ErrUnavailable), which the
 // portable layer retries: gRPC's Unavailable and DeadlineExceeded (connection
 // refused, reset or lost, keepalive timeouts), etcd's "no leader", "leader
@@ -670,8 +677,8 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		Shared:           true,
 		WriterPreference: true,
 		Permits:          true,
-		MinTTL:           d.minTTL,
-		MaxTTL:           maxLeaseTTL,
+		MinTTL:           max(d.minTTL, driver.FloorTTL),
+		MaxTTL:           min(maxLeaseTTL, driver.DefaultMaxTTL),
 	}
 }
 

@@ -56,8 +56,10 @@ func runConformance(t *testing.T) {
 			return open(ctx, driver.Config{URL: u})
 		},
 		// Revoking a client's leases is what etcd does when its keepalives stop.
-		Sever:          func(ctx context.Context, d driver.Driver) error { return sever(ctx, admin, d) },
-		SeverCause:     lock.ErrSessionExpired,
+		Sever:      func(ctx context.Context, d driver.Driver) error { return sever(ctx, admin, d) },
+		SeverCause: lock.ErrSessionExpired,
+		// gRPC's keepalive declares a silent connection dead.
+		AttemptBound:   etcddriver.DefaultKeepaliveTime + etcddriver.DefaultKeepaliveTimeout,
 		RestartBackend: restart,
 		// A server back without its data has forgotten the lease.
 		RestartCause: lock.ErrSessionExpired,

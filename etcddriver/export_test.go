@@ -5,6 +5,10 @@ import (
 	"errors"
 )
 
+// MaxLeaseTTL is the longest lease the driver asks etcd for, etcd's own
+// maximum; package lock accepts less (Capabilities.MaxTTL).
+const MaxLeaseTTL = maxLeaseTTL
+
 // SetWatchThreshold makes Drivers holding n or more locks confirm refreshes
 // through the prefix watch (refreshwatch.go), until the returned func
 // restores the default.

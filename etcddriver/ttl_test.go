@@ -15,12 +15,16 @@ import (
 	"github.com/distlock/lock/etcddriver"
 )
 
-// Capabilities().MaxTTL is etcd's own maximum lease TTL (9,000,000,000 s), the
-// longest lease the driver can ask for.
-func TestMaxTTLIsEtcdsMaximumLeaseTTL(t *testing.T) {
+// Capabilities().MaxTTL is what package lock accepts, 366 days, shorter than
+// etcd's own maximum lease TTL (9,000,000,000 s), the longest lease the
+// driver can ask for.
+func TestMaxTTLIsWhatPackageLockAccepts(t *testing.T) {
 	d := newDriver(t, testserverEtcd(t), etcddriver.WithMinTTL(2*time.Second))
-	if got, want := d.Capabilities().MaxTTL, time.Duration(clientv3.MaxLeaseTTL)*time.Second; got != want {
-		t.Fatalf("MaxTTL = %v, want etcd's maximum lease TTL %v", got, want)
+	if got := d.Capabilities().MaxTTL; got != driver.DefaultMaxTTL {
+		t.Fatalf("MaxTTL = %v, want %v", got, driver.DefaultMaxTTL)
+	}
+	if etcddriver.MaxLeaseTTL != time.Duration(clientv3.MaxLeaseTTL)*time.Second {
+		t.Fatalf("the driver's longest lease is %v, want etcd's maximum lease TTL %v", etcddriver.MaxLeaseTTL, time.Duration(clientv3.MaxLeaseTTL)*time.Second)
 	}
 }
 
@@ -33,7 +37,7 @@ func TestTTLBeyondTheMaximumIsAClearErrorAndTakesNothing(t *testing.T) {
 	defer cancel()
 	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
 	admin := newClient(t, url)
-	maxTTL := d.Capabilities().MaxTTL
+	maxTTL := etcddriver.MaxLeaseTTL
 	for _, ttl := range []time.Duration{maxTTL + time.Nanosecond, maxTTL + time.Second, math.MaxInt64 - time.Second + 1, math.MaxInt64} {
 		for _, wait := range []bool{false, true} {
 			req := &driver.Request{Key: "k", Owner: "o", TTL: ttl, Lost: driver.LostFunc(func(error) {})}
@@ -86,7 +90,7 @@ func TestLongestTTLsAreGrantedExactly(t *testing.T) {
 	defer cancel()
 	d := newDriver(t, url, etcddriver.WithPrefix(testPrefix(t)))
 	admin := newClient(t, url)
-	maxTTL := d.Capabilities().MaxTTL
+	maxTTL := etcddriver.MaxLeaseTTL
 	for _, c := range []struct {
 		ttl  time.Duration
 		secs int64

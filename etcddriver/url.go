@@ -49,6 +49,16 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, refused := watchRefusals(ctx, spec.Endpoints, spec.DialTimeout)
+	d, err := openClient(ctx, spec, prefix)
+	if r := refused(); r != nil && err != nil {
+		return nil, fmt.Errorf("%w: etcddriver: %s: every endpoint refused the connection: %w", driver.ErrUnavailable, strings.Join(spec.Endpoints, ","), r)
+	}
+	return d, err
+}
+
+// openClient connects to etcd as spec says, and checks it, within ctx.
+func openClient(ctx context.Context, spec *clientv3.ConfigSpec, prefix string) (driver.Driver, error) {
 	ccfg, err := clientv3.NewClientConfig(spec, zap.NewNop())
 	if err != nil {
 		// The TLS files could not be loaded; the error names files, not secrets.

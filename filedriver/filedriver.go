@@ -54,6 +54,8 @@
 //     stream of readers can starve it.
 //   - Permits: yes, up to MaxPermits; a request for another number of
 //     permits than the current holders' and waiters' is ErrInvalidArgument.
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
 //
 // # Queueing rule
 //
@@ -367,6 +369,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Fencing: true, Expiring: false, Notify: notifySupported,
 		Shared: true, WriterPreference: notifySupported, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL,
 	}
 }
 

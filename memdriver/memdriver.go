@@ -26,6 +26,8 @@
 //     order. TryAcquire never queues and takes its turn as a newcomer.
 //   - Shared: yes, with writer preference (WriterPreference).
 //   - Permits: yes; a mismatched number of permits is ErrInvalidArgument.
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the store keeps any TTL.
 //
 // # Lost locks
 //
@@ -142,7 +144,8 @@ func New(name string, opts ...Option) *Driver {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true}
+	return driver.Capabilities{Fencing: true, Expiring: true, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 // Sever makes the store forget every lock this client holds, as a server does

@@ -19,6 +19,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
+	ctx, done := d.attempt(ctx)
+	g, err := d.tryAcquire(ctx, req)
+	return g, done(err)
+}
+
+func (d *Driver) tryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if g, ok, err := d.heldBy(req); ok || err != nil {
 		return g, err
 	}

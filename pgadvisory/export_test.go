@@ -139,3 +139,6 @@ func PermitAnnouncementsForTest(d *Driver) (heard, last int64) {
 	}
 	return l.heard.Load(), l.last.Load()
 }
+
+// DefaultConnectTimeout is connect_timeout when the URL sets none.
+const DefaultConnectTimeout = defaultConnectTimeout

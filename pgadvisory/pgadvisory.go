@@ -72,6 +72,8 @@
 //   - Permits: yes; a semaphore of n is n advisory locks; a mismatched n, or a
 //     semaphore used as a lock, is driver.ErrInvalidArgument where the driver
 //     sees it (see Read-write locks and semaphores).
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
 //
 // # Read-write locks and semaphores
 //
@@ -329,6 +331,13 @@
 // context, so a wrong password fails there, redacted; each attempt to open a session is
 // also bounded by connect_timeout (default 10s, where pgx would wait about two
 // minutes for a server whose SYNs are dropped).
+//
+// connect_timeout also bounds one TryAcquire or Release whatever its context
+// allows: against a server that accepts connections and answers nothing
+// (frozen: the kernel acknowledges, TCP keepalives pass) such a call fails
+// with driver.ErrUnavailable after connect_timeout, where it used to wait for
+// ever. A waiting Acquire is bounded by its context alone, and Refresh by the
+// deadline package lock always gives it.
 //
 // Every call returns when its context ends, whatever the server does: Refresh
 // and Release at once (within a millisecond or two against a frozen server on
@@ -697,7 +706,8 @@ func (d *Driver) ApplicationName() string { return d.tag }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true}
+	return driver.Capabilities{Fencing: d.o.fencing, Notify: true, FIFO: true, Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 // pooled records that c's statements ran on another server session (with pid,

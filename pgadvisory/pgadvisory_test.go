@@ -30,6 +30,7 @@ func TestConformance(t *testing.T) {
 			return terminate(ctx, dsn, d.(*pgadvisory.Driver))
 		},
 		SeverCause:     lock.ErrSessionExpired,
+		AttemptBound:   pgadvisory.DefaultConnectTimeout, // attempt.go
 		RestartBackend: func(context.Context) error { return srv.Restart(true) },
 		// The server closes the sessions as it goes down: the driver sees
 		// them end before it can see the new start time.

@@ -21,6 +21,11 @@ import (
 // lock was freed) rather than sending a second unlock, which could free the
 // same lock taken since by another owner on the same session.
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	ctx, done := d.attempt(ctx)
+	return done(d.release(ctx, req))
+}
+
+func (d *Driver) release(ctx context.Context, req *driver.Request) error {
 	k := ownerKey{req.Key, req.Owner}
 	for {
 		d.mu.Lock()

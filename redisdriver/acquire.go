@@ -200,6 +200,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	if err := d.usable(ctx); err != nil {
 		return driver.Grant{}, err
 	}
+	ctx, done := d.attempt(ctx)
+	g, err := d.tryAcquire(ctx, req)
+	return g, done(err)
+}
+
+func (d *Driver) tryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Key)
 	start := time.Now()
 	r, err := d.runAcquire(ctx, k, req, tryMode, 0)

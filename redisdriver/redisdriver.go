@@ -362,15 +362,18 @@
 //     Read-write locks and semaphores.
 //   - Permits: yes; a mismatched number of permits, or a semaphore used as a
 //     lock, is ErrInvalidArgument (see Read-write locks and semaphores).
-//   - MinTTL: 1ms, the resolution of PX.
-//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
-//     the server in whole milliseconds rounded up, which cannot overflow, and
-//     at most 9.2e12 ms plus the server clock fits Redis's 64-bit expiry time
-//     with room to spare; the largest numbers the scripts compute (the fence
-//     record's expiry, TTL plus a day; a waiter's deadline, the server clock
-//     plus its lease) stay below 2^53, where Lua's numbers are exact integers.
-//     A PTTL read back is capped at 146 years before conversion. Package lock
-//     caps every TTL at driver.DefaultMaxTTL (366 days) anyway.
+//   - MinTTL: 10ms (driver.FloorTTL), package lock's shortest TTL; PX itself
+//     would take 1ms, but the drift allowance would leave such a lock no
+//     validity.
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL.
+//     The driver itself carries the whole range of time.Duration (about 292
+//     years): TTLs go to the server in whole milliseconds rounded up, which
+//     cannot overflow, and at most 9.2e12 ms plus the server clock fits
+//     Redis's 64-bit expiry time with room to spare; the largest numbers the
+//     scripts compute (the fence record's expiry, TTL plus a day; a waiter's
+//     deadline, the server clock plus its lease) stay below 2^53, where Lua's
+//     numbers are exact integers. A PTTL read back is capped at 146 years
+//     before conversion.
 //
 // # Lost locks
 //
@@ -525,8 +528,13 @@
 // it free when they next look (within a third of their lease). go-redis ends
 // a command blocked on a server that stopped answering only at a deadline: a
 // cancelled context takes effect after the client's read timeout
-// (read_timeout, 3s by default) on such a server, and at once otherwise
-// (Open and Close excepted, see above).
+// (read_timeout, 5s by default in go-redis v9.22) on such a server, and at
+// once otherwise (Open and Close excepted, see above). The read timeout also
+// bounds one TryAcquire, Refresh or Release whatever its context allows, the
+// client's own retries included: against a server that accepts connections
+// and answers nothing, the call fails with driver.ErrUnavailable after
+// read_timeout (go-redis's retry of a timed-out command used to add a second
+// one). A waiting Acquire is bounded by its context alone.
 package redisdriver
 
 import (
@@ -554,8 +562,9 @@ const DefaultPrefix = "distlock"
 // of keys no longer used.
 const fenceKeep = 24 * time.Hour
 
-// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
-// its way to the server (see Capabilities in the package documentation).
+// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
+// hold overflows on its way to the server (see Capabilities in the package
+// documentation). Package lock accepts less, Capabilities.MaxTTL.
 const maxTTL = time.Duration(math.MaxInt64)
 
 // minLease is the shortest time a waiter keeps its place in a queue without
@@ -625,6 +634,10 @@ type Driver struct {
 	prefix  string               // escaped
 	inbox   string               // this driver's pub/sub channel
 
+	// attemptTimeout bounds one TryAcquire, Refresh or Release: the
+	// client's read timeout (attempt.go).
+	attemptTimeout time.Duration
+
 	epoch  time.Time          // the origin of since
 	ctx    context.Context    // cancelled by Close: ends waiting and background work
 	cancel context.CancelFunc //
@@ -676,6 +689,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 		runIDs:  map[string]seenID{},
 	}
 	d.cluster, _ = client.(*redis.ClusterClient)
+	d.attemptTimeout = attemptTimeout(client)
 	o := options{prefix: DefaultPrefix, fencing: true}
 	for _, opt := range opts {
 		if opt != nil {
@@ -701,7 +715,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Fencing: d.fencing, Expiring: true, Notify: true, FIFO: true,
 		Shared: true, WriterPreference: true, Permits: true,
-		MinTTL: time.Millisecond, MaxTTL: maxTTL,
+		MinTTL: driver.FloorTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL),
 	}
 }
 

@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/conformance"
@@ -29,6 +30,7 @@ func TestConformance(t *testing.T) {
 		},
 		// A deleted key looks like an expired one.
 		SeverCause:     lock.ErrExpired,
+		AttemptBound:   goRedisReadTimeout, // what bounds one call (attempt.go)
 		RestartBackend: func(context.Context) error { return srv.Restart(false) },
 		// The run_id changed.
 		RestartCause: lock.ErrServerChanged,
@@ -59,3 +61,7 @@ func TestConformanceWithoutFencing(t *testing.T) {
 		func(ctx context.Context, u string) (driver.Driver, error) { return openURL(ctx, u) },
 		func(context.Context) error { return srv.Restart(false) }, 0))
 }
+
+// goRedisReadTimeout is go-redis v9's default ReadTimeout, which the URLs of
+// the tests leave as it is.
+const goRedisReadTimeout = 5 * time.Second

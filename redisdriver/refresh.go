@@ -36,7 +36,8 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
-	return classify(d.refresh(ctx, []*driver.Request{req}, true)[0])
+	ctx, done := d.attempt(ctx)
+	return done(classify(d.refresh(ctx, []*driver.Request{req}, true)[0]))
 }
 
 // RefreshBatch refreshes every request in one pipeline (one round trip per

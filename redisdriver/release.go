@@ -13,8 +13,9 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
+	ctx, done := d.attempt(ctx)
 	n, err := d.release(ctx, req)
-	if err != nil {
+	if err = done(err); err != nil {
 		return classify(err)
 	}
 	if n == 0 {

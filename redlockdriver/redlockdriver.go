@@ -100,8 +100,11 @@
 // server, waiting at most ten per-server timeouts and never past its
 // context's deadline or cancellation: a wrong password, a TLS failure or a
 // malformed server URL on any one of them fails Open, and so does reaching
-// fewer than a majority; servers merely unreachable (refused, or not
-// answering in time) are tolerated, as Redlock tolerates them later. No error
+// fewer than a majority (an error matching ErrNoQuorum and
+// driver.ErrUnavailable, with each server's error; when a majority refuses
+// the connection, as soon as the others have answered, since a refusal is
+// known at once); servers merely unreachable (refused, or not answering in
+// time) are tolerated, as Redlock tolerates them later. No error
 // shows a password, and errors hide nothing else: servers are named by
 // position and by their URL with only the password replaced by "xxxxx" (or by
 // address).
@@ -428,14 +431,14 @@
 //     holders (see Read-write locks and semaphores).
 //   - MinTTL: 100ms, so that the per-server timeout (at most a tenth of the
 //     TTL) is at least 10ms.
-//   - MaxTTL: the whole range of time.Duration (about 292 years). TTLs go to
-//     the servers in whole milliseconds rounded up, which cannot overflow, and
-//     at most 9.2e12 ms plus a server's clock fits Redis's 64-bit expiry time;
-//     the largest number the scripts compute (a registration's deadline, the
-//     server clock plus twice the lease) stays below 2^53, where Lua's numbers
-//     are exact integers. A PTTL read back is capped at 146 years before
-//     conversion. Package lock caps every TTL at driver.DefaultMaxTTL (366
-//     days) anyway.
+//   - MaxTTL: 366 days (driver.DefaultMaxTTL), package lock's longest TTL.
+//     The driver itself carries the whole range of time.Duration (about 292
+//     years): TTLs go to the servers in whole milliseconds rounded up, which
+//     cannot overflow, and at most 9.2e12 ms plus a server's clock fits
+//     Redis's 64-bit expiry time; the largest number the scripts compute (a
+//     registration's deadline, the server clock plus twice the lease) stays
+//     below 2^53, where Lua's numbers are exact integers. A PTTL read back is
+//     capped at 146 years before conversion.
 //
 // # Limits
 //
@@ -473,6 +476,9 @@
 // Each call makes one round (Acquire: one round per look at the lock, and it
 // looks again only when woken, when the holder's TTL runs out, or after a
 // split vote, which the algorithm resolves with a random back-off). A round
+// waits for each server at most the per-server timeout (server_timeout), so
+// against servers that answer nothing a TryAcquire whose context has no
+// deadline fails with ErrNoQuorum and driver.ErrUnavailable after it. A round
 // that finds the lock held by a majority, or a split vote, is ErrLocked
 // (contended). With fewer than a majority answering, the call fails with an
 // error matching ErrNoQuorum that names the servers and why each failed; it
@@ -544,8 +550,9 @@ const MinServers = 3
 // timeout.
 const minTTL = 100 * time.Millisecond
 
-// maxTTL is Capabilities.MaxTTL: no TTL a time.Duration can hold overflows on
-// its way to the servers (see Capabilities in the package documentation).
+// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
+// hold overflows on its way to the servers (see Capabilities in the package
+// documentation). Package lock accepts less, Capabilities.MaxTTL.
 const maxTTL = time.Duration(math.MaxInt64)
 
 var (
@@ -713,7 +720,7 @@ func clientName(c redis.UniversalClient, i int) string {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: maxTTL}
+	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL)}
 }
 
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.

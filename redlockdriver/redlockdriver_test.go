@@ -35,7 +35,8 @@ func TestConformance(t *testing.T) {
 			return deleteOwned(ctx, admin[:3], t.locks())
 		},
 		// Deleted keys look like expired ones.
-		SeverCause: lock.ErrExpired,
+		SeverCause:   lock.ErrExpired,
+		AttemptBound: DefaultServerTimeout, // one call is one round
 		// The check on the servers' return finds a majority forgot it.
 		RestartCause: lock.ErrServerChanged,
 		// A holder that hears nothing loses its lock at its validity deadline,

@@ -107,6 +107,7 @@ func (d *Driver) check(ctx context.Context, names []string) error {
 		}
 	}
 	var why []string
+	var failed []error
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -116,9 +117,16 @@ func (d *Driver) check(ctx context.Context, names []string) error {
 			return fmt.Errorf("redlockdriver: connect: %w", e)
 		}
 		why = append(why, e.Error())
+		failed = append(failed, e)
 	}
 	if answered < d.quorum {
-		return fmt.Errorf("%w: connect: %d of %d servers answered, %d needed: %s", ErrNoQuorum, answered, len(d.servers), d.quorum, strings.Join(why, "; "))
+		// Every failure was an outage (refused, unreachable, silent), which
+		// may pass: unavailable, with each server's error reachable by
+		// errors.Is (syscall.ECONNREFUSED for a server where nothing
+		// listens). A refusal is known at once, so this comes as soon as
+		// the servers that answer do, not at the end of the rounds.
+		return fmt.Errorf("%w: %w: connect: %d of %d servers answered, %d needed: %s%w", driver.ErrUnavailable, ErrNoQuorum,
+			answered, len(d.servers), d.quorum, strings.Join(why, "; "), wrapOnly(failed))
 	}
 	// Read each server's run_id, so that the first locks know which process
 	// granted them even on a server that answers late (see identities). A

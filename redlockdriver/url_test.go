@@ -3,8 +3,10 @@ package redlockdriver
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,5 +207,39 @@ func TestErrorsHideOnlyPasswords(t *testing.T) {
 		case !strings.Contains(err.Error(), want):
 			t.Errorf("error = %v, want it to name the server as %q", err, want)
 		}
+	}
+}
+
+// With a majority of the servers refusing the connection (nothing listens on
+// their ports), Open fails at once, not after its rounds or its open_timeout:
+// the error matches ErrNoQuorum and ErrUnavailable, names the refusal
+// (syscall.ECONNREFUSED) and shows no password of the refusing servers' URLs.
+func TestOpenWithAMajorityRefusingFailsFastNamingTheRefusal(t *testing.T) {
+	live := testserver.RedisServers(t, 2)
+	q := make([]string, 0, 5)
+	for _, s := range live {
+		q = append(q, "server="+url.QueryEscape(s.URL()))
+	}
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		_ = l.Close()
+		q = append(q, "server="+url.QueryEscape("redis://:"+wrongPW+"@"+dead+"/0"))
+	}
+	began := time.Now()
+	_, err := lock.Open(context.Background(), "redlock://?"+strings.Join(q, "&"))
+	took := time.Since(began)
+	t.Logf("Open with 3 of 5 servers refusing failed after %v: %v", took, err)
+	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Open with 3 of 5 servers refusing = %v, want an error matching ErrNoQuorum, ErrUnavailable and syscall.ECONNREFUSED", err)
+	}
+	if took > time.Second {
+		t.Errorf("Open with 3 of 5 servers refusing took %v, want under 1s: a refusal is known at once", took)
+	}
+	if err != nil {
+		requireNoPassword(t, "the error", err.Error())
 	}
 }

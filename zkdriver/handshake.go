@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/distlock/lock/driver"
@@ -50,7 +51,11 @@ const maxConnectResponse = 1 << 10
 // for at most two thirds of the session timeout, go-zookeeper's own read
 // timeout, so that one frozen server does not keep Open from the others),
 // until ctx ends or connectTimeout passes. It returns the connection, with the
-// server's answer to replay to go-zookeeper.
+// server's answer to replay to go-zookeeper. When every server refused the
+// connection in a round (nothing listens there), it fails at once with the
+// last refusal: that is an answer, and waiting would only hide it. A server
+// that accepts and does not answer (frozen, overloaded), or a dial that times
+// out (SYNs dropped), is waited for.
 func (d *Driver) firstSession(parent context.Context, servers []string, sessionTimeout, connectTimeout time.Duration) (*tapConn, error) {
 	ctx, cancel := context.WithTimeout(parent, connectTimeout)
 	defer cancel()
@@ -66,6 +71,7 @@ func (d *Driver) firstSession(parent context.Context, servers []string, sessionT
 				t.Stop()
 			}
 		}
+		refused := 0
 		for _, addr := range servers {
 			if ctx.Err() != nil {
 				break
@@ -75,9 +81,15 @@ func (d *Driver) firstSession(parent context.Context, servers []string, sessionT
 				return tc, nil
 			}
 			last = err
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				refused++
+			}
 		}
 		if err := parent.Err(); err != nil {
 			return nil, err
+		}
+		if refused == len(servers) {
+			return nil, fmt.Errorf("%w: every server refused the connection: %w", driver.ErrUnavailable, last)
 		}
 		if ctx.Err() != nil {
 			if last == nil {

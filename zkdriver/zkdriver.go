@@ -185,6 +185,8 @@
 //   - Shared: yes, with WriterPreference (the rule above).
 //   - Permits: yes; another n is ErrInvalidArgument where it can be seen (see
 //     Read-write locks and semaphores).
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
+//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
 //
 // # Inspection, eviction and leader election
 //
@@ -284,7 +286,10 @@
 // is on the wire. Each server gets at most two thirds of the session timeout
 // to answer the handshake before the next is tried. connect_timeout bounds the
 // wait for the first session even when the context would allow more;
-// lock.Open adds its open_timeout to a context without deadline.
+// lock.Open adds its open_timeout to a context without deadline. When every
+// server refuses the connection (nothing listens on its port), Open fails at
+// once with driver.ErrUnavailable and the last refusal; only a server that
+// does not answer is waited for.
 //
 // Close asks the server to end the session and waits for it at most half a
 // second (closeGrace); then it closes the connection itself, which ends
@@ -301,7 +306,11 @@
 // # Errors
 //
 // Each call makes one attempt and reports its outcome; the portable layer
-// retries. A failure that a later attempt may not meet is marked
+// retries. Against a server that accepts connections and answers nothing
+// (frozen, stalled), a TryAcquire whose context has no deadline fails with
+// driver.ErrUnavailable (zk.ErrConnectionClosed) once go-zookeeper's read
+// times out and drops the connection: after two thirds of the session
+// timeout. A failure that a later attempt may not meet is marked
 // driver.ErrUnavailable (lock.ErrUnavailable): the connection closed or could
 // not be made (zk.ErrConnectionClosed, zk.ErrNoServer), a network error or
 // timeout, a session moved to another server (zk.ErrSessionMoved) or expired
@@ -853,7 +862,8 @@ func (d *Driver) LockPath(key string) string { return d.root + "/" + escapeName(
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Fencing: true, Expiring: false, Notify: true, FIFO: true,
-		Shared: true, WriterPreference: true, Permits: true}
+		Shared: true, WriterPreference: true, Permits: true,
+		MinTTL: driver.FloorTTL, MaxTTL: driver.DefaultMaxTTL}
 }
 
 // closeGrace is how long Close waits for the server to confirm the end of the

@@ -34,6 +34,8 @@ func TestConformance(t *testing.T) {
 		// client lives on.
 		Sever:      severer(srv.Addr()),
 		SeverCause: lock.ErrSessionExpired,
+		// go-zookeeper's read timeout drops a silent connection.
+		AttemptBound: sessionTimeout * 2 / 3,
 		// The client hears of the expiry when it reconnects (once a
 		// second), which can be after the lock's validity ended.
 		CauseMayExpireFirst: true,
