@@ -6,10 +6,12 @@ import (
 	"github.com/distlock/lock/internal/leakcheck"
 
 	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
-	conformance.HolderMain() // the holder processes of the fault properties
+	staleholder.Main(httpFencedWrite) // the paused-holder test's holder process
+	conformance.HolderMain()          // the holder processes of the fault properties
 	leakcheck.VerifyTestMain(testserver.Main(m))
 }
