@@ -1,7 +1,8 @@
 // Package staleholder runs Kleppmann's scenario against a real fenced
 // resource: a lock holder in a child process (the test binary run again)
-// takes a lock through lock.Open, writes the resource with its token, and
-// can then be frozen (SIGSTOP) past its TTL or have its session severed;
+// takes a lock through lock.Open (requiring fencing tokens), writes the
+// resource with its token if told to, and can then be frozen (SIGSTOP) past
+// its TTL, evicted, or have its session severed;
 // told to write again, it writes with its old token, as a process that woke
 // from a pause would, and reports whether the resource refused the write
 // with fence.ErrStale.
@@ -45,7 +46,7 @@ type Spec struct {
 	TTL time.Duration // the lock's TTL
 	// Resource names the fenced resource for the package's Write function
 	// (for example a server's URL and a key); First is the value the
-	// holder writes once it holds the lock.
+	// holder writes once it holds the lock, if not empty.
 	Resource, First string
 }
 
@@ -76,7 +77,8 @@ func runHolder(raw string, write Write) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL))
+	// A lock without tokens has nothing to fence with: fail at Open.
+	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL), lock.WithRequired(lock.Capabilities{Fencing: true}))
 	if err != nil {
 		fmt.Printf("error %s\n", oneLine(err))
 		return 1
@@ -88,9 +90,11 @@ func runHolder(raw string, write Write) int {
 		return 1
 	}
 	tok := l.Token()
-	if err := write(ctx, spec.Resource, tok, spec.First); err != nil {
-		fmt.Printf("error first write: %s\n", oneLine(err))
-		return 1
+	if spec.First != "" {
+		if err := write(ctx, spec.Resource, tok, spec.First); err != nil {
+			fmt.Printf("error first write: %s\n", oneLine(err))
+			return 1
+		}
 	}
 	fmt.Printf("held %d\n", tok)
 	in := bufio.NewScanner(os.Stdin)
@@ -132,7 +136,7 @@ type Holder struct {
 }
 
 // Start starts a holder process of spec and returns once it holds the lock
-// and has written spec.First. The process is killed when t ends.
+// and has written spec.First (if any). The process is killed when t ends.
 func Start(t testing.TB, spec Spec) *Holder {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
@@ -147,14 +151,11 @@ func Start(t testing.TB, spec Spec) *Holder {
 	if err != nil {
 		t.Fatalf("holder process: %v", err)
 	}
-	// The kernel kills the holder if the test binary dies first (a frozen
-	// holder could not notice). Pdeathsig follows the starting thread, so
-	// the starting goroutine keeps its thread until the holder has exited.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = killedWithParent()
 	h := &Holder{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
+		runtime.LockOSThread() // see killedWithParent
 		defer close(h.done)
 		if err := cmd.Start(); err != nil {
 			started <- err
@@ -202,13 +203,19 @@ func (h *Holder) next(t testing.TB, bound time.Duration, what string) string {
 	return ""
 }
 
+// Pid is the holder process's id.
+func (h *Holder) Pid() int { return h.cmd.Process.Pid }
+
 // Freeze stops the holder (SIGSTOP): its connections stay open, it neither
-// refreshes its lock nor notices losing it.
-func (h *Holder) Freeze(t testing.TB) {
+// refreshes its lock nor notices losing it. On Linux it returns once the
+// kernel shows the process stopped, with that time: a pause measured from it
+// is one the holder really spent frozen (elsewhere, when the signal was sent).
+func (h *Holder) Freeze(t testing.TB) time.Time {
 	t.Helper()
 	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("freezing the holder process: %v", err)
 	}
+	return waitStopped(t, h.cmd.Process.Pid)
 }
 
 // Write has the holder write value with its token, resuming it first if it
