@@ -43,7 +43,7 @@ const env = "DISTLOCK_STALEHOLDER"
 type Spec struct {
 	URL string        // the lock's backend, for lock.Open
 	Key string        // the lock's key
-	TTL time.Duration // the lock's TTL
+	TTL time.Duration // the lock's TTL; zero: the backend's default
 	// Resource names the fenced resource for the package's Write function
 	// (for example a server's URL and a key); First is the value the
 	// holder writes once it holds the lock, if not empty.
@@ -78,7 +78,11 @@ func runHolder(raw string, write Write) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// A lock without tokens has nothing to fence with: fail at Open.
-	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL), lock.WithRequired(lock.Capabilities{Fencing: true}))
+	opts := []lock.Option{lock.WithRequired(lock.Capabilities{Fencing: true})}
+	if spec.TTL != 0 {
+		opts = append(opts, lock.WithTTL(spec.TTL))
+	}
+	lk, err := lock.Open(ctx, spec.URL, opts...)
 	if err != nil {
 		fmt.Printf("error %s\n", oneLine(err))
 		return 1
