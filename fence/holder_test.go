@@ -21,9 +21,16 @@ func holderPut(ctx context.Context, resource string, token uint64, value string)
 	case err != nil:
 		return err
 	case code == http.StatusConflict && strings.Contains(body, "stale"):
-		return fmt.Errorf("status %d %s: %w", code, strings.TrimSpace(body), fence.ErrStale)
+		return staleStatus("status 409 " + strings.TrimSpace(body))
 	case code != http.StatusOK:
 		return fmt.Errorf("status %d %s", code, strings.TrimSpace(body))
 	}
 	return nil
 }
+
+// staleStatus is the handler's 409 refusal of a stale token, as the holder
+// reports it: the status and the body, and matching fence.ErrStale.
+type staleStatus string
+
+func (s staleStatus) Error() string        { return string(s) }
+func (s staleStatus) Is(target error) bool { return target == fence.ErrStale }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 	if got := first.Write(t, "first, after the pause"); got != staleholder.Stale {
 		t.Fatalf("the resumed holder's write: %q, want status 409 naming a stale token", got)
 	}
-	event("A's write, token %d: 409 Conflict, stale", firstToken)
+	event("A's write, token %d: %s", firstToken, strings.TrimPrefix(first.Refusal, "status "))
 	if got := rs.stored(); got != "second" {
 		t.Fatalf("stored %q, want the second holder's", got)
 	}

@@ -115,7 +115,7 @@ func runHolder(raw string, write Write) int {
 	case err == nil:
 		fmt.Println(Admitted)
 	case errors.Is(err, fence.ErrStale):
-		fmt.Println(Stale)
+		fmt.Println(Stale, oneLine(err))
 	default:
 		fmt.Printf("error %s\n", oneLine(err))
 	}
@@ -132,6 +132,9 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 // Holder is a running holder process.
 type Holder struct {
 	Token uint64 // the token it holds (or held) the lock with
+	// Refusal is the late write's error once Write returned Stale, as
+	// the holder saw it (one line).
+	Refusal string
 
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
@@ -224,7 +227,8 @@ func (h *Holder) Freeze(t testing.TB) time.Time {
 
 // Write has the holder write value with its token, resuming it first if it
 // is frozen (the value is in its input before it runs again), and returns
-// the outcome: Admitted, Stale, or "error ..." for any other error.
+// the outcome: Admitted, Stale (the error in h.Refusal), or "error ..." for
+// any other error.
 func (h *Holder) Write(t testing.TB, value string) string {
 	t.Helper()
 	if strings.Contains(value, "\n") {
@@ -236,7 +240,12 @@ func (h *Holder) Write(t testing.TB, value string) string {
 	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("resuming the holder process: %v", err)
 	}
-	return h.next(t, 30*time.Second, "write")
+	line := h.next(t, 30*time.Second, "write")
+	if refusal, ok := strings.CutPrefix(line, Stale+" "); ok {
+		h.Refusal = refusal
+		return Stale
+	}
+	return line
 }
 
 // kill kills the holder (frozen or not) and waits until it was reaped.
