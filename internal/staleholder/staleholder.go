@@ -22,10 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +31,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
+	"github.com/distlock/lock/internal/testchild"
 )
 
 // env carries a holder process's Spec, as JSON.
@@ -136,10 +134,7 @@ type Holder struct {
 	// the holder saw it (one line).
 	Refusal string
 
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string   // its standard output, line by line
-	done  chan struct{} // closed once the process was reaped
+	proc *testchild.Child
 }
 
 // Start starts a holder process of spec and returns once it holds the lock
@@ -147,41 +142,11 @@ type Holder struct {
 func Start(t testing.TB, spec Spec) *Holder {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	proc, err := testchild.Start(t, env, string(raw))
 	if err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
-	cmd.SysProcAttr = killedWithParent()
-	h := &Holder{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // see killedWithParent
-		defer close(h.done)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
 		t.Fatalf("starting a holder process: %v", err)
 	}
-	t.Cleanup(h.kill)
-	go func() {
-		defer close(h.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-	}()
+	h := &Holder{proc: proc}
 	line := h.next(t, 30*time.Second, "hold the lock and write")
 	f := strings.Fields(line)
 	if len(f) != 2 || f[0] != "held" {
@@ -196,22 +161,18 @@ func Start(t testing.TB, spec Spec) *Holder {
 // next returns the holder's next line, failing t if none comes within bound.
 func (h *Holder) next(t testing.TB, bound time.Duration, what string) string {
 	t.Helper()
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	select {
-	case line, ok := <-h.lines:
-		if !ok {
-			t.Fatalf("the holder process exited before it could %s: does TestMain call staleholder.Main first?", what)
-		}
-		return line
-	case <-timer.C:
+	line, err := h.proc.Next(bound)
+	switch {
+	case errors.Is(err, testchild.ErrExited):
+		t.Fatalf("the holder process exited before it could %s: does TestMain call staleholder.Main first?", what)
+	case err != nil:
 		t.Fatalf("the holder process did not %s within %v", what, bound)
 	}
-	return ""
+	return line
 }
 
 // Pid is the holder process's id.
-func (h *Holder) Pid() int { return h.cmd.Process.Pid }
+func (h *Holder) Pid() int { return h.proc.Pid() }
 
 // Freeze stops the holder (SIGSTOP): its connections stay open, it neither
 // refreshes its lock nor notices losing it. On Linux it returns once the
@@ -219,10 +180,11 @@ func (h *Holder) Pid() int { return h.cmd.Process.Pid }
 // is one the holder really spent frozen (elsewhere, when the signal was sent).
 func (h *Holder) Freeze(t testing.TB) time.Time {
 	t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	stopped, err := h.proc.Stop()
+	if err != nil {
 		t.Fatalf("freezing the holder process: %v", err)
 	}
-	return waitStopped(t, h.cmd.Process.Pid)
+	return stopped
 }
 
 // Write has the holder write value with its token, resuming it first if it
@@ -234,10 +196,10 @@ func (h *Holder) Write(t testing.TB, value string) string {
 	if strings.Contains(value, "\n") {
 		t.Fatalf("staleholder: a value holds no newline")
 	}
-	if _, err := io.WriteString(h.stdin, value+"\n"); err != nil {
+	if err := h.proc.WriteLine(value); err != nil {
 		t.Fatalf("telling the holder process to write: %v", err)
 	}
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := h.proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("resuming the holder process: %v", err)
 	}
 	line := h.next(t, 30*time.Second, "write")
@@ -246,13 +208,4 @@ func (h *Holder) Write(t testing.TB, value string) string {
 		return Stale
 	}
 	return line
-}
-
-// kill kills the holder (frozen or not) and waits until it was reaped.
-func (h *Holder) kill() {
-	_ = h.cmd.Process.Signal(syscall.SIGKILL)
-	_ = h.stdin.Close()
-	<-h.done
-	for range h.lines { // its pipe's reader ends with the process
-	}
 }
