@@ -259,7 +259,7 @@ func testObserveSeesEveryChangeInOrder(e *env) {
 func testKilledLeaderProcessIsReplaced(e *env) {
 	e.needHolderProcesses()
 	h := e.startLeader(e.key, e.ttl)
-	h.kill()
+	h.Kill()
 	killed := time.Now()
 	bound := e.h.SessionTimeout + lossSlack
 	if e.caps.Expiring {

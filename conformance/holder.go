@@ -1,14 +1,12 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/testchild"
 )
 
 // holderEnv carries a holder process's instructions (a JSON holderSpec).
@@ -106,9 +105,7 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 
 // holderProc is a running holder process.
 type holderProc struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{} // closed once the process was reaped
+	*testchild.Child
 	token uint64
 	began time.Time // when it started to acquire: its lock is valid at least TTL - drift from then
 }
@@ -135,65 +132,19 @@ func (e *env) startLeader(name string, ttl time.Duration) *holderProc {
 func (e *env) startHolderOf(hs holderSpec) *holderProc {
 	e.Helper()
 	spec, _ := json.Marshal(hs)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	c, err := testchild.Start(e, holderEnv, string(spec)) // killed at the end of the property
 	if err != nil {
-		e.Fatalf("holder process: %v", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		e.Fatalf("holder process: %v", err)
-	}
-	// The kernel kills the holder if the test binary dies first (it may be
-	// frozen, and could not notice). Pdeathsig follows the starting thread, so
-	// the starting goroutine keeps its thread until the holder has exited.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &holderProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer close(p.done)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
 		e.Fatalf("starting a holder process: %v", err)
 	}
-	e.Cleanup(func() {
-		p.kill()
-	})
-
-	lines := make(chan string, 1)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	var line string
-	var ok bool
-	select {
-	case line, ok = <-lines:
-	case <-t.C:
-		e.Fatalf("the holder process did not acquire %q within 30s", hs.Key)
-	}
-	go func() { // drain the rest so the holder never blocks on a full pipe
-		for range lines {
-		}
-	}()
+	p := &holderProc{Child: c}
+	line, err := c.Next(30 * time.Second)
+	c.Discard() // the rest, so the holder never blocks on a full pipe
 	f := strings.Fields(line)
 	switch {
-	case !ok:
+	case errors.Is(err, testchild.ErrExited):
 		e.Fatalf("the holder process exited without holding: does TestMain call conformance.HolderMain() first?")
+	case err != nil:
+		e.Fatalf("the holder process did not acquire %q within 30s", hs.Key)
 	case len(f) == 3 && f[0] == "held":
 		tok, err1 := strconv.ParseUint(f[1], 10, 64)
 		ns, err2 := strconv.ParseInt(f[2], 10, 64)
@@ -205,17 +156,6 @@ func (e *env) startHolderOf(hs holderSpec) *holderProc {
 		e.Fatalf("holder process: %s", line)
 	}
 	return p
-}
-
-func (p *holderProc) signal(sig syscall.Signal) error {
-	return p.cmd.Process.Signal(sig)
-}
-
-// kill kills the holder (frozen or not) and waits until it was reaped.
-func (p *holderProc) kill() {
-	_ = p.signal(syscall.SIGKILL)
-	_ = p.stdin.Close()
-	<-p.done
 }
 
 // A holder process frozen (SIGSTOP) while it holds a lock, as a process in a
@@ -241,7 +181,7 @@ func testFrozenLeaderProcessIsReplacedOnlyAfterItsValidity(e *env) {
 // has run out, and must come with a larger token.
 func (e *env) frozenHolderSuperseded(h *holderProc, campaign bool) {
 	e.Helper()
-	if err := h.signal(syscall.SIGSTOP); err != nil {
+	if err := h.Signal(syscall.SIGSTOP); err != nil {
 		e.Fatalf("freezing the holder process: %v", err)
 	}
 	frozen := time.Now()
@@ -296,7 +236,7 @@ func (e *env) frozenHolderSuperseded(h *holderProc, campaign bool) {
 func testKilledHolderProcessStopsBlockingOthers(e *env) {
 	e.needHolderProcesses()
 	h := e.startHolder(e.key, e.ttl)
-	h.kill()
+	h.Kill()
 	killed := time.Now()
 	bound := e.h.SessionTimeout + lossSlack
 	if e.caps.Expiring {

@@ -1,52 +1,36 @@
 package fence_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/url"
-	"os"
-	"time"
+	"net/http"
+	"strings"
 
-	"github.com/distlock/lock"
+	"github.com/distlock/lock/fence"
 	_ "github.com/distlock/lock/filedriver"
 )
 
-// The paused holder process's settings, in its environment.
-const (
-	holderDirEnv = "FENCE_TEST_HOLDER_DIR" // the file backend's directory
-	holderKeyEnv = "FENCE_TEST_HOLDER_KEY" // the key to hold, also the resource name
-	holderURLEnv = "FENCE_TEST_HOLDER_URL" // the resource server's URL
-)
-
-// runHolder is the paused holder: it takes the lock, prints "token N", waits
-// for a line on stdin (the parent stops and continues it meanwhile), and then
-// writes to the resource with its token as a holder that checked its lock
-// before the pause would, printing "status N".
-func runHolder() int {
-	ctx := context.Background()
-	u := url.URL{Scheme: "file", Path: os.Getenv(holderDirEnv)}
-	lk, err := lock.Open(ctx, u.String(), lock.WithTTL(200*time.Millisecond))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+// holderPut is the paused holder's write (internal/staleholder), to the
+// resource server at URL with the key as resource (resource is "URL KEY"):
+// a PUT through fence.Handler, refused with ErrStale only if the handler
+// answers 409 naming a stale token.
+func holderPut(ctx context.Context, resource string, token uint64, value string) error {
+	url, key, _ := strings.Cut(resource, " ")
+	code, body, err := put(ctx, url, key, token, value)
+	switch {
+	case err != nil:
+		return err
+	case code == http.StatusConflict && strings.Contains(body, "stale"):
+		return staleStatus("status 409 " + strings.TrimSpace(body))
+	case code != http.StatusOK:
+		return fmt.Errorf("status %d %s", code, strings.TrimSpace(body))
 	}
-	defer lk.Close()
-	key := os.Getenv(holderKeyEnv)
-	l, err := lk.Acquire(ctx, key)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("token %d\n", l.Token())
-	if !bufio.NewScanner(os.Stdin).Scan() {
-		return 1
-	}
-	code, body, err := put(ctx, os.Getenv(holderURLEnv), key, l.Token(), "first, after the pause")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("status %d %s", code, body)
-	return 0
+	return nil
 }
+
+// staleStatus is the handler's 409 refusal of a stale token, as the holder
+// reports it: the status and the body, and matching fence.ErrStale.
+type staleStatus string
+
+func (s staleStatus) Error() string        { return string(s) }
+func (s staleStatus) Is(target error) bool { return target == fence.ErrStale }

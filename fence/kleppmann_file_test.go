@@ -3,20 +3,16 @@
 package fence_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/internal/staleholder"
 )
 
 // Kleppmann's scenario on the file backend, with a real holder process: it
@@ -30,66 +26,21 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 	dir := t.TempDir()
 	rs := newResourceServer(t)
 	const key = "invoice:42"
+	lockURL := (&url.URL{Scheme: "file", Path: dir}).String()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderDirEnv+"="+dir, holderKeyEnv+"="+key, holderURLEnv+"="+rs.URL)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines, exited := make(chan string, 2), make(chan struct{})
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_ = cmd.Wait()
-		close(lines)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	next := func(what string) string {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("holder exited before %s: %s", what, stderr.String())
-			}
-			return line
-		case <-ctx.Done():
-			t.Fatalf("no %s from the holder: %s", what, stderr.String())
-		}
-		return ""
-	}
-	var firstToken uint64
-	if _, err := fmt.Sscanf(next("its token"), "token %d", &firstToken); err != nil {
-		t.Fatal(err)
-	}
+	// The holder's write is holderPut: a PUT to rs.
+	first := staleholder.Start(t, staleholder.Spec{URL: lockURL, Key: key, TTL: 200 * time.Millisecond, Resource: rs.URL + " " + key})
+	firstToken := first.Token
 	// The timeline, logged for docs/FENCING.md.
 	begin := time.Now()
 	event := func(format string, args ...any) {
 		t.Logf("%6.1fms  %s", float64(time.Since(begin).Microseconds())/1000, fmt.Sprintf(format, args...))
 	}
-	event("holder A (pid %d) holds %q with token %d", cmd.Process.Pid, key, firstToken)
+	event("holder A (pid %d) holds %q with token %d", first.Pid(), key, firstToken)
 
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stoppedAt := waitStopped(t, ctx, cmd.Process.Pid)
+	stoppedAt := first.Freeze(t)
 	event("A frozen (SIGSTOP)")
-	second, err := lock.Open(ctx, (&url.URL{Scheme: "file", Path: dir}).String())
+	second, err := lock.Open(ctx, lockURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,39 +74,12 @@ func TestPausedHolderProcessOnFileIsRefusedByTheHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
 	event("A continued (SIGCONT); it writes as if it still held the lock")
-	if _, err := stdin.Write([]byte("write\n")); err != nil {
-		t.Fatal(err)
-	}
-	got := next("its write's status")
-	if !strings.HasPrefix(got, "status 409 ") || !strings.Contains(got, "stale") {
+	if got := first.Write(t, "first, after the pause"); got != staleholder.Stale {
 		t.Fatalf("the resumed holder's write: %q, want status 409 naming a stale token", got)
 	}
-	event("A's write, token %d: %s", firstToken, strings.TrimPrefix(got, "status "))
+	event("A's write, token %d: %s", firstToken, strings.TrimPrefix(first.Refusal, "status "))
 	if got := rs.stored(); got != "second" {
 		t.Fatalf("stored %q, want the second holder's", got)
-	}
-}
-
-// waitStopped waits until the kernel shows pid stopped, and returns when.
-func waitStopped(t *testing.T, ctx context.Context, pid int) time.Time {
-	t.Helper()
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The state follows the parenthesised command name.
-		if s := string(b); strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "T") {
-			return time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the holder did not stop")
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }

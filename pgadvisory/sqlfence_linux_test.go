@@ -3,20 +3,15 @@
 package pgadvisory_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
+	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -41,62 +36,16 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 	// ForceRelease finds a holder's session through the holders table.
 	lockURL := withParam(t, dsn, "holders", "true")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), sqlHolderDSNEnv+"="+lockURL, sqlHolderKeyEnv+"="+key)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines, exited := make(chan string, 2), make(chan struct{})
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_ = cmd.Wait()
-		close(lines)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	next := func(what string) string {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("holder exited before %s: %s", what, stderr.String())
-			}
-			return line
-		case <-ctx.Done():
-			t.Fatalf("no %s from the holder: %s", what, stderr.String())
-		}
-		return ""
-	}
-	var firstToken uint64
-	if _, err := fmt.Sscanf(next("its token"), "token %d", &firstToken); err != nil {
-		t.Fatal(err)
-	}
+	// The holder's write is holderWrite, to the row key in fence_demo.
+	first := staleholder.Start(t, staleholder.Spec{URL: lockURL, Key: key, Resource: plainURL(dsn) + " " + key})
+	firstToken := first.Token
 	// The timeline, logged for docs/FENCING.md.
 	begin := time.Now()
 	event := func(format string, args ...any) {
 		t.Logf("%7.1fms  %s", float64(time.Since(begin).Microseconds())/1000, fmt.Sprintf(format, args...))
 	}
-	event("holder A (pid %d) holds the advisory lock with token %d", cmd.Process.Pid, firstToken)
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitProcessStopped(t, ctx, cmd.Process.Pid)
+	event("holder A (pid %d) holds the advisory lock with token %d", first.Pid(), firstToken)
+	first.Freeze(t)
 	event("A frozen (SIGSTOP); its session keeps the lock")
 
 	second, err := lock.Open(ctx, lockURL)
@@ -125,15 +74,9 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
 	event("A continued (SIGCONT); it writes as if it still held the lock")
-	if _, err := stdin.Write([]byte("write\n")); err != nil {
-		t.Fatal(err)
-	}
-	if got := next("its write's outcome"); got != "stale" {
-		t.Fatalf("the resumed holder's fenced write: %q, want stale", got)
+	if got := first.Write(t, "first, after the pause"); got != staleholder.Stale {
+		t.Fatalf("the resumed holder's fenced write: %q, want %s", got, staleholder.Stale)
 	}
 	event("A's fenced write, token %d: ErrStale, rolled back", firstToken)
 	var value string
@@ -142,24 +85,5 @@ func TestPausedHolderProcessOnPostgresIsRefusedBySQLFence(t *testing.T) {
 	}
 	if value != "second" {
 		t.Fatalf("the row holds %q, want the second holder's value", value)
-	}
-}
-
-// waitProcessStopped waits until the kernel shows pid stopped.
-func waitProcessStopped(t *testing.T, ctx context.Context, pid int) {
-	t.Helper()
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := string(b); strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "T") {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the holder did not stop")
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }

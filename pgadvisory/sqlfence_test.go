@@ -1,12 +1,9 @@
 package pgadvisory_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -100,49 +97,17 @@ func TestSQLFenceTableNamedAsTheFencingSequenceIsRefused(t *testing.T) {
 	}
 }
 
-// The paused holder process's settings, in its environment.
-const (
-	sqlHolderDSNEnv = "PGADVISORY_TEST_FENCE_HOLDER_DSN"
-	sqlHolderKeyEnv = "PGADVISORY_TEST_FENCE_HOLDER_KEY"
-)
-
-// runSQLHolder is the paused holder of the PostgreSQL demonstration: it takes
-// the lock, prints "token N", waits for a line on stdin (it is stopped and
-// continued meanwhile), and then writes the guarded row through the SQL fence
-// in one transaction, printing "stale", "written" or the error.
-func runSQLHolder() int {
-	ctx := context.Background()
-	dsn, key := os.Getenv(sqlHolderDSNEnv), os.Getenv(sqlHolderKeyEnv)
-	locker, err := lock.Open(ctx, dsn, lock.WithRequired(lock.Capabilities{Fencing: true}))
+// holderWrite is the paused holder's write (internal/staleholder) of
+// sqlfence_linux_test.go: resource is "DSN KEY", the database and the row;
+// the write is writeFenced.
+func holderWrite(ctx context.Context, resource string, token uint64, value string) error {
+	dsn, key, _ := strings.Cut(resource, " ")
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer locker.Close()
-	db, err := sql.Open("pgx", plainURL(dsn))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	defer db.Close()
-	l, err := locker.Acquire(ctx, key)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("token %d\n", l.Token())
-	if !bufio.NewScanner(os.Stdin).Scan() {
-		return 1
-	}
-	switch err := writeFenced(ctx, db, key, l.Token(), "first, after the pause"); {
-	case errors.Is(err, fence.ErrStale):
-		fmt.Println("stale")
-	case err != nil:
-		fmt.Println("error:", err)
-	default:
-		fmt.Println("written")
-	}
-	return 0
+	return writeFenced(ctx, db, key, token, value)
 }
 
 // writeFenced is the guarded write: in one transaction, Admit and then the

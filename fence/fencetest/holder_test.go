@@ -1,26 +1,12 @@
 package fencetest
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"net/url"
-	"os"
-	"time"
+	"strings"
 
-	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
 	_ "github.com/distlock/lock/filedriver"
-)
-
-// The paused holder process's settings, in its environment.
-const (
-	holderDirEnv     = "FENCETEST_HOLDER_DIR"     // the file backend's directory
-	holderDriverEnv  = "FENCETEST_HOLDER_DRIVER"  // database/sql driver name
-	holderDSNEnv     = "FENCETEST_HOLDER_DSN"     // its data source name
-	holderDialectEnv = "FENCETEST_HOLDER_DIALECT" // "sqlite" or "mysql"
 )
 
 const pausedKey = "invoice:42"
@@ -30,6 +16,23 @@ func dialectOf(name string) fence.Dialect {
 		return fence.MySQL
 	}
 	return fence.SQLite
+}
+
+// holderResource names the paused holder's database for holderWrite.
+func holderResource(driverName, dialect, dsn string) string {
+	return driverName + " " + dialect + " " + dsn
+}
+
+// holderWrite is the paused holder's write (internal/staleholder): resource
+// is holderResource's "DRIVER DIALECT DSN"; the write is writeFenced.
+func holderWrite(ctx context.Context, resource string, token uint64, value string) error {
+	f := strings.SplitN(resource, " ", 3)
+	db, err := sql.Open(f[0], f[2])
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return writeFenced(ctx, db, dialectOf(f[1]), token, value)
 }
 
 // writeFenced is the guarded write: in one transaction, Admit and then the
@@ -47,42 +50,4 @@ func writeFenced(ctx context.Context, db *sql.DB, d fence.Dialect, token uint64,
 		return err
 	}
 	return tx.Commit()
-}
-
-// runHolder is the paused holder: it takes the file lock, prints "token N",
-// waits for a line on stdin (it is stopped and continued meanwhile), then
-// makes its fenced write and prints "stale", "written" or the error.
-func runHolder() int {
-	ctx := context.Background()
-	u := url.URL{Scheme: "file", Path: os.Getenv(holderDirEnv)}
-	locker, err := lock.Open(ctx, u.String(), lock.WithTTL(200*time.Millisecond))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer locker.Close()
-	db, err := sql.Open(os.Getenv(holderDriverEnv), os.Getenv(holderDSNEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer db.Close()
-	l, err := locker.Acquire(ctx, pausedKey)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("token %d\n", l.Token())
-	if !bufio.NewScanner(os.Stdin).Scan() {
-		return 1
-	}
-	switch err := writeFenced(ctx, db, dialectOf(os.Getenv(holderDialectEnv)), l.Token(), "first, after the pause"); {
-	case errors.Is(err, fence.ErrStale):
-		fmt.Println("stale")
-	case err != nil:
-		fmt.Println("error:", err)
-	default:
-		fmt.Println("written")
-	}
-	return 0
 }

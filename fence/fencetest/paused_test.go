@@ -3,23 +3,17 @@
 package fencetest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"net/url"
-	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
 	_ "github.com/distlock/lock/filedriver"
+	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -41,58 +35,12 @@ func pausedHolder(t *testing.T, db *sql.DB, driverName, dsn, dialect string) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderDirEnv+"="+dir, holderDriverEnv+"="+driverName, holderDSNEnv+"="+dsn, holderDialectEnv+"="+dialect)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines, exited := make(chan string, 2), make(chan struct{})
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_ = cmd.Wait()
-		close(lines)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	next := func(what string) string {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("holder exited before %s: %s", what, stderr.String())
-			}
-			return line
-		case <-ctx.Done():
-			t.Fatalf("no %s from the holder: %s", what, stderr.String())
-		}
-		return ""
-	}
-	var firstToken uint64
-	if _, err := fmt.Sscanf(next("its token"), "token %d", &firstToken); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stoppedAt := waitStopped(t, ctx, cmd.Process.Pid)
-	second, err := lock.Open(ctx, (&url.URL{Scheme: "file", Path: dir}).String())
+	lockURL := (&url.URL{Scheme: "file", Path: t.TempDir()}).String()
+	// The holder's write is holderWrite, to db.
+	first := staleholder.Start(t, staleholder.Spec{URL: lockURL, Key: pausedKey, TTL: 200 * time.Millisecond, Resource: holderResource(driverName, dialect, dsn)})
+	firstToken := first.Token
+	stoppedAt := first.Freeze(t)
+	second, err := lock.Open(ctx, lockURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +65,8 @@ func pausedHolder(t *testing.T, db *sql.DB, driverName, dsn, dialect string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stdin.Write([]byte("write\n")); err != nil {
-		t.Fatal(err)
-	}
-	if got := next("its write's outcome"); got != "stale" {
-		t.Fatalf("the resumed holder's fenced write: %q, want stale", got)
+	if got := first.Write(t, "first, after the pause"); got != staleholder.Stale {
+		t.Fatalf("the resumed holder's fenced write: %q, want %s", got, staleholder.Stale)
 	}
 	var value string
 	if err := db.QueryRowContext(ctx, `SELECT value FROM fence_demo WHERE id = 1`).Scan(&value); err != nil {
@@ -132,25 +74,6 @@ func pausedHolder(t *testing.T, db *sql.DB, driverName, dsn, dialect string) {
 	}
 	if value != "second" {
 		t.Fatalf("the row holds %q, want the second holder's value", value)
-	}
-}
-
-// waitStopped waits until the kernel shows pid stopped, and returns when.
-func waitStopped(t *testing.T, ctx context.Context, pid int) time.Time {
-	t.Helper()
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := string(b); strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "T") {
-			return time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the holder did not stop")
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }
 

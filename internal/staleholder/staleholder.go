@@ -1,7 +1,8 @@
 // Package staleholder runs Kleppmann's scenario against a real fenced
 // resource: a lock holder in a child process (the test binary run again)
-// takes a lock through lock.Open, writes the resource with its token, and
-// can then be frozen (SIGSTOP) past its TTL or have its session severed;
+// takes a lock through lock.Open (requiring fencing tokens), writes the
+// resource with its token if told to, and can then be frozen (SIGSTOP) past
+// its TTL, evicted, or have its session severed;
 // told to write again, it writes with its old token, as a process that woke
 // from a pause would, and reports whether the resource refused the write
 // with fence.ErrStale.
@@ -21,10 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
+	"github.com/distlock/lock/internal/testchild"
 )
 
 // env carries a holder process's Spec, as JSON.
@@ -42,10 +41,10 @@ const env = "DISTLOCK_STALEHOLDER"
 type Spec struct {
 	URL string        // the lock's backend, for lock.Open
 	Key string        // the lock's key
-	TTL time.Duration // the lock's TTL
+	TTL time.Duration // the lock's TTL; zero: the backend's default
 	// Resource names the fenced resource for the package's Write function
 	// (for example a server's URL and a key); First is the value the
-	// holder writes once it holds the lock.
+	// holder writes once it holds the lock, if not empty.
 	Resource, First string
 }
 
@@ -76,7 +75,12 @@ func runHolder(raw string, write Write) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lk, err := lock.Open(ctx, spec.URL, lock.WithTTL(spec.TTL))
+	// A lock without tokens has nothing to fence with: fail at Open.
+	opts := []lock.Option{lock.WithRequired(lock.Capabilities{Fencing: true})}
+	if spec.TTL != 0 {
+		opts = append(opts, lock.WithTTL(spec.TTL))
+	}
+	lk, err := lock.Open(ctx, spec.URL, opts...)
 	if err != nil {
 		fmt.Printf("error %s\n", oneLine(err))
 		return 1
@@ -88,9 +92,11 @@ func runHolder(raw string, write Write) int {
 		return 1
 	}
 	tok := l.Token()
-	if err := write(ctx, spec.Resource, tok, spec.First); err != nil {
-		fmt.Printf("error first write: %s\n", oneLine(err))
-		return 1
+	if spec.First != "" {
+		if err := write(ctx, spec.Resource, tok, spec.First); err != nil {
+			fmt.Printf("error first write: %s\n", oneLine(err))
+			return 1
+		}
 	}
 	fmt.Printf("held %d\n", tok)
 	in := bufio.NewScanner(os.Stdin)
@@ -107,7 +113,7 @@ func runHolder(raw string, write Write) int {
 	case err == nil:
 		fmt.Println(Admitted)
 	case errors.Is(err, fence.ErrStale):
-		fmt.Println(Stale)
+		fmt.Println(Stale, oneLine(err))
 	default:
 		fmt.Printf("error %s\n", oneLine(err))
 	}
@@ -124,56 +130,23 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 // Holder is a running holder process.
 type Holder struct {
 	Token uint64 // the token it holds (or held) the lock with
+	// Refusal is the late write's error once Write returned Stale, as
+	// the holder saw it (one line).
+	Refusal string
 
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string   // its standard output, line by line
-	done  chan struct{} // closed once the process was reaped
+	proc *testchild.Child
 }
 
 // Start starts a holder process of spec and returns once it holds the lock
-// and has written spec.First. The process is killed when t ends.
+// and has written spec.First (if any). The process is killed when t ends.
 func Start(t testing.TB, spec Spec) *Holder {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	proc, err := testchild.Start(t, env, string(raw))
 	if err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
-	// The kernel kills the holder if the test binary dies first (a frozen
-	// holder could not notice). Pdeathsig follows the starting thread, so
-	// the starting goroutine keeps its thread until the holder has exited.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	h := &Holder{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer close(h.done)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
 		t.Fatalf("starting a holder process: %v", err)
 	}
-	t.Cleanup(h.kill)
-	go func() {
-		defer close(h.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-	}()
+	h := &Holder{proc: proc}
 	line := h.next(t, 30*time.Second, "hold the lock and write")
 	f := strings.Fields(line)
 	if len(f) != 2 || f[0] != "held" {
@@ -188,51 +161,51 @@ func Start(t testing.TB, spec Spec) *Holder {
 // next returns the holder's next line, failing t if none comes within bound.
 func (h *Holder) next(t testing.TB, bound time.Duration, what string) string {
 	t.Helper()
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	select {
-	case line, ok := <-h.lines:
-		if !ok {
-			t.Fatalf("the holder process exited before it could %s: does TestMain call staleholder.Main first?", what)
-		}
-		return line
-	case <-timer.C:
+	line, err := h.proc.Next(bound)
+	switch {
+	case errors.Is(err, testchild.ErrExited):
+		t.Fatalf("the holder process exited before it could %s: does TestMain call staleholder.Main first?", what)
+	case err != nil:
 		t.Fatalf("the holder process did not %s within %v", what, bound)
 	}
-	return ""
+	return line
 }
 
+// Pid is the holder process's id.
+func (h *Holder) Pid() int { return h.proc.Pid() }
+
 // Freeze stops the holder (SIGSTOP): its connections stay open, it neither
-// refreshes its lock nor notices losing it.
-func (h *Holder) Freeze(t testing.TB) {
+// refreshes its lock nor notices losing it. On Linux it returns once the
+// kernel shows the process stopped, with that time: a pause measured from it
+// is one the holder really spent frozen (elsewhere, when the signal was sent).
+func (h *Holder) Freeze(t testing.TB) time.Time {
 	t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	stopped, err := h.proc.Stop()
+	if err != nil {
 		t.Fatalf("freezing the holder process: %v", err)
 	}
+	return stopped
 }
 
 // Write has the holder write value with its token, resuming it first if it
 // is frozen (the value is in its input before it runs again), and returns
-// the outcome: Admitted, Stale, or "error ..." for any other error.
+// the outcome: Admitted, Stale (the error in h.Refusal), or "error ..." for
+// any other error.
 func (h *Holder) Write(t testing.TB, value string) string {
 	t.Helper()
 	if strings.Contains(value, "\n") {
 		t.Fatalf("staleholder: a value holds no newline")
 	}
-	if _, err := io.WriteString(h.stdin, value+"\n"); err != nil {
+	if err := h.proc.WriteLine(value); err != nil {
 		t.Fatalf("telling the holder process to write: %v", err)
 	}
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := h.proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("resuming the holder process: %v", err)
 	}
-	return h.next(t, 30*time.Second, "write")
-}
-
-// kill kills the holder (frozen or not) and waits until it was reaped.
-func (h *Holder) kill() {
-	_ = h.cmd.Process.Signal(syscall.SIGKILL)
-	_ = h.stdin.Close()
-	<-h.done
-	for range h.lines { // its pipe's reader ends with the process
+	line := h.next(t, 30*time.Second, "write")
+	if refusal, ok := strings.CutPrefix(line, Stale+" "); ok {
+		h.Refusal = refusal
+		return Stale
 	}
+	return line
 }
