@@ -2,11 +2,9 @@ module github.com/distlock/lock/bench
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.17.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
@@ -38,12 +36,12 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
-	github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/etcddriver v0.1.0
+	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
+	github.com/distlock/lock/pgadvisory v0.1.0
+	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock/redlockdriver v0.1.0
+	github.com/distlock/lock/zkdriver v0.1.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -66,14 +64,16 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../redisdriver
+replace github.com/distlock/lock => ..
 
-replace github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000 => ../redlockdriver
+replace github.com/distlock/lock/etcddriver => ../etcddriver
 
-replace github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000 => ../pgadvisory
+replace github.com/distlock/lock/internal/redisproto => ../internal/redisproto
 
-replace github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000 => ../etcddriver
+replace github.com/distlock/lock/pgadvisory => ../pgadvisory
 
-replace github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000 => ../zkdriver
+replace github.com/distlock/lock/redisdriver => ../redisdriver
 
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../internal/redisproto
+replace github.com/distlock/lock/redlockdriver => ../redlockdriver
+
+replace github.com/distlock/lock/zkdriver => ../zkdriver

@@ -2,10 +2,8 @@ module github.com/distlock/lock/etcddriver
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ..
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	go.etcd.io/etcd/api/v3 v3.6.14
 	go.etcd.io/etcd/client/v3 v3.6.14
 	go.uber.org/zap v1.27.0
@@ -34,3 +32,5 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
+
+replace github.com/distlock/lock => ..

@@ -2,10 +2,8 @@ module github.com/distlock/lock/pgadvisory
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ..
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
@@ -23,3 +21,5 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
+
+replace github.com/distlock/lock => ..

@@ -2,13 +2,9 @@ module github.com/distlock/lock/redisdriver
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ..
-
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../internal/redisproto
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock/internal/redisproto v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
@@ -23,3 +19,7 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
+
+replace github.com/distlock/lock => ..
+
+replace github.com/distlock/lock/internal/redisproto => ../internal/redisproto

@@ -2,14 +2,10 @@ module github.com/distlock/lock/redlockdriver
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ..
-
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../internal/redisproto
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock/internal/redisproto v0.1.0
+	github.com/distlock/lock/redisdriver v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
@@ -25,4 +21,8 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 )
 
-replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../redisdriver
+replace github.com/distlock/lock => ..
+
+replace github.com/distlock/lock/internal/redisproto => ../internal/redisproto
+
+replace github.com/distlock/lock/redisdriver => ../redisdriver

@@ -2,12 +2,10 @@ module github.com/distlock/lock/soak
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../
-
 require github.com/anishathalye/porcupine v1.3.1
 
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -24,12 +22,12 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
-	github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock/etcddriver v0.1.0
+	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
+	github.com/distlock/lock/pgadvisory v0.1.0
+	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock/redlockdriver v0.1.0
+	github.com/distlock/lock/zkdriver v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -56,14 +54,16 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../redisdriver
+replace github.com/distlock/lock => ..
 
-replace github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000 => ../redlockdriver
+replace github.com/distlock/lock/etcddriver => ../etcddriver
 
-replace github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000 => ../pgadvisory
+replace github.com/distlock/lock/internal/redisproto => ../internal/redisproto
 
-replace github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000 => ../etcddriver
+replace github.com/distlock/lock/pgadvisory => ../pgadvisory
 
-replace github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000 => ../zkdriver
+replace github.com/distlock/lock/redisdriver => ../redisdriver
 
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../internal/redisproto
+replace github.com/distlock/lock/redlockdriver => ../redlockdriver
+
+replace github.com/distlock/lock/zkdriver => ../zkdriver

@@ -2,10 +2,8 @@ module github.com/distlock/lock/zkdriver
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ..
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 )
 
@@ -18,3 +16,5 @@ require (
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 )
+
+replace github.com/distlock/lock => ..

@@ -2,27 +2,13 @@ module github.com/distlock/lock/cmd/distlock
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../..
-
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../../internal/redisproto
-
-replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../../redisdriver
-
-replace github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000 => ../../redlockdriver
-
-replace github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000 => ../../pgadvisory
-
-replace github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000 => ../../etcddriver
-
-replace github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000 => ../../zkdriver
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/etcddriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/pgadvisory v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redlockdriver v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/zkdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock/etcddriver v0.1.0
+	github.com/distlock/lock/pgadvisory v0.1.0
+	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock/redlockdriver v0.1.0
+	github.com/distlock/lock/zkdriver v0.1.0
 	golang.org/x/sys v0.47.0
 )
 
@@ -30,7 +16,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect

@@ -2,10 +2,8 @@ module github.com/distlock/lock/fence/fencetest
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../..
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	modernc.org/sqlite v1.59.0
 )
@@ -29,3 +27,5 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/distlock/lock => ../..

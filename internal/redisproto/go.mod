@@ -2,10 +2,8 @@ module github.com/distlock/lock/internal/redisproto
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../..
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
@@ -14,3 +12,5 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
+
+replace github.com/distlock/lock => ../..

@@ -2,23 +2,15 @@ module github.com/distlock/lock/gocronlock/internal/redistest
 
 go 1.25.0
 
-replace github.com/distlock/lock v0.0.0-00010101000000-000000000000 => ../../..
-
-replace github.com/distlock/lock/gocronlock v0.0.0-00010101000000-000000000000 => ../..
-
-replace github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000 => ../../../redisdriver
-
-replace github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 => ../../../internal/redisproto
-
 require (
-	github.com/distlock/lock v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/gocronlock v0.0.0-00010101000000-000000000000
-	github.com/distlock/lock/redisdriver v0.0.0-00010101000000-000000000000
+	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock/gocronlock v0.1.0
+	github.com/distlock/lock/redisdriver v0.1.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/distlock/lock/internal/redisproto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
 	github.com/go-co-op/gocron/v2 v2.21.2 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -33,3 +25,11 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
+
+replace github.com/distlock/lock => ../../..
+
+replace github.com/distlock/lock/gocronlock => ../..
+
+replace github.com/distlock/lock/internal/redisproto => ../../../internal/redisproto
+
+replace github.com/distlock/lock/redisdriver => ../../../redisdriver
