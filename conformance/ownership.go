@@ -156,27 +156,31 @@ func testReleaseByExpiredHolderKeepsNewOwnersLock(e *env) {
 	}
 }
 
-// rawAcquire takes req on d without the portable layer, waiting as long as needed.
+// rawAcquire takes req on d without the portable layer, waiting as long as
+// needed: while the key is held, and, as the portable layer's Acquire does,
+// through transient failures (ErrUnavailable; on a loaded machine a Redlock
+// majority can come back after the validity and be given back).
 func (e *env) rawAcquire(d driver.Driver, req *driver.Request) driver.Grant {
 	e.Helper()
-	if a, ok := d.(driver.Acquirer); ok {
-		g, err := a.Acquire(e.ctx, req)
-		if err != nil {
-			e.Fatalf("driver Acquire: %v", err)
-		}
-		return g
-	}
 	for {
-		g, err := d.TryAcquire(e.ctx, req)
+		var g driver.Grant
+		var err error
+		what := "driver TryAcquire"
+		if a, ok := d.(driver.Acquirer); ok {
+			what = "driver Acquire"
+			g, err = a.Acquire(e.ctx, req)
+		} else {
+			g, err = d.TryAcquire(e.ctx, req)
+		}
 		if err == nil {
 			return g
 		}
-		if !errors.Is(err, driver.ErrLocked) {
-			e.Fatalf("driver TryAcquire: %v", err)
+		if !errors.Is(err, driver.ErrLocked) && !errors.Is(err, driver.ErrUnavailable) {
+			e.Fatalf("%s: %v", what, err)
 		}
 		select {
 		case <-e.ctx.Done():
-			e.Fatal("driver TryAcquire: the lock never became free")
+			e.Fatalf("%s: the lock never became free (last: %v)", what, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

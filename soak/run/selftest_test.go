@@ -152,17 +152,23 @@ func TestSoakReportsEveryBrokenFence(t *testing.T) {
 					for _, v := range vs {
 						t.Errorf("round %d: %s", round+1, v)
 					}
-					if sum.Ops["write"] == 0 || len(sum.Violations) == 0 {
-						t.Fatalf("round %d: the stale holders did not show (%v ops, %d violations of the locks)", round+1, sum.Ops, len(sum.Violations))
+					if sum.Ops["write"] > 0 && len(sum.Violations) > 0 {
+						t.Logf("round %d: %d violations of the locks, none of the resource, in %v", round+1, len(sum.Violations), sum.Ops)
+						return
 					}
-					t.Logf("round %d: %d violations of the locks, none of the resource, in %v", round+1, len(sum.Violations), sum.Ops)
-					return
+					// On a loaded machine a round can end before a stale
+					// holder wrote: it proved nothing, so another one runs.
+					t.Logf("round %d: the stale holders did not show (%v ops, %d violations of the locks)", round+1, sum.Ops, len(sum.Violations))
+					continue
 				}
 				if len(vs) > 0 {
 					t.Logf("round %d: %d violations of the resource (first: %s) in %v", round+1, len(vs), vs[0].Property, sum.Ops)
 					return
 				}
 				t.Logf("round %d: no violation of the resource found in %v ops, %v faults", round+1, sum.Ops, sum.Faults)
+			}
+			if c.ok {
+				t.Fatalf("the stale holders did not show in %d quick soaks: fence.Memory was never put to the test", brokenRounds)
 			}
 			t.Fatalf("no violation of the resource found in %d quick soaks", brokenRounds)
 		})
