@@ -15,6 +15,7 @@ import (
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/fence"
 	"github.com/distlock/lock/internal/fenceprops"
+	"github.com/distlock/lock/internal/redisproto"
 	"github.com/distlock/lock/internal/staleholder"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -247,33 +248,10 @@ func TestTokenKeySharesTheKeysClusterSlot(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("TokenKey(%q) = %q, %v; want %q", tc.key, got, err, tc.want)
 		}
-		if redisSlot(got) != redisSlot(tc.key) {
-			t.Errorf("TokenKey(%q) = %q is in slot %d, the key in %d", tc.key, got, redisSlot(got), redisSlot(tc.key))
+		if redisproto.Slot(got) != redisproto.Slot(tc.key) {
+			t.Errorf("TokenKey(%q) = %q is in slot %d, the key in %d", tc.key, got, redisproto.Slot(got), redisproto.Slot(tc.key))
 		}
 	}
-}
-
-// redisSlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hashed part,
-// mod 16384.
-func redisSlot(key string) uint16 {
-	s := key
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			s = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
 }
 
 // interleavedFencedWrites runs fenceprops.ConcurrentWriters on key through
