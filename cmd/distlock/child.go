@@ -141,7 +141,13 @@ func (r *runner) startChild(env []string) (*child, int) {
 		}
 		c.watch = w
 	}
-	if err := cmd.Start(); err != nil {
+	var watchErr, err error
+	if c.watch != nil {
+		c.cmd, watchErr, err = c.watch.startGated(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		c.watch.stop()
 		r.errorf("%v", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -149,10 +155,8 @@ func (r *runner) startChild(env []string) (*child, int) {
 		}
 		return nil, exitCannotRun
 	}
-	if c.watch != nil {
-		if err := c.watch.watch(cmd.Process.Pid); err != nil {
-			r.errorf("the watcher of %s's process group failed (%v): should distlock die, what %[1]s started would run on", r.cfg.argv[0], err)
-		}
+	if watchErr != nil {
+		r.errorf("the watcher of %s's process group failed (%v): should distlock die, what %[1]s started would run on", r.cfg.argv[0], watchErr)
 	}
 	return c, 0
 }

@@ -26,6 +26,16 @@ type groupWatcher struct{}
 func (*groupWatcher) watch(int) error { return errors.ErrUnsupported }
 func (*groupWatcher) stop()           {}
 
+func (*groupWatcher) startGated(*exec.Cmd) (*exec.Cmd, error, error) {
+	return nil, nil, errors.ErrUnsupported
+}
+
+const execGateCommand = "_exec-gated"
+
+func runExecGate([]string) int {
+	return usageError(os.Stderr, "distlock", "%s is distlock's own, not a command", execGateCommand)
+}
+
 func runGroupWatcher([]string) int {
 	return usageError(os.Stderr, "distlock", "%s is distlock's own, not a command", groupWatcherCommand)
 }

@@ -57,7 +57,8 @@ const groupWatcherCommand = "_group-watcher"
 // and told the group once the command runs; it waits on a pipe that only
 // distlock holds open, so the pipe's end without distlock saying "done" means
 // distlock is gone. It runs in a process group of its own, out of reach of
-// the signals meant for the command.
+// the signals meant for the command. It is told the group before the command
+// runs any code of its own (startGated), so nothing the command starts escapes.
 type groupWatcher struct {
 	pipe *os.File
 	cmd  *exec.Cmd
@@ -106,7 +107,7 @@ func (g *groupWatcher) stop() {
 // watcher be reparented, before the watcher gets that far.
 func runGroupWatcher(args []string) int {
 	pipe := os.NewFile(3, "distlock")
-	if fi, err := pipe.Stat(); len(args) != 0 || err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+	if len(args) != 0 || !isPipe(pipe) {
 		return usageError(os.Stderr, "distlock", "%s is distlock's own, not a command", groupWatcherCommand)
 	}
 	// It ends when distlock does, never by a signal meant for the command or
@@ -115,7 +116,7 @@ func runGroupWatcher(args []string) int {
 	in := bufio.NewReader(pipe)
 	line, err := in.ReadString('\n')
 	if err != nil {
-		return exitOK // distlock ended before the command ran
+		return exitOK // distlock ended before the command ran (its gate does not run it)
 	}
 	pgid, err := strconv.Atoi(line[:len(line)-1])
 	if err != nil || pgid <= 1 {

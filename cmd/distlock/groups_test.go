@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,3 +184,68 @@ func TestCommandStaysInDistlocksGroupInATerminalsForeground(t *testing.T) {
 
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// runGate runs distlock's exec gate on argv, says "go" to it if sayGo, and
+// returns its exit status and what it reported on its error pipe.
+func runGate(t *testing.T, sayGo bool, argv ...string) (int, string) {
+	t.Helper()
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errR.Close()
+	cmd := exec.Command(distlockBin, append([]string{execGateCommand}, argv...)...)
+	cmd.Env = testEnv(beDistlock, "GORACE=atexit_sleep_ms=0")
+	cmd.ExtraFiles = []*os.File{goR, errW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	goR.Close()
+	errW.Close()
+	if sayGo {
+		if _, err := goW.WriteString("go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goW.Close()
+	reported, err := io.ReadAll(errR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	status := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return status, string(reported)
+}
+
+// The gate that holds the command back until the watcher knows its group
+// runs the command only once distlock says so: a distlock that died before
+// (its end of the pipe closed) leaves nothing started.
+func TestGatedCommandNeverRunsWhenDistlockDiesBeforeSayingGo(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	status, reported := runGate(t, false, "/bin/sh", "sh", "-c", `touch "$0"`, ran)
+	if status != exitCannotRun || reported != "" {
+		t.Errorf("gate without go: status %d, reported %q; want %d and nothing", status, reported, exitCannotRun)
+	}
+	if fileExists(ran) {
+		t.Errorf("the command ran although distlock never said go")
+	}
+	status, reported = runGate(t, true, "/bin/sh", "sh", "-c", `touch "$0"`, ran)
+	if status != 0 || reported != "" || !fileExists(ran) {
+		t.Errorf("gate told go: status %d, reported %q, ran %v; want 0, nothing, true", status, reported, fileExists(ran))
+	}
+	// A failed exec reports its errno to distlock, which reports it as its own start would.
+	status, reported = runGate(t, true, filepath.Join(dir, "missing"), "missing")
+	if status != exitCannotRun || reported != strconv.Itoa(int(syscall.ENOENT)) {
+		t.Errorf("gate of a missing command: status %d, reported %q; want %d and ENOENT's number", status, reported, exitCannotRun)
+	}
+}

@@ -292,6 +292,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case groupWatcherCommand:
 		return runGroupWatcher(args[1:])
+	case execGateCommand:
+		return runExecGate(args[1:])
 	default:
 		return usageError(stderr, "distlock", "unknown command %q", args[0])
 	}
