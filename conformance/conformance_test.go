@@ -130,6 +130,18 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			fail:   []string{"CapabilitiesStateTheTTLRangeAcquireAccepts"},
 		},
 		{
+			// A semaphore asked with another n is granted as one of the n in use.
+			broken: "other-n-granted",
+			run:    "PermitsOfAnotherNumberAreInvalidWhileTheSemaphoreIsInUse",
+			fail:   []string{"PermitsOfAnotherNumberAreInvalidWhileTheSemaphoreIsInUse"},
+		},
+		{
+			// Locks and semaphores of one key live apart, as PostgreSQL's do.
+			broken: "shapes-apart",
+			run:    "AKeyInUseInOneShapeIsNotGrantedInAnother",
+			fail:   []string{"AKeyInUseInOneShapeIsNotGrantedInAnother"},
+		},
+		{
 			// Shared and permit grants reuse the last token.
 			broken: "shape-tokens-stall",
 			run:    "TokensIncreaseAcrossSharedExclusiveAndPermitGrants",
@@ -203,6 +215,10 @@ type broken struct {
 	last map[string]uint64 // shape-tokens-stall: the last token per key
 }
 
+// firstN is, for other-n-granted, the first n asked per key by any client
+// of the broken store (each client is a broken driver of its own).
+var firstN sync.Map
+
 // shaped returns the request the broken driver passes on: a copy, changed for
 // the kinds that break the shapes.
 func (b *broken) shaped(req *driver.Request) *driver.Request {
@@ -214,7 +230,20 @@ func (b *broken) shaped(req *driver.Request) *driver.Request {
 		r.Permits++
 	case b.kind == "permits-never-expire" && r.Permits > 0:
 		r.TTL = time.Hour
+	case b.kind == "other-n-granted" && r.Permits > 0:
+		n, _ := firstN.LoadOrStore(r.Key, r.Permits)
+		r.Permits = n.(int)
 	}
+	return b.apart(&r)
+}
+
+// apart gives a semaphore's requests a key of their own, for shapes-apart.
+func (b *broken) apart(req *driver.Request) *driver.Request {
+	if b.kind != "shapes-apart" || req.Permits == 0 {
+		return req
+	}
+	r := *req
+	r.Key += "#permits"
 	return &r
 }
 
@@ -306,7 +335,7 @@ func (b *broken) Release(ctx context.Context, req *driver.Request) error {
 		b.Driver.Delete(req.Key)
 		return nil
 	}
-	return b.Driver.Release(ctx, req)
+	return b.Driver.Release(ctx, b.apart(req))
 }
 
 func (b *broken) Inspect(ctx context.Context, key string) (driver.Info, error) {
@@ -341,7 +370,7 @@ func (b *broken) Refresh(ctx context.Context, req *driver.Request) error {
 	if b.kind == "never-lost" || b.kind == "no-owner-check" {
 		return nil
 	}
-	err := b.Driver.Refresh(ctx, req)
+	err := b.Driver.Refresh(ctx, b.apart(req))
 	if b.kind == "wrong-cause" && errors.Is(err, driver.ErrNotHeld) {
 		// Every loss blamed on another owner, whatever happened.
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrTakenOver)

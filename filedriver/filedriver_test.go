@@ -13,6 +13,9 @@ import (
 func TestConformance(t *testing.T) {
 	dir := t.TempDir() // one lock directory, as processes of one host would share
 	conformance.Run(t, conformance.Harness{
+		// A gap, kept visible here until closed: shared flocks on the lock file
+		// and the semaphore's slot files ignore each other.
+		MixedShapes: "a shared lock and a semaphore's permits on one key are granted together",
 		// Each client is a Driver of its own: its own descriptors, its own flocks,
 		// as a separate process would have.
 		NewDriver: func(context.Context) (driver.Driver, error) { return filedriver.New(dir) },

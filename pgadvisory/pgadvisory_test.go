@@ -23,6 +23,9 @@ func TestConformance(t *testing.T) {
 	srv := testserver.StartPostgres(t)
 	dsn := withParam(t, srv.URL(), "holders", "true")
 	conformance.Run(t, faultharness.With(conformance.Harness{
+		// Gaps the package doc states ("Not seen"), kept visible here until closed.
+		MixedPermits: "across clients a semaphore of another n is seen only once every slot it asks for is held",
+		MixedShapes:  "across clients a lock and a semaphore of one key never exclude each other",
 		// Each client is a Driver with its own pool and sessions, as a separate
 		// process would have.
 		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, dsn) },
@@ -53,6 +56,9 @@ func TestConformance(t *testing.T) {
 func TestConformanceWithoutFencing(t *testing.T) {
 	dsn := withParam(t, testserver.Postgres(t), "fencing", "false")
 	conformance.Run(t, conformance.Harness{
+		// Gaps the package doc states ("Not seen"), kept visible here until closed.
+		MixedPermits: "across clients a semaphore of another n is seen only once every slot it asks for is held",
+		MixedShapes:  "across clients a lock and a semaphore of one key never exclude each other",
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {
 			d, err := pgadvisory.OpenForTest(ctx, dsn)
 			if err != nil {

@@ -26,6 +26,8 @@ func TestConformance(t *testing.T) {
 	const sessionTimeout = 4 * time.Second
 	url := srv.URL() + "?session_timeout=" + sessionTimeout.String()
 	conformance.Run(t, faultharness.With(conformance.Harness{
+		// A gap the package doc states ("Not detected"), kept visible here until closed.
+		MixedShapes:        "a key used both as a lock and as a semaphore is not detected: their nodes live side by side in the key node",
 		RestartLosesTokens: true, // the server comes back wiped
 		// Each client is a Driver of its own: its own connection and session,
 		// as a separate process would have.
@@ -60,6 +62,8 @@ func TestConformanceOverOwnConnections(t *testing.T) {
 	var mu sync.Mutex
 	sessions := map[driver.Driver]func() (int64, []byte, time.Duration){}
 	conformance.Run(t, conformance.Harness{
+		// A gap the package doc states ("Not detected"), kept visible here until closed.
+		MixedShapes: "a key used both as a lock and as a semaphore is not detected: their nodes live side by side in the key node",
 		NewDriver: func(ctx context.Context) (driver.Driver, error) {
 			dial, session := zkdriver.SessionTap()
 			conn, events, err := zk.Connect([]string{strings.TrimPrefix(srv.URL(), "zk://")}, timeout,
