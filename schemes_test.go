@@ -115,3 +115,23 @@ func TestOpenOfAForeignSchemeListsTheProvidedOnes(t *testing.T) {
 		}
 	}
 }
+
+// driver.PortableParams is the list drivers name in their unknown-parameter
+// errors: Open must read (and take out) every parameter on it, whatever the
+// scheme, so that a driver never sees one.
+func TestOpenReadsEveryPortableParameter(t *testing.T) {
+	good := map[string]string{"ttl": "5s", "auto_refresh": "false", "prefix": "p", "open_timeout": "5s", "close_timeout": "1s"}
+	for _, name := range driver.PortableParams() {
+		v, ok := good[name]
+		if !ok {
+			t.Errorf("portable parameter %s has no example here: does Open read it?", name)
+			continue
+		}
+		lk, err := lock.Open(context.Background(), "mem://?"+name+"="+v)
+		if err != nil {
+			t.Errorf("Open with the portable %s=%s: %v", name, v, err)
+			continue
+		}
+		_ = lk.Close()
+	}
+}

@@ -24,8 +24,10 @@ type Params struct {
 	Unique bool
 	// NonEmpty rejects a parameter given with an empty value (name= or name).
 	NonEmpty bool
-	// Portable names the portable layer's parameters in the unknown-parameter
-	// error, e.g. "ttl, auto_refresh, prefix".
+	// Portable is ignored: the unknown-parameter error names the portable
+	// parameters (PortableParams) itself.
+	//
+	// Deprecated: drivers no longer list them; Params keeps the one list.
 	Portable string
 
 	prefix string // "zkdriver", the start of every message
@@ -33,6 +35,14 @@ type Params struct {
 	known  []string // in the order the driver declared them
 	secret map[string]bool
 	err    error
+}
+
+// PortableParams are the URL parameters package lock reads (and removes)
+// before a driver sees the URL, whatever the scheme: ttl, auto_refresh,
+// prefix, open_timeout and close_timeout. Params names them in its
+// unknown-parameter error, so that no driver keeps a copy of the list.
+func PortableParams() []string {
+	return []string{"ttl", "auto_refresh", "prefix", "open_timeout", "close_timeout"}
 }
 
 // NewParams returns the reader of q for the driver named name (the prefix of
@@ -237,14 +247,10 @@ func (p *Params) Check() error {
 		return nil
 	}
 	slices.Sort(unknown)
-	accepted := strings.Join(p.known, ", ")
-	switch {
-	case len(p.known) == 0 && p.Portable != "":
-		accepted = "only the portable " + p.Portable
-	case len(p.known) == 0:
-		accepted = "none"
-	case p.Portable != "":
-		accepted += " (and the portable " + p.Portable + ")"
+	portable := strings.Join(PortableParams(), ", ")
+	accepted := "only the portable " + portable
+	if len(p.known) > 0 {
+		accepted = strings.Join(p.known, ", ") + " (and the portable " + portable + ")"
 	}
 	return p.Errorf("unknown parameter %s; accepted: %s", strings.Join(unknown, ", "), accepted)
 }

@@ -84,7 +84,6 @@ func TestParamsKeepTheFirstError(t *testing.T) {
 
 func TestParamsUnknownAreRejectedWithTheAcceptedList(t *testing.T) {
 	p := params(t, "zeta=1&alpha=2&known=3&passthrough=4")
-	p.Portable = "ttl, prefix"
 	p.String("known", "")
 	p.Accept("passthrough")
 	p.Has("other")
@@ -92,7 +91,7 @@ func TestParamsUnknownAreRejectedWithTheAcceptedList(t *testing.T) {
 	if !errors.Is(err, ErrInvalidURL) {
 		t.Fatalf("Check = %v, want ErrInvalidURL", err)
 	}
-	want := "unknown parameter alpha, zeta; accepted: known, passthrough, other (and the portable ttl, prefix)"
+	want := "unknown parameter alpha, zeta; accepted: known, passthrough, other (and the portable ttl, auto_refresh, prefix, open_timeout, close_timeout)"
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("Check = %v, want it to say %q", err, want)
 	}
@@ -181,8 +180,7 @@ func TestParamsErrAndRestHandTheUnreadParametersOn(t *testing.T) {
 
 func TestParamsWithoutDriverParametersListOnlyThePortableOnes(t *testing.T) {
 	p := params(t, "colour=blue")
-	p.Portable = "ttl, prefix"
-	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "unknown parameter colour; accepted: only the portable ttl, prefix") {
+	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "unknown parameter colour; accepted: only the portable ttl, auto_refresh, prefix, open_timeout, close_timeout") {
 		t.Errorf("Check = %v, want the portable parameters alone as the accepted list", err)
 	}
 }

@@ -212,7 +212,6 @@ func readAuthority(spec *clientv3.ConfigSpec, u *url.URL, scheme string) error {
 func readParams(spec *clientv3.ConfigSpec, scheme string, q url.Values) error {
 	p := driver.NewParams("etcddriver", q)
 	p.Unique, p.NonEmpty = true, true
-	p.Portable = "ttl, auto_refresh, prefix"
 	if scheme == SchemeTLS {
 		spec.Secure = &clientv3.SecureConfig{
 			Cacert:     p.String("cacert", ""),

@@ -31,7 +31,6 @@ func parseURL(u *url.URL) (string, error) {
 		return "", fmt.Errorf("%w: filedriver: nil URL", driver.ErrInvalidURL)
 	}
 	p := driver.NewParams("filedriver", u.Query())
-	p.Portable = "ttl, auto_refresh, prefix" // the driver has none of its own
 	if err := p.Check(); err != nil {
 		return "", err
 	}

@@ -14,7 +14,7 @@ import (
 func TestURLsAreCheckedWithTheReason(t *testing.T) {
 	dir := t.TempDir()
 	for raw, want := range map[string]string{
-		"file://" + dir + "?colour=blue": "unknown parameter colour; accepted: only the portable ttl, auto_refresh, prefix",
+		"file://" + dir + "?colour=blue": "unknown parameter colour; accepted: only the portable ttl, auto_refresh, prefix, open_timeout, close_timeout",
 		"file://u:pw@localhost" + dir:    "no user or password",
 		"file://otherhost" + dir:         "file locks are local",
 		"file:relative/dir":              "absolute path",

@@ -75,7 +75,6 @@ func init() { driver.Register(Scheme, open) }
 func open(_ context.Context, cfg driver.Config) (driver.Driver, error) {
 	u := cfg.URL
 	p := driver.NewParams("memdriver", u.Query())
-	p.Portable = "ttl, auto_refresh, prefix" // the driver has none of its own
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

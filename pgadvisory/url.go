@@ -38,12 +38,12 @@ func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 // acceptedParams lists the parameters a URL may carry, for the error about a
 // parameter that neither the driver, pgx nor the server knows.
 func acceptedParams() string {
-	return "fencing, fence_sequence, fence_create, holders, max_lock_conns, locks_per_conn (this driver); ttl, auto_refresh, prefix, open_timeout, close_timeout (lock.Open); " +
+	return "fencing, fence_sequence, fence_create, holders, max_lock_conns, locks_per_conn (this driver); " + strings.Join(driver.PortableParams(), ", ") + " (lock.Open); " +
 		"and whatever pgx accepts: libpq connection parameters such as sslmode, pgxpool's pool_* parameters, and PostgreSQL settings sent to the server"
 }
 
 func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
-	secrets := urlSecrets(u)
+	secrets := driver.URLSecrets(u.String())
 	fail := func(err error) (*Driver, error) { return nil, driver.RedactError(err, secrets...) }
 	if s := strings.ToLower(u.Scheme); s != Scheme && s != SchemeAlias {
 		return fail(fmt.Errorf("%w: pgadvisory: scheme %q, want %s:// or %s://", driver.ErrInvalidURL, u.Scheme, Scheme, SchemeAlias))
@@ -116,33 +116,4 @@ func (d *Driver) warm(ctx context.Context) error {
 	}
 	d.letGo(c)
 	return nil
-}
-
-// urlSecrets returns the password of u and the values of its secret parameters,
-// in the forms they may take in a message.
-func urlSecrets(u *url.URL) []string {
-	var out []string
-	if u.User != nil {
-		if p, ok := u.User.Password(); ok {
-			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	if q, err := url.ParseQuery(u.RawQuery); err == nil {
-		for k, vs := range q {
-			if isSecretParam(k) {
-				for _, v := range vs {
-					out = append(out, v, url.QueryEscape(v))
-				}
-			}
-		}
-	}
-	return out
-}
-
-func isSecretParam(name string) bool {
-	switch strings.ToLower(name) {
-	case "password", "sslpassword":
-		return true
-	}
-	return false
 }

@@ -122,7 +122,7 @@ func TestBadURLsAreRejected(t *testing.T) {
 		{"redlock://", "0 servers given, Redlock needs at least 3"},
 		{"redlock://?server=redis://a:1&server=redis://b:1", "2 servers given"},
 		{"redlock://a:1,b:1,c:1", "the servers go in server parameters"},
-		{"redlock://?" + three + "&color=red", "unknown parameter color; accepted: server, server_timeout (and the portable ttl, auto_refresh, prefix)"},
+		{"redlock://?" + three + "&color=red", "unknown parameter color; accepted: server, server_timeout (and the portable ttl, auto_refresh, prefix, open_timeout, close_timeout)"},
 		{"redlock://?server=redis://a:1?colour%3Dred&server=redis://b:1&server=redis://c:1", "server 1 (redis://a:1?colour=red): unknown parameter colour; accepted: client_name,"},
 		{"redlock://?server=http://a:1&server=redis://b:1&server=redis://c:1", `scheme "http" is not redis or rediss`},
 		{"redlock://?server=redis://a:1&server=redis://a:1/0&server=redis://c:1", "servers 1 and 2 are the same server a:1/0"},

@@ -76,7 +76,6 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	}
 
 	p := driver.NewParams("zkdriver", u.Query())
-	p.Portable = "ttl, auto_refresh, prefix"
 	c.sessionTimeout = p.Duration("session_timeout", DefaultSessionTimeout, time.Millisecond, 24*time.Hour,
 		"a duration between 1ms and 24h, such as 10s")
 	c.connectTimeout = p.Duration("connect_timeout", DefaultConnectTimeout, 1, math.MaxInt64,
