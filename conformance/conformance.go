@@ -1,5 +1,6 @@
 // Package conformance is the suite every distlock driver runs. It checks, through
-// the portable layer (lock.New over the driver), the semantics DESIGN.md promises:
+// the portable layer (lock.New over the driver), the contract of
+// docs/ARCHITECTURE.md:
 // mutual exclusion, owner-checked release and refresh, fencing, the Lost signal,
 // prompt wake-up, cancellation without residue, key distinctness, input
 // validation and Close. A driver author proves a driver with one test:

@@ -6,224 +6,61 @@
 //
 //	locker, err := lock.Open(ctx, "file:///var/lock/myapp")
 //
-// Each key has one lock file in a subdirectory of the directory named by the
-// prefix ("distlock" unless set). A holder keeps the file open and flocked; the
-// kernel drops the lock when that descriptor is closed, which also happens when
-// the process dies for any reason, so a crashed or killed holder never blocks
-// anyone. The file's content is the key's fencing counter, so lock files are
-// never removed (removing one would restart its tokens at 1; ForceRelease
-// replaces one with a copy of its counter). A key used as a read-write lock or a
-// semaphore also has companion files beside its lock file (see Queueing rule);
-// they are never removed either.
-//
-// It coordinates processes on one host only: flock(2) on NFS and other network
-// file systems is emulated, or local to each client, and does not give the
-// guarantees described here. Two descriptors in one process exclude each other, so
-// independent Lockers in one program coordinate too.
+// Each key has one lock file under the prefix's subdirectory ("distlock" unless
+// set). A holder keeps the file open and flocked; the kernel drops the lock when
+// that descriptor is closed, also when the process dies, so a crashed holder
+// never blocks anyone. The file holds the key's fencing counter, so lock files
+// are never removed. Two descriptors in one process exclude each other, so
+// independent Lockers in one program coordinate too. The recipe, the proofs and
+// the measured figures are in
+// https://github.com/distlock/lock/blob/main/docs/backends/file.md.
 //
 // # URL format
 //
 //	file:///path/to/dir
 //	file:///path/to/dir?prefix=myapp&ttl=10s
 //
-// The path must be absolute (file://localhost/path is accepted too). The
-// directory and the prefix subdirectory are created if missing, with mode 0755.
-// The driver has no query parameters of its own; the portable ones (ttl,
-// auto_refresh, prefix) are described in package lock, and any other is an error.
-// Lock file names are the key with bytes outside [a-z0-9_.-] escaped as %XX,
-// plus ".lock"; keys whose escaped form is longer than 128 bytes are cut and
-// followed by "~" and a SHA-256 of the key. Distinct keys get distinct files, also
-// on case-insensitive file systems.
+// The path must be absolute (file://localhost/path is accepted too); missing
+// directories are created with mode 0755. The driver has no parameters of its
+// own; the portable ones are package lock's, and any other is an error. File
+// names are the key with bytes outside [a-z0-9_.-] escaped as %XX, plus ".lock";
+// long keys are cut and followed by "~" and a SHA-256, so distinct keys get
+// distinct files, also on case-insensitive file systems.
 //
 // # Capabilities
 //
 //   - Fencing: yes; the last token lives in the lock file, written and fsynced
-//     by the holder before it is handed out, so tokens increase across holders,
-//     processes and restarts of both.
-//   - Expiring: no; a lock lives until it is released or its holder's process
-//     ends (session-bound).
-//   - Notify: on Linux; a waiter watches the lock file with inotify, and every
-//     close of a descriptor on it (a release, or a holder's death) wakes it.
-//     Elsewhere the portable layer polls.
-//   - FIFO: no; flock(2) promises no order among waiters.
-//   - Shared: yes. Every grant, exclusive, shared or permit, takes the next
-//     token of the key's counter, so a writer's token fences every reader
-//     before it.
-//   - WriterPreference: on Linux, by the rule below. Elsewhere a waiting
-//     writer polls (it never holds the intent file while it waits), so a
-//     stream of readers can starve it.
-//   - Permits: yes, up to MaxPermits; a request for another number of
-//     permits than the current holders' and waiters' is ErrInvalidArgument.
-//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
-//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
-//
-// # Queueing rule
-//
-// A shared lock is a shared flock(2) on the key's lock file, an exclusive lock
-// an exclusive one. Beside the lock file ("K.lock") lies the key's
-// writer-intent file ("K.lock.w"):
-//
-//   - exclusive: TryAcquire, and Acquire at first, try the lock file alone. An
-//     Acquire that finds it taken then takes the intent file exclusively (after
-//     the exclusive request that holds it, if any), waits for the lock file
-//     while holding it, and lets it go once it holds the key;
-//   - shared: a request first passes the intent file (takes a shared flock on
-//     it and drops it at once), waiting there while an exclusive request
-//     holds it (TryAcquire: ErrLocked), then takes or waits for its shared
-//     flock on the lock file.
-//
-// So once an exclusive Acquire holds the intent file, shared requests that
-// arrive after it wait behind it until it holds the key, and then until it
-// releases it; shared requests that passed the intent file before it, holding
-// the key or on their way to it, keep their turn. A writer therefore waits
-// for the readers ahead of it and for the writers that took the intent file
-// before it, and the readers that slip in while the intent file changes hands
-// between two waiting writers. Among requests at the lock file itself, and
-// among exclusive requests, flock(2) sets no order.
-//
-// A semaphore of n permits has n slot files ("K.lock.s1" to "K.lock.sn"), a
-// permit being an exclusive flock on one of them, and a permits file
-// ("K.lock.n") holding n: holders and waiters keep a shared flock on it, and
-// the first to find it unused writes its n there, so a request for another n
-// while anyone holds or waits is ErrInvalidArgument. Permits are granted to
-// waiting requests in arrival order (on Linux, where Acquire waits): a
-// request that finds every slot held, or others already waiting, queues in
-// the directory "K.lock.q" (a ticket file named by its arrival time,
-// flocked while it waits), and only the oldest ticket looks for a free slot,
-// woken by the close of the permits file, which every holder closes last
-// when it gives its permit back; each other waiter is woken by the close of
-// the ticket just ahead of its own. So a holder that gives a permit back and
-// asks again at once queues behind the waiters rather than taking its slot
-// back, and no waiter starves while others churn. Arrival order across
-// processes is that of their clocks; a TryAcquire (and, off Linux, the
-// portable layer's polling) takes a free slot without queueing. Permit
-// holders also hold a shared flock on the lock file, in which their tokens
-// are counted, so the key used as an exclusive lock and as a semaphore at
-// once is not reported but the two exclude each other; a shared lock and a
-// semaphore on one key do not (do not mix them). Shared and permit holders
-// bump the token counter under a brief exclusive flock of "K.lock.g".
-//
-// # Inspection, eviction and leader election
-//
-// The driver implements driver.Inspector, driver.Lister, driver.Evictor and
-// driver.Labeler everywhere, and driver.Watcher on Linux, so Inspect, List,
-// ForceRelease, Campaign, Leader and Observe work, as do the distlock
-// status, list, release --force, elect and leader commands.
-//
-// Layout. flock(2) tells whether a file is locked but not by whom, so each
-// holder also publishes itself in the key's holders directory "K.lock.h"
-// beside the lock file, in a holder file it keeps exclusively flocked while
-// it holds the key: an exclusive holder in "e", which stays from one holder
-// to the next (each flocks it and writes itself in), a shared or permit
-// holder in "s-" plus its owner id, created at the grant and removed before
-// the release. A holder file holds the holder's token, shape (exclusive,
-// shared or permit), owner id, the key and its label:
-//
-//	<token> <shape> <owner> <len(key)> <len(label)>
-//	<key>
-//	<label>
-//
-// An Acquire that has to wait keeps one of the waiter files "w1", "w2", ...
-// flocked until it returns. The directory and the kept files stay, like the
-// lock file. Other flock(2) users of the lock file (flock(1), say) keep
-// excluding and being excluded, but publish nothing, so Inspect and List do
-// not show them as holders; on Linux, Inspect counts those blocked in
-// flock(2) as waiters (from /proc/locks: this driver's waiters never block
-// in the kernel).
-//
-// Exact: holders, their shapes, tokens and labels (Inspect reads the holder
-// files a live process keeps flocked); the latest token (the counter in the
-// lock file); Waiters on Linux, counting this driver's waiting Acquire calls
-// and other programs' flock(2) calls blocked on the lock file. Approximate: a
-// holder shows from just after its grant until just before its release (the
-// content of "e" counts only once it agrees with the lock file's counter), and
-// a holder file whose process died (the kernel drops its flock but cannot
-// remove the file) is skipped by Inspect and List, which remove it unless it
-// is a kept one. Since is zero (the portable layer reads the holder's time
-// from its label) and Expires is zero (session-bound). Waiters is -1 where the
-// portable layer polls (no inotify), as such waiters publish nothing.
-//
-// List walks the lock directory and reports the keys whose holders
-// directory has a live holder file, reading each key from it (long keys'
-// file names are hashed).
-//
-// ForceRelease. No process can take another's flock, so ForceRelease
-// replaces the key's files under their holders. Holding the key's counter
-// guard (which holds back shared and permit grants and other ForceRelease
-// calls), it renames each live holder file to a tombstone "x-" plus the
-// owner id, writes the counter into a new, exclusively flocked lock file
-// and renames it over the old one (so tokens continue: the next grant's
-// token exceeds every evicted holder's), replaces a semaphore's slot files
-// the same way, renames to tombstones the holder files that appeared
-// meanwhile, and lets the new lock file go. The evicted holders keep flocks
-// on files nobody else will lock: their next Refresh finds the lock file
-// replaced and their tombstone there, returns driver.ErrNotHeld wrapping
-// driver.ErrForceReleased (so Lock.Err matches lock.ErrForceReleased) and
-// removes the tombstone, whose life is so bounded by the holder's refresh
-// interval (or its process: a tombstone nobody flocks is removed by
-// Inspect); their Release frees nothing of the new holder's. Every acquire
-// path (exclusive, shared, permits, the writer-intent and slot files, and
-// waiters already blocked on the old file) checks after its flock that the
-// path still names the file it locked, and checks again after it has taken
-// its token and published its holder file (under the counter guard for
-// shared and permit grants): a request that finds its file replaced drops
-// it and starts again on the new one, so no request holds the old file
-// beside the new file's holder, and its token is never handed out. A
-// request whose second check passed held the key before the replacement
-// and is evicted with the others. An evicted holder learns of it at its
-// next refresh, not at once.
-//
-// Watch uses inotify on the holders directory, which changes with every
-// grant, release, eviction, relabelling, and the death of a holder's process
-// (the kernel's close of its holder file); elsewhere Observe polls.
-//
-// The kept exclusive holder file costs an exclusive grant an open, a flock,
-// an fstat and a write, and a check of the lock file's path: a few
-// microseconds beside the fsync of the counter. (Creating and removing a
-// file per grant instead would add a directory update to every fsync's
-// journal commit, which on ext4 doubled the cost of an uncontended lock.)
-//
-// # TTL
-//
-// A lock here cannot expire, so the TTL does not bound how long it lives. It
-// bounds how long the lock is trusted without a confirmed check: every refresh
-// verifies that the descriptor is still open and that the lock file was not deleted
-// or replaced (by an operator, say); if no check succeeds within the TTL, Lost
-// closes. Turning automatic refresh off is not supported.
+//     before it is handed out.
+//   - Expiring: no; a lock lives until released or until its holder's process
+//     ends.
+//   - Notify: on Linux (inotify on the lock file); elsewhere the portable layer
+//     polls.
+//   - FIFO: no; flock(2) promises no order among waiters (permit waiters queue
+//     in arrival order on Linux).
+//   - Shared: yes; every grant takes the next token of the key's counter.
+//   - WriterPreference: on Linux, through the key's writer-intent file;
+//     elsewhere a stream of readers can starve a writer.
+//   - Permits: yes, up to MaxPermits; another n is driver.ErrInvalidArgument.
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL,
+//     driver.DefaultMaxTTL).
 //
 // # Lost locks
 //
-// A refresh that finds the lock gone says why (lock.Err matches it):
-//
-//   - lock.ErrSessionExpired: the lock's descriptor was closed under the
-//     holder, as the kernel closes it when the process dies (the conformance
-//     suite's Harness.Sever does it to a live client);
-//   - lock.ErrForceReleased: ForceRelease replaced the lock file (its
-//     tombstone is there);
-//   - lock.ErrTakenOver: the lock file was deleted or replaced otherwise, so
-//     another process can lock the new file;
-//   - lock.ErrExpired (from package lock): no check succeeded within the TTL.
+// The TTL bounds how long a lock is trusted without a confirmed check: each
+// refresh checks that the descriptor is open and the lock file was not replaced.
+// Causes: lock.ErrSessionExpired (the descriptor was closed under the holder),
+// lock.ErrForceReleased, lock.ErrTakenOver (the file was deleted or replaced by
+// hand), lock.ErrExpired.
 //
 // # Limits
 //
-// Deleting or replacing a lock file by hand while it is held breaks exclusion
-// (a new holder locks the new file); the holder notices at its next refresh
-// and loses the lock, but the new file's tokens start again at 1. Use
-// ForceRelease (distlock release --force) instead, which keeps the tokens and
-// tells the holder. A lock file that is a symbolic link or not a regular file
-// is refused, so a link planted in a shared directory such as /tmp cannot make
-// the driver write elsewhere. Lock files are created with mode 0644, so
-// processes of different users share a lock only if the directory and files
-// are made writable for all of them.
-//
-// Each held lock keeps two file descriptors open (the lock file and its
-// holder file; four for a permit), and each waiting Acquire one (two for a
-// writer waiting with the intent file), plus its waiter file; none needs a
-// goroutine: one inotify reader serves all the waiters of a Driver. Go raises
-// the soft RLIMIT_NOFILE to the hard limit at start-up. A waiting permit
-// request keeps two more (its ticket and the ticket ahead of it); the one at
-// the head of the queue tries the slot files in turn each time a permit is
-// given back, so a wake-up costs up to n opens.
+//   - One host only: flock(2) on NFS and other network file systems does not
+//     give these guarantees.
+//   - Deleting or replacing a lock file by hand breaks exclusion and restarts
+//     its tokens at 1; use ForceRelease (distlock release --force).
+//   - Lock files are created with mode 0644: processes of different users share
+//     a lock only if the directory and files are writable for all of them.
+//   - Each held lock keeps two file descriptors open (four for a permit).
 package filedriver
 
 import (

@@ -2,7 +2,9 @@
 // package lock. It keeps the semantics of a real expiring backend (TTL leases,
 // owner-checked refresh and release, fencing tokens, waiters woken on release) so
 // code tested against it behaves the same against Redis or etcd, but it
-// coordinates goroutines of one process only: it is not a distributed lock.
+// coordinates goroutines of one process only: it is not a distributed lock. The
+// store, its rules and why they hold are in
+// https://github.com/distlock/lock/blob/main/docs/backends/mem.md.
 //
 // # URL format
 //
@@ -56,6 +58,12 @@
 // ahead of it only. A key is either a read-write lock or a semaphore of one
 // number of permits while anyone holds or waits on it; a request of another
 // shape is ErrInvalidArgument.
+//
+// # Limits
+//
+// One process only: Lockers of different processes never see each other's
+// locks. The store lives as long as the process, so tokens start again at 1
+// in a new one.
 package memdriver
 
 import (

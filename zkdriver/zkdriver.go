@@ -5,474 +5,85 @@
 //
 //	locker, err := lock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/myapp")
 //
-// A Driver has one ZooKeeper session, and every lock of the Locker over it lives
-// in that session: a lock is an ephemeral node, which the server deletes when
-// the session ends (closed, or expired because the client was not heard from for
-// the session timeout). Goroutines of one process share the session, and each
-// Acquire has a node of its own, so they exclude each other as separate
-// processes do.
+// A Driver has one ZooKeeper session, and every lock of the Locker over it is an
+// ephemeral sequential node in that session, which the server deletes when the
+// session ends. Each Acquire has a node of its own, so goroutines of one process
+// exclude each other as separate processes do. The recipe, the proofs and the
+// measured figures are in
+// https://github.com/distlock/lock/blob/main/docs/backends/zookeeper.md.
 //
 // # URL format
 //
-//	zk://zk1:2181                              one server
-//	zk://zk1:2181,zk2:2181,zk3:2181            an ensemble
-//	zk://zk1,zk2,zk3                           port 2181 (give ports on all hosts or none)
-//	zk://zk1:2181/services/billing             under a chroot, as in the Java connect string
-//	zk://locker:secret@zk1:2181/app            digest authentication and ACLs
-//	zk://zk1:2181?session_timeout=30s&connect_timeout=5s&prefix=jobs&ttl=1m
-//	zk://zk1:2181?exclusive=write               exclusive locks as Curator's write lock
+//	zk://zk1:2181,zk2:2181,zk3:2181            an ensemble (port 2181 if none is given)
+//	zk://locker:secret@zk1:2181/app            digest authentication and ACLs, under a chroot
+//	zk://zk1:2181?session_timeout=30s&connect_timeout=5s&exclusive=write
 //
-// session_timeout is the session timeout the driver asks for (default 10s, the
-// time a crashed holder blocks others); the server bounds it to its
-// minSessionTimeout and maxSessionTimeout (2 and 20 ticks, 4s and 40s, by
-// default), and the driver uses what the server granted. connect_timeout
-// bounds how long Open waits for the first session (default 10s). The portable
-// ttl, auto_refresh and prefix are described in package lock; any other
-// parameter is an error that lists these. exclusive is mutex (the default:
-// exclusive requests queue as Curator's InterProcessMutex) or write (as the
-// write lock of its InterProcessReadWriteLock; WithWriteLockNodes for New):
-// see "Read-write locks and semaphores".
+// The driver's parameters:
 //
-// With a user and password the session authenticates with ZooKeeper's digest
-// scheme, and every node the driver makes gets the ACL zk.DigestACL(zk.PermAll,
-// user, password): only sessions with the same credentials can lock the same
-// keys or delete a holder's node. The password never appears in errors or in
-// String. Without credentials the nodes are open to all
-// (zk.WorldACL(zk.PermAll)). Digest credentials cross the network in the
-// clear, and go-zookeeper speaks no TLS: use a trusted network.
+//   - session_timeout (default 10s): the session timeout asked for, bounded by
+//     the server; the time a crashed holder blocks others.
+//   - connect_timeout (default 10s): how long Open waits for the first session.
+//   - exclusive (mutex or write, default mutex): write makes exclusive locks
+//     Curator's write lock (WithWriteLockNodes for New).
 //
-// ZooKeeper takes any digest password (a wrong one is just another identity)
-// and refuses it only where a node's ACL is checked. So Open checks access: it
-// makes the chroot and prefix nodes where missing and then, in one request that
-// writes nothing, that the session may create a node with the driver's ACL
-// under the prefix and read it. A wrong password, or none where the nodes
-// need one, fails Open at once with an error that matches zk.ErrNoAuth, says
-// "may not lock" and names the user, never the password. It checks the prefix
-// node only: a key node made by someone else with an ACL of its own still
-// refuses the lock on that key at Acquire (zk.ErrNoAuth, permanent).
-//
-// A program that already has a *zk.Conn passes it to New instead, with the
-// prefix, chroot and ACL as options.
+// The portable parameters are package lock's; any other is an error that lists
+// these. With a user and password every node the driver makes gets a digest ACL,
+// and Open checks that the session may lock under the prefix; the password never
+// appears in errors. A program that has a *zk.Conn passes it to New.
 //
 // # Layout
 //
 //	<chroot>/<prefix>/<key>/_c_<uuid>-lock-<sequence>       exclusive
-//	<chroot>/<prefix>/<key>/_c_<uuid>-__WRIT__<sequence>    exclusive, with exclusive=write
 //	<chroot>/<prefix>/<key>/_c_<uuid>-__READ__<sequence>    shared
-//	<chroot>/<prefix>/<key>/locks/_c_<uuid>-lock-<sequence> semaphore: its acquirers' mutex
-//	<chroot>/<prefix>/<key>/leases/_c_<uuid>-lease-<sequence> semaphore: a permit
+//	<chroot>/<prefix>/<key>/leases/_c_<uuid>-lease-<sequence> a permit
 //
-// The prefix node ("distlock" unless set) is persistent. Under it each key has a
-// key node, named by the key with bytes outside [A-Za-z0-9_:.-] escaped as %XX
-// (and a leading '.', and the 'z' of "zookeeper"); a name longer than 200
-// bytes is cut to 128 and followed by '~' and the key's SHA-256 in hex, so every
-// key has exactly one legal name of at most 200 bytes and distinct keys never
-// share one. LockPath returns a key's path. Key nodes are container nodes
-// (ZooKeeper 3.6+): the server deletes them once empty, so locking on ever new
-// keys leaves nothing behind. The server looks for empty containers every
-// znode.container.checkIntervalMs (a Java system property, default one
-// minute) and deletes at most znode.container.maxPerMinute (10,000) a minute.
-//
-// In a key node each Acquire creates an ephemeral sequential node; the lowest
-// sequence holds the lock, and each waiter watches only the node right before
-// its own (no herd effect: a release wakes one waiter). The node's name carries
-// a marker unique to the create ("protected" mode): if the connection drops
-// before the reply, the driver finds its node again after reconnecting and uses
-// or deletes it, instead of leaving an orphan that would block every later
-// waiter until the session ended.
+// Key nodes are container nodes (escaped key names, LockPath gives the path); the
+// lowest sequence holds, and each waiter watches only the node before its own.
 //
 // # Curator and zk.Lock
 //
-// The layout is that of Apache Curator's InterProcessMutex with protection
-// (withProtection, which InterProcessMutex uses) and of go-zookeeper's zk.Lock:
-// "_c_" + a marker + "-lock-" + the sequence, ordered by the sequence after the
-// last "lock-". An InterProcessMutex or a zk.Lock on LockPath(key) (on a client
-// with the same chroot, or with the chroot prepended) therefore takes the same
-// lock as the driver: Java services and Go services exclude each other. Curator
-// makes missing key nodes as containers too; zk.Lock makes them persistent, and
-// those stay. Curator's revocation (writing to a holder's node) is ignored.
-// Tokens are the driver's own; Curator and zk.Lock have none. Shared locks
-// and semaphores are Curator's InterProcessReadWriteLock and
-// InterProcessSemaphoreV2: see the next section, which says which mixes of
-// Curator's recipes and the driver's shapes exclude each other.
-//
-// # Read-write locks and semaphores
-//
-// A shared request (lock.WithShared) queues a "__READ__" node in the key's
-// one queue, beside the exclusive requests' "lock-" (or "__WRIT__") nodes, all
-// ordered by the sequence after their name, as Curator's read-write lock
-// orders its two names. The queueing rule, over that order:
-//
-//   - an exclusive request holds when no node of any kind is before its own,
-//     and watches the node right before it;
-//   - a shared request holds when no exclusive node (held or waiting) is
-//     before its own, and watches the nearest exclusive node before it;
-//     shared nodes before it do not hold it back;
-//   - TryAcquire queues a node like Acquire, checks the rule once and deletes
-//     the node if it does not hold.
-//
-// So once an exclusive request waits, shared requests that arrive after it
-// wait behind it, and readers that arrived before it keep their turn: a
-// stream of overlapping readers delays a writer by the readers ahead of it
-// only (WriterIsNotStarvedByAStreamOfReaders, 30 runs under -race on a
-// shared 2-core machine at load 4 to 9: the writer's longest wait 40ms to
-// 0.73s, mostly 0.05s to 0.25s, on 1s and 3s streams alike; the tail follows
-// the machine's load, not the stream). Each waiter
-// watches the one node whose deletion can let it in: a release wakes the next
-// writer, or the readers behind the released writer, never the whole queue.
-//
-// A permit of a semaphore of n (lock.WithPermits(n), n >= 2) follows Curator's
-// InterProcessSemaphoreV2: an Acquire takes the key's "locks" mutex (the
-// exclusive rule above, on <key>/locks), creates its lease under
-// <key>/leases, and lists the leases, watching them, until there are at most n,
-// its own among them (Curator counts the children: at most maxLeases); then it
-// holds with its lease and deletes its mutex node. Only the acquirer holding
-// the mutex waits, so freed permits go to acquirers in the mutex's order.
-// TryAcquire creates its lease without the mutex and keeps it only if at most
-// n leases exist: the count alone keeps the holders to n (of n+1 holders, the
-// one whose listing came last would have seen all n+1), the mutex only orders
-// the waiters. Refresh, Release, Lost and Close treat a lease as a lock node.
-//
-// Fencing tokens of shared and permit grants cannot be the listing's pzxid
-// (two readers may see the same one): once its node holds, such a grant
-// writes the key node (setData, one more round trip) and takes the zxid of
-// that write, larger than every zxid before it, so larger than every token
-// granted earlier on the key, of any shape, and a writer's pzxid after the
-// readers' deletions exceeds all their tokens. The exclusive grant is
-// unchanged (its pzxid). A permit's write stores the semaphore's n in the key
-// node ("distlock permits=N"); a permit request whose n differs from the one
-// stored while another lease exists is driver.ErrInvalidArgument (its lease is
-// deleted); with no other lease, it stores its own n.
-//
-// Interplay with Curator on LockPath(key), both ways:
-//
-//   - InterProcessReadWriteLock's write lock and the driver's shared locks
-//     exclude each other, and its read lock shares with them; a Curator
-//     writer waiting behind the driver's readers holds back the driver's
-//     later readers, and the other way round.
-//   - The driver's exclusive locks take part only with exclusive=write: in
-//     the default layout Curator's readers wait for "__WRIT__" nodes alone,
-//     and its writers sort "lock-" nodes after their own, so neither would
-//     wait for the driver's exclusive holder. So where Java services use
-//     InterProcessReadWriteLock on the same keys, open the driver with
-//     exclusive=write; its exclusive locks then no longer exclude an
-//     InterProcessMutex or a zk.Lock (zk.Lock also fails on a key holding
-//     "__READ__" nodes, whose sequence it cannot parse).
-//   - InterProcessSemaphoreV2 on the same path with the same maxLeases shares
-//     the permits with the driver's. Curator keeps no n of its own beside the
-//     leases (a SharedCount, if used, lives elsewhere), so a Curator client's
-//     n is not checked; Curator leaves the key node's data alone.
-//
-// Not detected: a key used both as a lock and as a semaphore (the lock's
-// nodes and the semaphore's "locks" and "leases" nodes live side by side in
-// the key node and ignore each other), and permits of another n when no
-// other lease is held at that moment.
+// The layout is Curator's InterProcessMutex (with protection) and go-zookeeper's
+// zk.Lock: on LockPath(key) they take the same lock as the driver. Shared locks
+// are Curator's InterProcessReadWriteLock (open with exclusive=write where Java
+// services use its write lock) and semaphores its InterProcessSemaphoreV2.
 //
 // # Capabilities
 //
-//   - Fencing: yes; the token is the key node's pzxid as seen by the listing
-//     that made the lock ours: the zxid of the last change to the queue before
-//     we held it, at least our node's creation zxid, and greater than the
-//     previous holder's token, since that holder's node was deleted before. A
-//     zxid grows across the ensemble and its restarts, and across a key node
-//     that was removed and made again (where sequence numbers restart).
-//   - Expiring: no; a lock lives as long as its session. The TTL bounds how long
-//     a lock is trusted without a confirmed refresh, which reads the node, or
-//     (for a node with a watch) any path: see below.
+//   - Fencing: yes; the token is a zxid (the key node's pzxid at the grant, or a
+//     write's zxid for shared and permit grants), which grows ensemble-wide.
+//   - Expiring: no; a lock lives as long as its session.
 //   - Notify: yes; a waiter is woken by a watch on the node before its own.
-//   - FIFO: yes; the sequence numbers are the order of arrival (for permits,
-//     the order of the semaphore's locks mutex).
-//   - Shared: yes, with WriterPreference (the rule above).
-//   - Permits: yes; another n is ErrInvalidArgument where it can be seen (see
-//     Read-write locks and semaphores).
-//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL and
-//     driver.DefaultMaxTTL), package lock's range: the TTL bounds how long a lock is trusted without a confirmed refresh.
+//   - FIFO: yes; sequence numbers are the order of arrival.
+//   - Shared and WriterPreference: yes; a reader waits for every exclusive node
+//     before its own.
+//   - Permits: yes; another n is driver.ErrInvalidArgument where it can be seen.
+//   - MinTTL and MaxTTL: 10ms and 366 days (driver.FloorTTL,
+//     driver.DefaultMaxTTL).
 //
 // # Inspection, eviction and leader election
 //
-// The Driver implements driver.Inspector, Lister, Evictor, Labeler and
-// Watcher on the nodes above, with no node of its own beside a hold:
-//
-//	<root>/<key>/_c_<uuid>-lock-<seq>      data: the holder's label (JSON)
-//	<root>/.forced/<escaped path of a node> a tombstone left by ForceRelease
-//
-// A hold's label (package lock's JSON: owner name, time, a leader's value)
-// is its node's data, written by the create itself: the mutex's round trips
-// are unchanged, and the node carries some 50 bytes more. Curator's
-// InterProcessMutex writes its client's IP address there and zk.Lock
-// nothing; Inspect reports such data as the label, which package lock
-// reads as the owner name ("10.0.0.7", or ""), and Curator and zk.Lock
-// never read a lock node's data, so interop is as before. Relabel (Campaign,
-// Proclaim) rewrites the holder's own node with one setData (ErrNotHeld when
-// the node is gone), adding the field "token" to the JSON with the
-// holder's token.
-//
-// Inspect lists the key node and reads the holders' nodes (two round trips;
-// a semaphore's key node, leases and locks are read together, so three).
-// The holders are those the queueing rule lets in: the readers before the
-// first exclusive node, or that node when first; a semaphore's first n
-// leases by sequence. Waiters is exact for locks: every other queued node
-// (a waiter's node is in the queue from its first round trip). For a
-// semaphore it counts the acquirers queued on its locks mutex, and a lease
-// beyond n, which is about to hold or to go, is neither holder nor waiter.
-// Holder.Owner is the node's name (unique to one create). Since is the
-// node's creation time by the server's clock: the grant of an uncontended
-// holder, and for one that waited the start of its wait (ZooKeeper records
-// no grant). It is not the label's time, which Campaign rewrites once it has
-// won, so a leader's Since does not change under Observe. Expires is zero
-// (session-bound). Holder.Token is exact where Relabel recorded it (every
-// leader, once Campaign has returned); otherwise an exclusive holder's is
-// its node's creation zxid, the token of an uncontended grant and a lower
-// bound of a grant after a wait (a pzxid after the predecessor's deletion,
-// which the tree does not keep), and a reader's or a permit's is zero (its
-// token is a write to the key node that no node records). So in the one
-// round trip between a contended campaigner's win and Campaign's Relabel,
-// Leader reports the lower bound as its term, and an Observe that looks
-// then reports that leader again once the term is recorded. Info.Token is the
-// key node's latest change (the larger of its pzxid and mzxid): at least
-// every token granted on the key and less than every later one; it equals
-// the latest grant's token unless the queue changed since (a waiter came,
-// a TryAcquire came and went).
-//
-// List lists the root's children, keeps the key nodes of keys under the
-// prefix (the node name decodes back to the key) and lists each of them,
-// batchParallel at a time: one round trip plus about one per 16 matching
-// keys, each listing the size of its queue. A key is listed when its queue
-// (or its semaphore's leases) has a node: the first node always holds. A
-// key longer than about 200 escaped bytes has a cut and hashed node name
-// (see Layout), which cannot be decoded: such keys are not listed.
-//
-// ForceRelease deletes the holders' nodes (any session may delete another's
-// ephemeral node, ACLs allowing) and, in the same transaction, creates a
-// persistent tombstone for each under <root>/.forced. The evicted holder's
-// driver, once it finds its node deleted (at once through the watch it sets
-// on a node held for 200ms, on a Driver from Open; else at its next
-// refresh, or its Release or Relabel), deletes its tombstone, one round
-// trip, and if it was there reports the loss as driver.ErrForceReleased;
-// without one it is an ordinary deletion. A tombstone whose holder never
-// reads it (its driver closed, its session ended, or a Curator or zk.Lock
-// holder) is deleted by a later ForceRelease, of any key, once it is ten
-// minutes old by the server's clock. The deletions are changes of the key
-// node's children with later zxids than every evicted grant, so the next
-// grant's token, of any shape, is larger; the evicted holder's Release
-// deletes only its own node, which is gone. An operator's eviction is not
-// told to the holder before the next holder is granted: it learns within a
-// round trip of the watch event, or at its next refresh.
-//
-// Watch sets ZooKeeper watches: on the key node's children (or, while it
-// is missing, its creation), a semaphore's leases, and the data of an
-// exclusive holder's node (a Relabel); after each event one goroutine per
-// Watch sets them again and then signals, so a look after the signal sees
-// every change. A leader's Observe is woken by these, not polled.
-//
-// Leader election is an exclusive lock (package lock): a campaigner queues
-// like any other, each watching its predecessor, so a resignation wakes
-// exactly the next campaigner; a leader whose process dies is replaced when
-// its session expires.
-//
-// # Deadlines and Close
-//
-// Every call ends when its context does. go-zookeeper's own calls take no
-// context: the driver hands each to a worker and, when the context ends first,
-// returns the context's error and settles the call when go-zookeeper returns
-// it (a create that succeeded after all is used or deleted, never orphaned).
-// Open honours its context in every step: the lookup of the servers' names
-// and the connect handshake of the first session (both done by the driver,
-// since go-zookeeper's take no context; go-zookeeper then takes the
-// connection over), authentication and the checks of the prefix node. If the
-// context ends first, Open returns at once with the context's error, leaving
-// no goroutine: it closes its own connection, or, once go-zookeeper runs,
-// closes the connection under it as soon as the request to close the session
-// is on the wire. Each server gets at most two thirds of the session timeout
-// to answer the handshake before the next is tried. connect_timeout bounds the
-// wait for the first session even when the context would allow more;
-// lock.Open adds its open_timeout to a context without deadline. When every
-// server refuses the connection (nothing listens on its port), Open fails at
-// once with driver.ErrUnavailable and the last refusal; only a server that
-// does not answer is waited for.
-//
-// Close asks the server to end the session and waits for it at most half a
-// second (closeGrace); then it closes the connection itself, which ends
-// go-zookeeper's reads and writes at once: on a frozen or unreachable server
-// Close returns after about half a second, or a second when go-zookeeper was
-// in the middle of a reconnection, two when sixteen requests were waiting for
-// that reconnection, not after the session timeout. No goroutine of the
-// driver or of go-zookeeper outlives it. A session not closed this way expires
-// on the server after its timeout, and its lock nodes go then. A Driver from
-// New leaves the program's connection open: it deletes its nodes within the
-// same half second, and a request it gave up on (its context ended) runs on in
-// a goroutine until go-zookeeper answers it or drops the connection.
-//
-// # Errors
-//
-// Each call makes one attempt and reports its outcome; the portable layer
-// retries. Against a server that accepts connections and answers nothing
-// (frozen, stalled), a TryAcquire whose context has no deadline fails with
-// driver.ErrUnavailable (zk.ErrConnectionClosed) once go-zookeeper's read
-// times out and drops the connection: after two thirds of the session
-// timeout. A failure that a later attempt may not meet is marked
-// driver.ErrUnavailable (lock.ErrUnavailable): the connection closed or could
-// not be made (zk.ErrConnectionClosed, zk.ErrNoServer), a network error or
-// timeout, a session moved to another server (zk.ErrSessionMoved) or expired
-// under an Acquire (the next attempt queues in the new session), and the
-// server's connection-loss and operation-timeout codes. Every other error is
-// permanent and returned as it is, wrapped: zk.ErrNoAuth and zk.ErrAuthFailed
-// (credentials), zk.ErrInvalidACL, zk.ErrBadArguments. Refresh and Release
-// wait within their context for a disconnected client to reconnect before
-// their one request; Acquire waits for the lock, not for the connection.
-//
-// # Logging
-//
-// The driver prints nothing. go-zookeeper logs its connection's life (a
-// failed connection attempt, a dropped connection, a new session or a
-// reconnection, a refused authentication) to the standard logger by default;
-// on a connection opened from a URL the driver gives it a logger of its own,
-// which drops the lines until a Locker gives the driver one (lock.WithLogger;
-// the driver implements driver.LoggerUser) and then passes them there with
-// the attribute client=go-zookeeper: a refused authentication at Warn, the
-// connection's events at Info (go-zookeeper repeats its attempts while a
-// server is away; the Locker warns once that the backend is unreachable), the
-// rest at Debug. A connection given to New keeps the logger the program gave
-// it.
+// A hold's label is its node's data. Inspect, List, Relabel and Watch read and
+// watch the nodes; ForceRelease deletes the holders' nodes and leaves a tombstone
+// under <root>/.forced, so the evicted holder reports lock.ErrForceReleased.
 //
 // # Sessions and lost locks
 //
-// Lost closes for every lock of a session when the session expires or is
-// closed, as soon as the client learns it (when it reconnects). A disconnected
-// session is suspended, not lost: if the client reconnects within the session
-// timeout, the session and its locks survive (a leader election in the
-// ensemble, for example). But the ensemble's leader may expire the session
-// once the session timeout has passed since it last heard of it, and then let
-// another client in; so the driver counts a held lock as lost once the
-// negotiated session timeout, less the drift allowance (driver.Drift: 1% and
-// 2ms), has passed since the latest moment the leader is known to have heard
-// of the session. The server the client talks to is no witness of that: a
-// follower cut off from the leader goes on answering reads until it notices,
-// syncLimit ticks later, and the leader hears of a session on a follower only
-// from the follower's answers to its pings (every tickTime/2), then expires it
-// a session timeout after the latest such report, rounded up to the next tick.
-// So the driver syncs with the leader every third of the session timeout,
-// always while connected (one sync, the rate of the read it used to send while
-// holding locks): a sync is answered only after the leader has received every
-// ping answer the follower sent before it, and a third of the session timeout
-// is longer than tickTime/2, so the previous sync, a third of the timeout
-// earlier, has been reported by then, and its send time becomes the moment
-// the leader has heard of the session. A session handshake (new, or a
-// reconnection, which the leader revalidates itself) counts from its send
-// time. If the session comes back after all, the driver deletes the nodes it
-// gave up.
-//
-// So a lock's validity ends at the earlier of two moments: the portable
-// layer's deadline (the grant or the last confirmed refresh, plus the TTL,
-// less its drift allowance) and that moment plus the negotiated session
-// timeout, less the same drift allowance. With any TTL, Lost closes before
-// the leader may expire the session and give the lock to another client, as
-// long as the clocks run within 1% of each other and the session timeout is
-// at least two ticks (ZooKeeper's default minSessionTimeout), so that a third
-// of it exceeds the leader's ping interval. A leader that is itself cut off
-// from the quorum answers its clients until it notices (syncLimit to
-// syncLimit+1 ticks after it last heard from the quorum), while the others may
-// elect a new leader, which starts every session's timeout afresh at its
-// start, once syncLimit ticks have passed without a word from the old one
-// (less the half tick between its pings): the guarantee holds there when the
-// counted moment, at least a third of the session timeout before the last
-// answer, precedes the new leader's start, which a session timeout of at least
-// 4.5 ticks ensures (the test ensemble's 8 does; measured below). A TTL longer
-// than the session timeout does not extend a lock; a shorter one gives it up
-// sooner when refreshes fail. A Driver from New has this bound only with
-// WithSessionTimeout; without it, keep the TTL at most the session timeout.
-//
-// The price: the moment counted trails the present by one to two thirds of
-// the session timeout (one link of the chain, plus round trips), where the
-// last answer used to trail it by at most a third. So a holder that loses its
-// server, or whose server freezes or is cut off, gives its locks up one to
-// two thirds of the session timeout after that, not two to three thirds
-// (later, up to the full timeout, when a session handshake was the latest
-// news); the session survives such an outage as before, but its locks survive
-// for sure only outages shorter than a third of the session timeout. Measured
-// with a 4s session timeout, holder cut off from the majority, five runs each
-// (the last news was the Open's handshake, just before the partition): on a
-// follower, Lost 3.4s to 3.9s after the partition and the majority's grant
-// 0.33s to 0.71s later (before the chain: Lost 7.85s after, 3.3s to 3.8s
-// after the grant); on the leader, Lost 6.5s to 7.9s after and the grant 1.8s to 3.1s
-// later (the cut-off leader answered until it stepped down, 5s to 5.5s after,
-// and the new leader counted the session's timeout from its start).
-//
-// A frozen server (4s session timeout) makes Lost close 1.3s to 2.7s after the
-// freeze, depending on where in the sync chain it froze (up to 3.9s, the drift
-// allowance before the server could first expire the session, when the
-// session's handshake was the latest news). A server restarted without its
-// data has
-// forgotten the session and its locks and gives them to the next client at
-// once, while refusing the holder's reconnection (the holder has seen later
-// transactions than the empty server). Once every server it can reach has
-// refused it this way, the driver reconnects without that guard (a server
-// that still knows the session resumes it, one that does not says it expired),
-// hears that the session expired, and closes Lost: measured 0.03s to 1.75s
-// after the server answered again (go-zookeeper reconnects once a second),
-// where go-zookeeper alone would wait for the session timeout (19s measured
-// with a 20s one). Another client may hold the lock in that window, since
-// nothing but the server could have told the holder.
-//
-// A held node deleted by someone else (an operator) also ends the lock: on a
-// Driver from Open a watch reports it at once (the watch is set once a lock has
-// been held for 200ms, so short critical sections never pay for it), and any
-// refresh finds it. Because ZooKeeper delivers a watch event before the answer
-// to any later request of the session, the locks of a refresh batch whose
-// nodes carry a watch are all confirmed by one read, and the batches that
-// overlap share it (the first sends it half a refresh interval later, or
-// sooner when its context requires; the validity of each still counts from
-// its own start): holding 10,000 locks costs about two reads per refresh
-// interval (measured: 2 requests/s, TTL 3s), not one per lock or per batch.
-// A Driver from New learns of an expired session by polling its connection
-// every 50ms, and of a deleted node at the next refresh; it
-// needs WithSessionTimeout to give locks up before a suspended session can
-// expire (go-zookeeper does not tell its users the negotiated timeout). It
-// does not see go-zookeeper's handshakes either: a reconnection counts from
-// the moment its monitor saw the connection down (it looks every 50ms while
-// holding locks or disconnected), and one it did not see leaves the count to
-// the sync chain.
-//
-// Refresh and Release wait for a disconnected client to reconnect (within their
-// context), then answer for the session they find.
-//
-// The cause of a loss (lock.Err and Do's context.Cause match it):
-//
-//   - lock.ErrSessionExpired: ZooKeeper said the session expired or it was
-//     closed (also after a server came back without its data), which the
-//     client hears only once it reconnects: if the lock's validity ends
-//     first (refreshes cannot be confirmed meanwhile), the cause is
-//     lock.ErrExpired;
-//   - lock.ErrExpired: no contact with the leader was confirmed within the
-//     session timeout (the session may have expired), or the held node was
-//     deleted by someone else;
-//   - lock.ErrForceReleased: ForceRelease deleted the node (its tombstone
-//     says so).
+// Lost closes when the session expires or is closed, and before the leader may
+// expire a suspended session: the driver counts a lock lost once the negotiated
+// session timeout, less the drift allowance, has passed since the leader last
+// confirmed the session (a sync every third of the session timeout). A watch on
+// a held node reports an operator's deletion at once. Causes:
+// lock.ErrSessionExpired, lock.ErrExpired, lock.ErrForceReleased.
 //
 // # Limits
 //
-// ZooKeeper 3.6 or later (container nodes). A process paused for longer than
-// the session timeout wakes up holding locks the server already gave away;
-// Lost closes as soon as it runs, and only fencing tokens protect the resource
-// in between. A ZooKeeper that loses its data (restarted empty, or restored
-// from an old backup) starts its zxids again, so tokens after the loss can be
-// lower than tokens before it: fencing holds only across restarts that keep
-// the data, and a holder learns of the loss only when it reconnects (see
-// above). A Driver from New learns of such a loss only when the session
-// timeout given by WithSessionTimeout, or else the TTL, has passed. Each
-// held lock and each waiter costs one node and a watch on the server (a
-// held lock's once held for 200ms), and no goroutine in the client. A key node whose
-// sequence counter passes 2^31 (two billion locks without ever being empty)
-// wraps to negative numbers (ZOOKEEPER-2944); the driver orders across the wrap,
-// Curator and zk.Lock do not.
-//
-// Shapes: a shared grant costs one write more than the mutex's (the token's
-// setData); a permit, uncontended, about seven round trips (the locks mutex's
-// create, listing and delete, the lease's create and listing, and the n's
-// read and write), and permit acquirers wait one at a time behind the locks
-// mutex, as Curator's do. A semaphore's waiter whose session expires while it
-// waits queues again in the new session. Readers woken by a writer's release
-// all list the queue at once (they may all hold).
+//   - A process paused past the session timeout wakes up holding locks the
+//     server gave away: only fencing tokens protect the resource meanwhile.
+//   - A ZooKeeper that loses its data starts its zxids again: tokens after the
+//     loss can be lower.
+//   - go-zookeeper speaks no TLS, and digest credentials cross the network in
+//     the clear: use a trusted network.
+//   - A Driver from New needs WithSessionTimeout for the bound above.
 package zkdriver
 
 import (
