@@ -61,6 +61,10 @@
 //   - Lock files are created with mode 0644: processes of different users share
 //     a lock only if the directory and files are writable for all of them.
 //   - Each held lock keeps two file descriptors open (four for a permit).
+//   - A key used both as a read-write lock and as a semaphore is seen only
+//     between exclusive and permit requests: shared holders and permit
+//     holders of one key are granted together (conformance:
+//     AKeyInUseInOneShapeIsNotGrantedInAnother, skipped here for it).
 package filedriver
 
 import (
