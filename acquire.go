@@ -46,8 +46,8 @@ const cleanupWait = 250 * time.Millisecond
 var errStaleGrant = fmt.Errorf("%w: the grant arrived after most of its validity had passed (the backend or the network stalled)", ErrUnavailable)
 
 func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts []Option) (*Lock, error) {
-	if parent == nil {
-		return nil, &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	if err := checkContext(parent, op, key); err != nil {
+		return nil, err
 	}
 	ctx, a := lk.tel.startAcquire(parent, op, key)
 	l, err := lk.acquireLoop(ctx, op, key, try, opts, a)
@@ -56,9 +56,6 @@ func (lk *Locker) acquire(parent context.Context, op, key string, try bool, opts
 }
 
 func (lk *Locker) acquireLoop(parent context.Context, op, key string, try bool, opts []Option, a *acquireSpan) (*Lock, error) {
-	if parent == nil {
-		return nil, &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
-	}
 	if err := validateKey(key); err != nil {
 		return nil, &Error{Op: op, Key: key, Err: err}
 	}

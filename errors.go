@@ -1,7 +1,9 @@
 package lock
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"unicode/utf8"
 
@@ -134,4 +136,13 @@ func quoteKey(k string) string {
 		cut--
 	}
 	return strconv.Quote(k[:cut]) + "…"
+}
+
+// checkContext is the one nil-context check of every call that takes a
+// context: a nil one is ErrInvalidArgument, before anything else is done.
+func checkContext(ctx context.Context, op, key string) error {
+	if ctx == nil {
+		return &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	return nil
 }

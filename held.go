@@ -166,8 +166,8 @@ func (l *Lock) Lost() <-chan struct{} {
 // call it. If the lock is no longer ours it returns an error matching ErrNotHeld
 // (and ErrLost), and Lost closes; it never re-creates a lock that is gone.
 func (l *Lock) Refresh(ctx context.Context) error {
-	if ctx == nil {
-		return &Error{Op: "refresh", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	if err := checkContext(ctx, "refresh", l.req.Key); err != nil {
+		return err
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -215,8 +215,8 @@ func (l *Lock) notHeld(err error) error {
 // still be working, until Release (or Do's end, or Close) frees it; Release
 // then still returns the ErrLost error.
 func (l *Lock) Release(ctx context.Context) error {
-	if ctx == nil {
-		return &Error{Op: "release", Key: l.req.Key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	if err := checkContext(ctx, "release", l.req.Key); err != nil {
+		return err
 	}
 	ctx, span := l.lk.tel.startRelease(ctx, l.req.Key)
 	err := l.release(ctx)
@@ -421,33 +421,5 @@ func (l *Lock) whenLost(f func(error)) {
 			cause = ErrClosed
 		}
 		f(cause)
-	}
-}
-
-// takeLapsed reports whether l was lost by its deadline and still needs a
-// release on the backend, and makes the caller responsible for it.
-func (lk *Locker) takeLapsed(l *Lock) bool {
-	sh := l.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !l.has(flagLapsed) {
-		return false
-	}
-	l.set(flagLapsed, false)
-	delete(sh.lapsed, l)
-	return true
-}
-
-// keepLapsed gives a lapsed lock whose release failed back to Close.
-func (lk *Locker) keepLapsed(l *Lock) {
-	sh := l.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !sh.closed {
-		l.set(flagLapsed, true)
-		if sh.lapsed == nil {
-			sh.lapsed = map[*Lock]struct{}{}
-		}
-		sh.lapsed[l] = struct{}{}
 	}
 }

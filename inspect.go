@@ -65,9 +65,10 @@ func (lk *Locker) inspect(ctx context.Context, op, key string) (driver.Info, err
 
 // operatorCall checks what every inspection and operator call checks first.
 func (lk *Locker) operatorCall(ctx context.Context, op, key string, supported bool, what string) error {
+	if err := checkContext(ctx, op, key); err != nil {
+		return err
+	}
 	switch {
-	case ctx == nil:
-		return &Error{Op: op, Key: key, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	case lk.isClosed():
 		return &Error{Op: op, Key: key, Err: ErrClosed}
 	case !supported:

@@ -184,10 +184,20 @@ type Locker struct {
 	owners     ownerSource                // the owner ids of this Locker's requests (owner.go)
 	labels     atomic.Pointer[labelCache] // the label encoded last (label.go)
 
+	// Three contexts, because Close ends three kinds of work at three moments:
+	// calls (above) is done as Close begins, so that an Acquire whose own
+	// context cannot end gives up and Close need not wait for it; ctx is done
+	// once the interrupted acquires have cleaned up, ending the refreshes in
+	// flight before Close releases what is held; cleanupCtx is done only when
+	// Close's close_timeout runs out (or Close returns), so that the cleanups
+	// of interrupted acquires (releasing a grant that arrived too late) get
+	// all of that time.
+	// Merged, either the cleanups would be cut at Close's start or the
+	// refreshes would run on beside Close's releases.
 	cleanupCtx context.Context    // done when Close's time is up: ends cleanups in flight
 	endCleanup context.CancelFunc // cancels cleanupCtx
-	ctx        context.Context
-	cancel     context.CancelFunc // cancels ctx, which bounds background work
+	ctx        context.Context    // done once interrupted acquires have drained: ends background work (refreshes)
+	cancel     context.CancelFunc // cancels ctx
 	wg         sync.WaitGroup     // the scheduler passes (and their refreshes) in flight
 }
 
@@ -281,11 +291,7 @@ func (lk *Locker) Close() error {
 		sh := &lk.shards[i]
 		sh.mu.Lock()
 		held = append(held, sh.schedule...) // every held lock is scheduled
-		for l := range sh.lapsed {
-			l.set(flagLapsed, false)
-			lapsed = append(lapsed, l)
-		}
-		clear(sh.lapsed)
+		lapsed = sh.takeAllLapsedLocked(lapsed)
 		sh.mu.Unlock()
 	}
 

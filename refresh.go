@@ -180,11 +180,7 @@ func (sh *shard) collectLocked(now instant) (due []*Lock, hooks []func(error)) {
 		l := sh.schedule[0]
 		if now >= l.deadline {
 			hooks = append(hooks, l.endLocked(sh, stateLost, errDeadline))
-			l.set(flagLapsed, true)
-			if sh.lapsed == nil {
-				sh.lapsed = map[*Lock]struct{}{}
-			}
-			sh.lapsed[l] = struct{}{}
+			sh.addLapsedLocked(l)
 			continue
 		}
 		if l.has(flagRefreshing) || l.when() > now+instant(refreshSlack) {

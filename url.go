@@ -24,8 +24,8 @@ import (
 // the URL's open_timeout, which applies in any case) with an error matching
 // ErrUnavailable or the backend's refusal.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
-	if ctx == nil {
-		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	if err := checkContext(ctx, "open", ""); err != nil {
+		return nil, err
 	}
 	secrets := driver.URLSecrets(rawURL)
 	u, err := url.Parse(rawURL)
