@@ -47,6 +47,31 @@ func ExampleLocker_Do() {
 	// err: <nil>
 }
 
+func ExampleLocker_AcquireAll() {
+	ctx := context.Background()
+	locker, _ := lock.Open(ctx, "mem://example-all")
+	defer locker.Close()
+
+	// Both accounts, or neither. Another transfer naming them in the other
+	// order cannot deadlock with this one: every set is taken in one order.
+	set, err := locker.AcquireAll(ctx, []string{"account:bob", "account:alice"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer set.Release(ctx)
+	fmt.Println("holding", set.Keys())
+	select {
+	case <-set.Lost(): // any member lost: stop moving the money
+		fmt.Println(set.Err())
+	default:
+		fmt.Println("alice's token:", set.Lock("account:alice").Token())
+	}
+	// Output:
+	// holding [account:alice account:bob]
+	// alice's token: 1
+}
+
 func ExampleLocker_TryAcquire() {
 	ctx := context.Background()
 	replicaA, _ := lock.Open(ctx, "mem://example-try")

@@ -11,6 +11,9 @@
 //		return charge(ctx, invoice)
 //	})
 //
+// AcquireAll, TryAcquireAll and DoAll take several keys at once, all or
+// nothing, in one canonical order so that overlapping sets cannot deadlock.
+//
 // # Backends and URLs
 //
 // A driver registers its URL schemes when its package is imported, as

@@ -235,6 +235,13 @@ func Run(t *testing.T, h Harness) {
 	run("OnePermitIsTheExclusiveLock", testOnePermitIsTheExclusiveLock)
 	run("PermitsOfAnotherNumberAreInvalidWhileTheSemaphoreIsInUse", testPermitsOfAnotherNumberAreInvalidWhileTheSemaphoreIsInUse)
 	run("AKeyInUseInOneShapeIsNotGrantedInAnother", testAKeyInUseInOneShapeIsNotGrantedInAnother)
+
+	// Several keys at once.
+	run("SetsNamedInOppositeOrdersNeverDeadlockNorOverlap", testSetsNamedInOppositeOrdersNeverDeadlockNorOverlap)
+	run("TryAcquireAllWithOneHeldKeyLeavesNoneHeld", testTryAcquireAllWithOneHeldKeyLeavesNoneHeld)
+	run("AcquireAllEndedMidwayLeavesNothingHeld", testAcquireAllEndedMidwayLeavesNothingHeld)
+	run("LostMemberClosesTheSetsLostNamingItsKey", testLostMemberClosesTheSetsLostNamingItsKey)
+	run("SetMemberTokensIncreaseAsForSingleLocks", testSetMemberTokensIncreaseAsForSingleLocks)
 	run("TokensIncreaseAcrossSharedExclusiveAndPermitGrants", testTokensIncreaseAcrossSharedExclusiveAndPermitGrants)
 	run("StaleSharedAndPermitHoldersCannotFreeOthers", testStaleSharedAndPermitHoldersCannotFreeOthers)
 	run("SharedAndPermitHoldersSeeLostAndAreReleasedByClose", testSharedAndPermitHoldersSeeLostAndAreReleasedByClose)

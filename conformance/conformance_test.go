@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -142,6 +144,24 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 			fail:   []string{"AKeyInUseInOneShapeIsNotGrantedInAnother"},
 		},
 		{
+			// Sets taken in the order named: opposite orders deadlock.
+			broken: "set-in-given-order",
+			run:    "SetsNamedInOppositeOrdersNeverDeadlockNorOverlap",
+			fail:   []string{"SetsNamedInOppositeOrdersNeverDeadlockNorOverlap"},
+		},
+		{
+			// A set that fails keeps the members it took (redisson #4456).
+			broken: "set-keeps-partial",
+			run:    "TryAcquireAllWithOneHeldKeyLeavesNoneHeld|AcquireAllEndedMidwayLeavesNothingHeld",
+			fail:   []string{"TryAcquireAllWithOneHeldKeyLeavesNoneHeld", "AcquireAllEndedMidwayLeavesNothingHeld"},
+		},
+		{
+			// A set whose Lost never closes and whose Err stays nil.
+			broken: "set-blind-to-loss",
+			run:    "LostMemberClosesTheSetsLostNamingItsKey",
+			fail:   []string{"LostMemberClosesTheSetsLostNamingItsKey"},
+		},
+		{
 			// Shared and permit grants reuse the last token.
 			broken: "shape-tokens-stall",
 			run:    "TokensIncreaseAcrossSharedExclusiveAndPermitGrants",
@@ -167,6 +187,9 @@ func TestBrokenDriver(t *testing.T) {
 	kind := os.Getenv(brokenEnv)
 	if kind == "" {
 		t.Skip("runs only as a child of TestSuiteCatchesBrokenDrivers")
+	}
+	if take := brokenSets[kind]; take != nil {
+		conformance.BreakSets(take, 3*time.Second)
 	}
 	conformance.Run(t, conformance.Harness{
 		NewDriver: func(context.Context) (driver.Driver, error) {
@@ -377,3 +400,102 @@ func (b *broken) Refresh(ctx context.Context, req *driver.Request) error {
 	}
 	return err
 }
+
+// brokenSets are broken ways of taking a set of keys, one per kind; the
+// driver under them is sound.
+var brokenSets = map[string]func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error){
+	"set-in-given-order": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
+		return takeEach(ctx, lk, keys, try, true)
+	},
+	"set-keeps-partial": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
+		return takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, false)
+	},
+	"set-blind-to-loss": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
+		s, err := takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, true)
+		if err != nil {
+			return nil, err
+		}
+		return blindSet{s}, nil
+	},
+}
+
+// takeEach takes keys one by one in the order given; on a failure it gives
+// back what it took only if giveBack.
+func takeEach(ctx context.Context, lk *lock.Locker, keys []string, try, giveBack bool) (*eachSet, error) {
+	s := &eachSet{released: make(chan struct{})}
+	for _, k := range keys {
+		var (
+			l   *lock.Lock
+			err error
+		)
+		if try {
+			l, err = lk.TryAcquire(ctx, k)
+		} else {
+			l, err = lk.Acquire(ctx, k)
+		}
+		if err != nil {
+			if giveBack {
+				_ = s.Release(context.WithoutCancel(ctx))
+			}
+			return nil, err
+		}
+		s.keys, s.locks = append(s.keys, k), append(s.locks, l)
+	}
+	return s, nil
+}
+
+// eachSet is a set of locks taken one by one, as a broken AcquireAll would.
+type eachSet struct {
+	keys     []string
+	locks    []*lock.Lock
+	released chan struct{} // ends Lost's goroutine
+	once     sync.Once
+}
+
+func (s *eachSet) Keys() []string { return s.keys }
+func (s *eachSet) Lock(key string) *lock.Lock {
+	if i := slices.Index(s.keys, key); i >= 0 {
+		return s.locks[i]
+	}
+	return nil
+}
+
+func (s *eachSet) Lost() <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.released)}}
+		for _, l := range s.locks {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.Lost())})
+		}
+		if i, _, _ := reflect.Select(cases); i > 0 {
+			close(c)
+		}
+	}()
+	return c
+}
+
+func (s *eachSet) Err() error {
+	for _, l := range s.locks {
+		if err := l.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *eachSet) Release(ctx context.Context) error {
+	s.once.Do(func() { close(s.released) })
+	var errs []error
+	for _, l := range s.locks {
+		if err := l.Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// blindSet never reports a member's loss.
+type blindSet struct{ *eachSet }
+
+func (blindSet) Lost() <-chan struct{} { return make(chan struct{}) }
+func (blindSet) Err() error            { return nil }
