@@ -192,7 +192,11 @@ func (d *Driver) connForTry(ctx context.Context, id int64, shared bool) (*lockCo
 			d.mu.Unlock()
 			return d.open(ctx, false)
 		}
-		if best != nil {
+		// Every connection full and the next one opening: wait for it rather
+		// than pile more locks on a full one (under load a dial takes long
+		// enough for thousands). At the cap, the limit is soft.
+		waitForNew := best != nil && len(best.locks) >= d.o.locksPerConn && d.creating > 0
+		if best != nil && !waitForNew {
 			best.users++
 			d.mu.Unlock()
 			return best, nil
