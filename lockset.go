@@ -131,17 +131,30 @@ func setKeys(op string, keys []string) ([]string, error) {
 	return sorted, nil
 }
 
-func (lk *Locker) acquireAll(ctx context.Context, op string, keys []string, try bool, opts []Option) (*LockSet, error) {
-	if err := checkContext(ctx, op, ""); err != nil {
+func (lk *Locker) acquireAll(parent context.Context, op string, keys []string, try bool, opts []Option) (*LockSet, error) {
+	if err := checkContext(parent, op, ""); err != nil {
 		return nil, err
 	}
 	sorted, err := setKeys(op, keys)
 	if err != nil {
 		return nil, err
 	}
-	s := &LockSet{keys: sorted, locks: make([]*Lock, 0, len(sorted)), lost: make(chan struct{})}
-	for _, k := range sorted {
-		l, err := lk.acquire(ctx, op, k, try, opts)
+	ctx, a := lk.tel.startAcquireSet(parent, op, len(sorted))
+	s, err := lk.acquireEach(ctx, op, sorted, try, opts)
+	a.end(ctx, "", err)
+	return s, err
+}
+
+// acquireEach takes the keys (checked, in canonical order) one at a time, each
+// as Acquire or TryAcquire does, under ctx (the set's span).
+func (lk *Locker) acquireEach(ctx context.Context, op string, keys []string, try bool, opts []Option) (*LockSet, error) {
+	memberOp := "acquire"
+	if try {
+		memberOp = "try-acquire"
+	}
+	s := &LockSet{keys: keys, locks: make([]*Lock, 0, len(keys)), lost: make(chan struct{})}
+	for _, k := range keys {
+		l, err := lk.acquire(ctx, memberOp, k, try, opts)
 		if err == nil {
 			s.locks = append(s.locks, l)
 			l.whenLost(func(cause error) { s.memberLost(k, cause) })
@@ -149,10 +162,21 @@ func (lk *Locker) acquireAll(ctx context.Context, op string, keys []string, try 
 		}
 		if err != nil {
 			s.giveBack(ctx)
-			return nil, err
+			return nil, asSetError(op, err)
 		}
 	}
 	return s, nil
+}
+
+// asSetError is a member's error as the set's: the same, with the set's Op.
+func asSetError(op string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Op = op
+		return &c
+	}
+	return &Error{Op: op, Err: err}
 }
 
 // giveBack releases what a failed acquireAll took, in reverse order, within

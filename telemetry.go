@@ -38,6 +38,7 @@ const (
 	attrErrorType = attribute.Key("error.type")             // unavailable, backend, ... (semantic conventions)
 	attrOp        = attribute.Key("distlock.operation")     // acquire, try-acquire, campaign, do
 	attrWake      = attribute.Key("distlock.wakeup.source") // notification, timer (driver.WakeSource)
+	attrSetSize   = attribute.Key("distlock.set.size")      // AcquireAll: the keys of the set, de-duplicated
 )
 
 // Acquire outcomes.
@@ -130,6 +131,8 @@ type instruments struct {
 	refreshFailures metric.Int64Counter
 	backendErrors   metric.Int64Counter
 	wakeups         metric.Int64Counter
+	setDuration     metric.Float64Histogram // AcquireAll, TryAcquireAll, DoAll: the whole set
+	setKeys         metric.Int64Histogram   // the keys of each set asked for
 
 	// Precomputed attribute options (the backend alone, the backend with each
 	// outcome), so recording without the key attribute allocates nothing.
@@ -213,6 +216,10 @@ func newInstruments(m metric.Meter, backend string) *instruments {
 		metric.WithDescription("Duration of Acquire, TryAcquire, Do's and Campaign's acquisition, by outcome."))
 	in.waitDuration, _ = m.Float64Histogram("distlock.acquire.wait.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
 		metric.WithDescription("Time from the start of a granted acquisition to the grant's arrival: one round trip when the first attempt won, the whole wait otherwise."))
+	in.setDuration, _ = m.Float64Histogram("distlock.acquire.set.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
+		metric.WithDescription("Duration of AcquireAll, TryAcquireAll and DoAll's acquisition of a whole set, by outcome."))
+	in.setKeys, _ = m.Int64Histogram("distlock.acquire.set.keys", metric.WithUnit("{key}"), metric.WithExplicitBucketBoundaries(1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+		metric.WithDescription("Keys of each set AcquireAll, TryAcquireAll and DoAll asked for, de-duplicated."))
 	in.holdDuration, _ = m.Float64Histogram("distlock.lock.hold.duration", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(holdBuckets...),
 		metric.WithDescription("How long a lock was held, from grant to release, loss or close."))
 	in.held, _ = m.Int64UpDownCounter("distlock.locks.held", metric.WithUnit("{lock}"),
@@ -379,6 +386,7 @@ func (t *telemetry) backendResult(ctx context.Context, op, key string, err error
 // acquireSpan is one acquisition's instrumentation; nil when nothing is on.
 type acquireSpan struct {
 	t         *telemetry
+	set       int               // a set's acquisition (startAcquireSet): its size; 0 for one key
 	span      trace.Span        // nil when not tracing
 	parent    trace.SpanContext // the caller's span, the hold span's parent
 	start     time.Time
@@ -433,13 +441,31 @@ func (a *acquireSpan) wait(d time.Duration) {
 	a.span.AddEvent("wait", trace.WithAttributes(attribute.Float64("distlock.wait.seconds", d.Seconds())))
 }
 
+// startAcquireSet starts the span of a set's acquisition (its members'
+// acquisitions nest under it) with the set's size; its end records the set
+// instruments instead of the single-key ones.
+func (t *telemetry) startAcquireSet(ctx context.Context, op string, size int) (context.Context, *acquireSpan) {
+	if t.tracer == nil && t.metrics == nil {
+		return ctx, nil
+	}
+	a := &acquireSpan{t: t, start: time.Now(), set: size}
+	if t.tracer != nil {
+		ctx, a.span = t.tracer.Start(ctx, "distlock."+op, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attrBackend.String(t.backend), attrOp.String(op), attrSetSize.Int(size)))
+	}
+	return ctx, a
+}
+
 func (a *acquireSpan) end(ctx context.Context, key string, err error) {
 	if a == nil {
 		return
 	}
 	now := time.Now()
 	oc := outcomeOf(err)
-	if m := a.t.metrics; m != nil {
+	if m := a.t.metrics; m != nil && a.set > 0 {
+		m.setDuration.Record(ctx, now.Sub(a.start).Seconds(), m.outcomes[oc]...)
+		m.setKeys.Record(ctx, int64(a.set), m.baseRec...)
+	} else if m != nil {
 		if a.t.keyAttr {
 			m.acquireDuration.Record(ctx, now.Sub(a.start).Seconds(), a.t.recOpts(key, attrOutcome.String(outcomes[oc]))...)
 		} else {

@@ -96,6 +96,11 @@ func (r *rig) collect() map[string][]point {
 					mx, _ := p.Max.Value()
 					out[m.Name] = append(out[m.Name], point{attrs: p.Attributes, count: p.Count, sum: p.Sum, max: mx})
 				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					mx, _ := p.Max.Value()
+					out[m.Name] = append(out[m.Name], point{attrs: p.Attributes, count: p.Count, value: p.Sum, max: float64(mx)})
+				}
 			default:
 				r.t.Errorf("%s: unexpected data type %T", m.Name, m.Data)
 			}
