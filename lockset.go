@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/distlock/lock/driver"
 )
 
 // MaxSetSize is the most keys AcquireAll, TryAcquireAll and DoAll take at
@@ -39,8 +42,10 @@ type LockSet struct {
 // than MaxSetSize keys, is ErrInvalidArgument, and an invalid key is
 // ErrInvalidKey; either takes nothing.
 //
-// Keys are taken one at a time, so a set of n free keys costs n round trips,
-// and a member taken early is held while later ones are waited for.
+// Where the driver can take several keys in one request (driver.SetAcquirer),
+// free keys are taken in one round trip; otherwise, and when a key is held or
+// waited for, they are taken one at a time, and a member taken early is held
+// while later ones are waited for.
 func (lk *Locker) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*LockSet, error) {
 	return lk.acquireAll(ctx, "acquire-all", keys, false, opts)
 }
@@ -140,9 +145,90 @@ func (lk *Locker) acquireAll(parent context.Context, op string, keys []string, t
 		return nil, err
 	}
 	ctx, a := lk.tel.startAcquireSet(parent, op, len(sorted))
-	s, err := lk.acquireEach(ctx, op, sorted, try, opts)
+	s, err, done := lk.acquireAtOnce(ctx, op, sorted, opts, a)
+	if !done {
+		s, err = lk.acquireEach(ctx, op, sorted, try, opts)
+	}
 	a.end(ctx, "", err)
 	return s, err
+}
+
+// acquireAtOnce takes the keys in one request where the driver can
+// (driver.SetAcquirer). done is false when it did not take them and decided
+// nothing (the driver cannot, a key is held or waited for, the grant came too
+// late, the outcome was unknown): the keys are then taken one at a time.
+func (lk *Locker) acquireAtOnce(parent context.Context, op string, keys []string, opts []Option, a *acquireSpan) (s *LockSet, err error, done bool) {
+	sa, ok := lk.d.(driver.SetAcquirer)
+	if !ok || len(keys) < 2 {
+		return nil, nil, false
+	}
+	if err := parent.Err(); err != nil {
+		return nil, &Error{Op: op, Key: keys[0], Err: err}, true
+	}
+	o := lk.defaults
+	if len(opts) > 0 {
+		o = o.apply(opts)
+	}
+	if err := lk.validate(&o); err != nil {
+		return nil, &Error{Op: op, Key: keys[0], Err: err}, true
+	}
+	locks := make([]*Lock, len(keys))
+	reqs := make([]*driver.Request, len(keys))
+	start := time.Now()
+	for i, k := range keys {
+		locks[i] = lk.newLock(k, lk.owners.next(), &o, start)
+		reqs[i] = &locks[i].req
+	}
+	ctx, c, err := lk.track(parent, lk.owners.next())
+	if err != nil {
+		return nil, &Error{Op: op, Key: keys[0], Err: err}, true
+	}
+	defer lk.untrack(c)
+	grants, err := sa.TryAcquireSet(ctx, reqs)
+	if a != nil {
+		a.attempt(1, classify(err))
+	}
+	switch {
+	case err == nil && len(grants) == len(reqs):
+	case errors.Is(err, ErrLocked) || errors.Is(err, ErrUnsupported):
+		return nil, nil, false // nothing was taken
+	default:
+		// The outcome is unknown (or the driver answered out of contract):
+		// any key may be ours.
+		for _, r := range reqs {
+			lk.cleanup(r)
+		}
+		return nil, nil, false
+	}
+	for i, l := range locks {
+		if !lk.fresh(l, grants[i], start) {
+			for _, r := range reqs {
+				lk.cleanup(r)
+			}
+			return nil, nil, false
+		}
+	}
+	a.granted(start)
+	s = &LockSet{keys: keys, locks: locks, lost: make(chan struct{})}
+	for i, l := range locks {
+		if err := lk.hold(l, grants[i], start, a); err != nil {
+			for _, h := range locks[:i] {
+				h.end(stateClosed, ErrClosed)
+			}
+			for _, r := range reqs {
+				lk.cleanup(r)
+			}
+			return nil, &Error{Op: op, Key: keys[i], Err: err}, true
+		}
+	}
+	for i, l := range locks {
+		l.whenLost(func(cause error) { s.memberLost(keys[i], cause) })
+	}
+	if err := s.lossErr(); err != nil {
+		s.giveBack(parent)
+		return nil, asSetError(op, err), true
+	}
+	return s, nil, true
 }
 
 // acquireEach takes the keys (checked, in canonical order) one at a time, each

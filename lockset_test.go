@@ -277,3 +277,91 @@ func TestDoAllCancelsFnWhenAMemberIsLostAndReportsIt(t *testing.T) {
 		t.Error("SetFromContext of a context DoAll did not make = true")
 	}
 }
+
+// countingDriver counts the requests of each kind a memdriver gets.
+type countingDriver struct {
+	*memdriver.Driver
+	mu            sync.Mutex
+	single, multi int
+}
+
+func (c *countingDriver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	c.mu.Lock()
+	c.single++
+	c.mu.Unlock()
+	return c.Driver.TryAcquire(ctx, req)
+}
+
+func (c *countingDriver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	c.mu.Lock()
+	c.single++
+	c.mu.Unlock()
+	return c.Driver.Acquire(ctx, req)
+}
+
+func (c *countingDriver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]driver.Grant, error) {
+	c.mu.Lock()
+	c.multi++
+	c.mu.Unlock()
+	return c.Driver.TryAcquireSet(ctx, reqs)
+}
+
+func (c *countingDriver) counts() (single, multi int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	single, multi = c.single, c.multi
+	c.single, c.multi = 0, 0
+	return single, multi
+}
+
+// Free keys are taken in one request where the driver can take a set at
+// once; a set with a key held elsewhere falls back to one key at a time,
+// with the same all-or-nothing result.
+func TestAcquireAllOfFreeKeysIsOneRequestWhereTheDriverCan(t *testing.T) {
+	_, b := lockers(t)
+	d := &countingDriver{Driver: memdriver.New(t.Name())}
+	a := lock.New(d, lock.WithTTL(5*time.Second))
+	defer a.Close()
+	ctx := testContext(t)
+
+	s, err := a.AcquireAll(ctx, []string{"d", "c", "b", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single, multi := d.counts(); single != 0 || multi != 1 {
+		t.Errorf("AcquireAll of 4 free keys made %d single and %d set requests, want 0 and 1", single, multi)
+	}
+	held(t, ctx, b, "a", "b", "c", "d")
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	free(t, ctx, b, "a", "b", "c", "d")
+
+	blocker, err := b.Acquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.TryAcquireAll(ctx, []string{"a", "b", "c", "d"})
+	var le *lock.Error
+	if !errors.Is(err, lock.ErrLocked) || !errors.As(err, &le) || le.Key != "c" {
+		t.Errorf("TryAcquireAll with c held = %v, want ErrLocked naming c", err)
+	}
+	if single, multi := d.counts(); multi != 1 || single != 3 {
+		t.Errorf("TryAcquireAll with c held made %d single and %d set requests, want the set's, then a, b, c", single, multi)
+	}
+	free(t, ctx, b, "a", "b", "d")
+	done := make(chan error, 1)
+	go func() {
+		s, err := a.AcquireAll(ctx, []string{"a", "c"})
+		if err == nil {
+			err = s.Release(ctx)
+		}
+		done <- err
+	}()
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("AcquireAll waiting for c: %v", err)
+	}
+}

@@ -105,6 +105,24 @@ type Acquirer interface {
 	Acquire(ctx context.Context, req *Request) (Grant, error)
 }
 
+// SetAcquirer is implemented by drivers that can take several keys in one
+// request, all or nothing (a script over keys in one Redis hash slot, an etcd
+// transaction, one statement on one session). The portable layer tries it
+// first for AcquireAll and TryAcquireAll, and takes the keys one at a time, in
+// order, when it does not grant them.
+type SetAcquirer interface {
+	// TryAcquireSet makes one attempt to take every request's key at once:
+	// every one granted, or none. reqs have distinct keys, in byte order,
+	// each with an owner of its own. It returns one Grant per request, in
+	// order; ErrLocked when any key is held or has waiters it may not pass
+	// (the backend's queue rules hold as for TryAcquire), with nothing taken;
+	// ErrUnsupported when these keys cannot be taken in one request (say,
+	// keys in several Redis Cluster slots), with nothing taken. Any other
+	// error leaves the outcome unknown, as for TryAcquire: the portable layer
+	// releases every request (owner-checked) before it goes on.
+	TryAcquireSet(ctx context.Context, reqs []*Request) ([]Grant, error)
+}
+
 // BatchRefresher is implemented by drivers that can confirm many locks in one
 // round trip (pipelining). The portable layer uses it for automatic refresh when
 // several locks of one Locker are due together.

@@ -55,6 +55,53 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	return driver.Grant{}, driver.ErrLocked // someone holds or waits: ks stays
 }
 
+// TryAcquireSet implements driver.SetAcquirer: under the store's one mutex
+// every key is checked by TryAcquire's rule, and all are granted or none.
+func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]driver.Grant, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	now := time.Now()
+	keys := make([]string, len(reqs))
+	states := make([]*keyState, 0, len(reqs))
+	var err error
+	for i, req := range reqs {
+		keys[i] = d.key(req.Key)
+		if i > 0 && keys[i] <= keys[i-1] {
+			err = fmt.Errorf("%w: memdriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
+			break
+		}
+		var ks *keyState
+		if ks, err = d.s.state(keys[i], req, now); err != nil {
+			break
+		}
+		states = append(states, ks)
+		if _, ok := held(ks, req); !ok && !ks.mayTake(req.Shared, len(ks.queue)) {
+			err = driver.ErrLocked
+			break
+		}
+	}
+	if err != nil {
+		for i, ks := range states {
+			if ks.holders.len() == 0 && len(ks.queue) == 0 {
+				d.s.changed(keys[i], ks) // made for this attempt: forgotten again
+			}
+		}
+		return nil, err
+	}
+	grants := make([]driver.Grant, len(reqs))
+	for i, req := range reqs {
+		if g, ok := held(states[i], req); ok {
+			grants[i] = g
+			continue
+		}
+		grants[i] = d.s.grant(keys[i], states[i], req, d, now)
+	}
+	return grants, nil
+}
+
 // Acquire implements driver.Acquirer: the request joins the key's queue and
 // waits, without polling, until the queueing rule gives it the key. It is woken
 // by every release, cancelled waiter and grant on the key, and by the end of
