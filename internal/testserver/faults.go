@@ -18,7 +18,7 @@ import (
 // when t ends.
 func UnreachableAddr(t testing.TB) string {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := tcpSocket()
 	if err != nil {
 		t.Fatalf("testserver: socket: %v", err)
 	}
