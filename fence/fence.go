@@ -109,19 +109,27 @@ type Checker interface {
 type StaleError struct {
 	Resource string // the resource name, as given to Admit
 	Token    uint64 // the token offered
+	// Highest is the highest token the resource has admitted, where the
+	// checker learns it with the refusal (Memory, the MySQL dialect of SQL);
+	// 0 where it does not (the Postgres and SQLite dialects, StaleIfNoRows).
+	Highest uint64
 }
 
 func (e *StaleError) Error() string {
-	return "fence: resource " + strconv.Quote(e.Resource) + ": token " +
+	msg := "fence: resource " + strconv.Quote(e.Resource) + ": token " +
 		strconv.FormatUint(e.Token, 10) + " is stale: a newer holder has been admitted"
+	if e.Highest > 0 {
+		msg += " (token " + strconv.FormatUint(e.Highest, 10) + ")"
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
-// stale returns the error for a refused token.
-func stale(resource string, token uint64) error {
-	return &StaleError{Resource: resource, Token: token}
+// stale returns the error for a refused token; highest is 0 if unknown.
+func stale(resource string, token, highest uint64) error {
+	return &StaleError{Resource: resource, Token: token, Highest: highest}
 }
 
 // checkArgs returns the error for a bad resource name or token, nil for good ones.

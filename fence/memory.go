@@ -53,9 +53,9 @@ func (m *Memory) Guard(ctx context.Context, resource string, token uint64, write
 	}
 	defer release()
 	m.mu.Lock()
-	if token < m.highest[resource] {
+	if highest := m.highest[resource]; token < highest {
 		m.mu.Unlock()
-		return stale(resource, token)
+		return stale(resource, token, highest)
 	}
 	if m.highest == nil {
 		m.highest = make(map[string]uint64)

@@ -29,8 +29,8 @@ func TestMemoryAdmitsEqualAndLargerTokensAndRefusesSmaller(t *testing.T) {
 		t.Fatalf("Admit(6) after 7: %v, want ErrStale", err)
 	}
 	var se *fence.StaleError
-	if !errors.As(err, &se) || se.Resource != "invoice:42" || se.Token != 6 {
-		t.Fatalf("error %#v does not name the resource and token", err)
+	if !errors.As(err, &se) || se.Resource != "invoice:42" || se.Token != 6 || se.Highest != 7 {
+		t.Fatalf("error %#v does not name the resource, the token and the highest admitted", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, `"invoice:42"`) || !strings.Contains(msg, "6") || !strings.Contains(msg, "newer holder") {
 		t.Fatalf("message %q should name the resource, the token and a newer holder", msg)

@@ -143,7 +143,7 @@ func (f SQL) admitReturning(ctx context.Context, q Querier, table, resource stri
 	var stored int64
 	err := q.QueryRowContext(ctx, query, resource, token).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
-		return stale(resource, uint64(token))
+		return stale(resource, uint64(token), 0)
 	}
 	return err
 }
@@ -168,7 +168,7 @@ func (f SQL) admitMySQL(ctx context.Context, q Querier, table, resource string, 
 		return err
 	}
 	if before > token {
-		return stale(resource, uint64(token))
+		return stale(resource, uint64(token), uint64(before))
 	}
 	return nil
 }
@@ -250,7 +250,7 @@ func StaleIfNoRows(res sql.Result, resource string, token uint64) error {
 		return fmt.Errorf("fence: resource %q: rows affected: %w", resource, err)
 	}
 	if n == 0 {
-		return stale(resource, token)
+		return stale(resource, token, 0)
 	}
 	return nil
 }

@@ -127,6 +127,11 @@ func (s SQL) Rules(ctx context.Context) error {
 			tx.Rollback()
 			return fmt.Errorf("step %d: %#v does not name the resource and token", i, err)
 		}
+		// The MySQL dialect learns the highest token with the refusal.
+		if st.stale && f.Dialect == fence.MySQL && se.Highest != 7 {
+			tx.Rollback()
+			return fmt.Errorf("step %d: %#v gives Highest %d, want 7", i, err, se.Highest)
+		}
 	}
 	// A new resource's first token is admitted on a connection whose last
 	// Admit was refused (on MySQL, the refusal's LAST_INSERT_ID must not carry
