@@ -45,8 +45,11 @@ func TestLabelIsReadableJSONAndRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := mem.Leader(ctx, "e")
-	if err != nil || l.Owner != name || l.Value != `value "with" quotes` {
+	if err != nil || l.Owner != name || l.Value != `value "with" quotes` || l.Name != "e" {
 		t.Fatalf("Leader = %+v, %v", l, err)
+	}
+	if ld.Name() != "e" {
+		t.Errorf("Leadership.Name = %q, want the election's name e", ld.Name())
 	}
 	_ = ld.Resign(ctx)
 }

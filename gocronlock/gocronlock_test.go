@@ -101,6 +101,11 @@ func TestLockIsRefusedWithErrLockedWhileAnotherInstanceRunsTheJob(t *testing.T) 
 	if err != nil {
 		t.Fatalf("Lock after Unlock without a minimum hold: %v", err)
 	}
+	// Each run's lock carries its fencing token, larger for every run.
+	ta, tb := la.(*gocronlock.Lock).Token(), lb.(*gocronlock.Lock).Token()
+	if ta == 0 || tb <= ta {
+		t.Errorf("tokens of two runs: %d then %d, want increasing from 1", ta, tb)
+	}
 	if err := lb.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
