@@ -13,6 +13,9 @@ import (
 // the request keeps it waiting, and a grant would come within a round trip.
 const mismatchWait = 300 * time.Millisecond
 
+// strictMismatchWait bounds an Acquire that must be refused.
+const strictMismatchWait = 10 * time.Second
+
 // notGranted asserts that lk does not take key in the shape its options ask
 // for while another shape holds it: TryAcquire returns ErrInvalidArgument or
 // ErrLocked, and Acquire returns ErrInvalidArgument or is still waiting after
@@ -29,7 +32,13 @@ func (e *env) notGranted(lk *lock.Locker, key, what string, strict bool) {
 	default:
 		e.Errorf("%s: TryAcquire = %v, want ErrInvalidArgument", what, err)
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, mismatchWait)
+	wait := mismatchWait
+	if strict {
+		// A refusal is due, however loaded the machine: only a wait that
+		// never ends is wrong, and this bound is far beyond a round trip.
+		wait = strictMismatchWait
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, wait)
 	defer cancel()
 	l, err = lk.Acquire(ctx, key)
 	switch {
