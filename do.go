@@ -31,24 +31,39 @@ func (lk *Locker) Do(ctx context.Context, key string, fn func(context.Context) e
 		cancel(cause)
 	})
 	defer func() {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer rcancel()
-		relErr := l.Release(rctx)
+		relErr := releaseAfterDo(ctx, l.Release)
+		var lost error
 		select {
 		case <-l.Lost():
-			lost := &Error{Op: "do", Key: key, Err: lostError(l.lostCause())}
-			if err != nil {
-				err = errors.Join(lost, err)
-			} else {
-				err = lost
-			}
+			lost = &Error{Op: "do", Key: key, Err: lostError(l.lostCause())}
 		default:
-			if err == nil && relErr != nil {
-				err = relErr
-			}
 		}
+		err = doOutcome(err, lost, relErr)
 	}()
 	return fn(&doContext{Context: fctx, l: l})
+}
+
+// releaseAfterDo releases what Do or DoAll held once fn has returned, even
+// when the caller's context has ended (its values are kept), within
+// cleanupTimeout.
+func releaseAfterDo(ctx context.Context, release func(context.Context) error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return release(rctx)
+}
+
+// doOutcome is what Do and DoAll return: a loss (nil if none) first, joined
+// with fn's error; else fn's error; else the release's.
+func doOutcome(fnErr, lost, relErr error) error {
+	switch {
+	case lost != nil && fnErr != nil:
+		return errors.Join(lost, fnErr)
+	case lost != nil:
+		return lost
+	case fnErr != nil:
+		return fnErr
+	}
+	return relErr
 }
 
 func (l *Lock) lostCause() error {

@@ -74,18 +74,8 @@ func (lk *Locker) DoAll(ctx context.Context, keys []string, fn func(context.Cont
 	defer cancel(nil)
 	s.whenLost(cancel)
 	defer func() {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer rcancel()
-		relErr := s.Release(rctx)
-		if lost := s.lossErr(); lost != nil {
-			if err != nil {
-				err = errors.Join(lost, err)
-			} else {
-				err = lost
-			}
-		} else if err == nil && relErr != nil {
-			err = relErr
-		}
+		relErr := releaseAfterDo(ctx, s.Release)
+		err = doOutcome(err, s.lossErr(), relErr)
 	}()
 	return fn(&doAllContext{Context: fctx, s: s})
 }
