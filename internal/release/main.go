@@ -151,7 +151,7 @@ func buildProxy(root, out, version string, mods []workModule) ([]string, error) 
 			if t == version {
 				continue // HEAD is what is being released as it
 			}
-			rev, err := git(root, "rev-parse", m.tag(t)+"^{commit}")
+			rev, err := releaseCommit(root, m.tag(t), t)
 			if err != nil {
 				return nil, err
 			}

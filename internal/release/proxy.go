@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -164,12 +165,16 @@ func (p *proxy) finish() error {
 	return nil
 }
 
-// releaseTags lists the semantic-version tags of m in this clone.
+// releaseTags lists the releases of m in this clone: its semantic-version
+// tags, and the releases scripts/release committed ("release vX.Y.Z") that
+// HEAD descends from and in which m existed, so that a clone made without
+// tags (CI's, a fresh checkout) sees the same releases.
 func releaseTags(root string, m workModule) ([]string, error) {
 	out, err := git(root, "tag", "--list")
 	if err != nil {
 		return nil, err
 	}
+	seen := map[string]bool{}
 	var vs []string
 	for _, t := range strings.Fields(out) {
 		v := t
@@ -182,6 +187,23 @@ func releaseTags(root string, m workModule) ([]string, error) {
 		if strings.Contains(v, "/") || !semver.IsValid(v) || semver.Canonical(v) != v {
 			continue
 		}
+		seen[v] = true
+		vs = append(vs, v)
+	}
+	log, err := git(root, "log", "--format=%H %s", "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(log, "\n") {
+		h, subject, _ := strings.Cut(line, " ")
+		v, ok := strings.CutPrefix(subject, releaseSubject(""))
+		if !ok || seen[v] || !semver.IsValid(v) || semver.Canonical(v) != v {
+			continue
+		}
+		if _, err := git(root, "cat-file", "-e", h+":"+path.Join(m.Dir, "go.mod")); err != nil {
+			continue // m did not exist at that release
+		}
+		seen[v] = true
 		vs = append(vs, v)
 	}
 	semver.Sort(vs)
@@ -197,7 +219,11 @@ func headVersion(root string, m workModule, rev string) (string, error) {
 	}
 	base := ""
 	for i := len(tags) - 1; i >= 0; i-- {
-		if _, err := git(root, "merge-base", "--is-ancestor", m.tag(tags[i]), rev); err == nil {
+		c, err := releaseCommit(root, m.tag(tags[i]), tags[i])
+		if err != nil {
+			return "", err
+		}
+		if _, err := git(root, "merge-base", "--is-ancestor", c, rev); err == nil {
 			base = tags[i]
 			break
 		}
