@@ -95,11 +95,11 @@ func (d *Driver) tryPlain(ctx context.Context, k keys, req *driver.Request) (r a
 	var watched *redis.StringCmd
 	value := req.Owner + "\x00" + req.Label
 	if d.cluster == nil {
-		set = d.client.Do(ctx, "set", k.lock, value, "px", millis(req.TTL), "nx")
+		set = d.client.Do(ctx, "set", k.Lock, value, "px", millis(req.TTL), "nx")
 	} else {
 		_, _ = d.client.Pipelined(ctx, func(p redis.Pipeliner) error { // errors are read per command
-			set = p.Do(ctx, "set", k.lock, value, "px", millis(req.TTL), "nx")
-			watched = p.HGet(ctx, k.labels, "\x00watch")
+			set = p.Do(ctx, "set", k.Lock, value, "px", millis(req.TTL), "nx")
+			watched = p.HGet(ctx, k.Labels, "\x00watch")
 			return nil
 		})
 	}
@@ -114,7 +114,7 @@ func (d *Driver) tryPlain(ctx context.Context, k keys, req *driver.Request) (r a
 		// A failed PUBLISH loses no change a watcher can miss unknowingly:
 		// the watcher's own connection to this server failed too, and its
 		// new subscription signals.
-		_ = d.client.Publish(ctx, k.watch, "").Err()
+		_ = d.client.Publish(ctx, k.Watch, "").Err()
 	}
 	return acquireResult{status: acqTaken, plain: true}, true, nil
 }
@@ -136,7 +136,7 @@ func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n i
 	if mode == waitMode {
 		inbox = d.inbox
 	}
-	v, err := shapedScript.Run(ctx, d.client, k.all(), req.Owner, millis(req.TTL), n, inbox, millis(lease), req.Label).Result()
+	v, err := shapedScript.Run(ctx, d.client, scriptKeys(k), req.Owner, millis(req.TTL), n, inbox, millis(lease), req.Label).Result()
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -146,7 +146,7 @@ func (d *Driver) runShaped(ctx context.Context, k keys, req *driver.Request, n i
 }
 
 // decodeAcquire reads a reply of acquire.lua or shaped.lua, whose KEYS are
-// k.all().
+// scriptKeys(k).
 func decodeAcquire(v any, k keys) (acquireResult, error) {
 	if tok, ok := v.(int64); ok { // the uncontended path answers with the token alone
 		return acquireResult{status: acqTaken, token: uint64(tok)}, nil
@@ -172,11 +172,11 @@ func decodeAcquire(v any, k keys) (acquireResult, error) {
 	case r.status == acqBusy && len(ints) >= 2:
 		r.wait = redisproto.FromMillis(ints[1])
 	case r.status == acqWrongType:
-		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+		return r, fmt.Errorf("%w (key %q)", ErrWrongType, k.Lock)
 	case r.status == acqForeign && len(ints) >= 2 && ints[1] >= 1 && ints[1] <= hotKeys:
-		return r, fmt.Errorf("%w: key %q", ErrForeignData, k.all()[ints[1]-1])
+		return r, fmt.Errorf("%w: key %q", ErrForeignData, scriptKeys(k)[ints[1]-1])
 	case r.status == acqMismatch:
-		return r, fmt.Errorf("%w: redisdriver: key %q is in use as another shape (exclusive or shared lock, or a semaphore of another number of permits)", driver.ErrInvalidArgument, k.lock)
+		return r, fmt.Errorf("%w: redisdriver: key %q is in use as another shape (exclusive or shared lock, or a semaphore of another number of permits)", driver.ErrInvalidArgument, k.Lock)
 	default:
 		return r, fmt.Errorf("redisdriver: acquire script answered %v", v)
 	}
@@ -228,7 +228,7 @@ func (d *Driver) tryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 // plain says that the lock's value carries its label (see tryPlain), so
 // refresh has no record to keep alive in the fence key.
 func (d *Driver) recordGrant(ctx context.Context, k keys, req *driver.Request, plain bool) error {
-	n, err := d.grantedBy(ctx, k.lock)
+	n, err := d.grantedBy(ctx, k.Lock)
 	if err != nil {
 		return classify(fmt.Errorf("redisdriver: identifying the server that granted the lock: %w", err))
 	}

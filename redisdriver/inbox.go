@@ -2,13 +2,12 @@ package redisdriver
 
 import (
 	"context"
-	"errors"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -43,13 +42,6 @@ const (
 	// how long Close waits for a subscription under way on a server that
 	// stopped answering, when the driver does not own its client.
 	inboxDialTimeout = time.Second
-	// inboxIdle is how long the reader waits for a message before it pings the
-	// server, and then for the answer before it gives the connection up.
-	inboxIdle = 15 * time.Second
-	// inboxBackoffMax caps the pause between attempts to subscribe again while
-	// the server is away; with locks held, it is most of the delay between a
-	// server's return and the check that reports the locks it lost.
-	inboxBackoffMax = 100 * time.Millisecond
 )
 
 // subscribe makes sure the inbox is subscribed, starting it the first time.
@@ -118,10 +110,10 @@ func (d *Driver) watch() {
 	backoff := 10 * time.Millisecond
 	for {
 		err := d.subscribe(d.ctx)
-		if err == nil || !redisproto.IsTransient(err) || !d.pause(backoff) {
+		if err == nil || !redisproto.IsTransient(err) || !redislayout.Pause(d.ctx, backoff) {
 			return
 		}
-		backoff = min(2*backoff, inboxBackoffMax)
+		backoff = min(2*backoff, redislayout.InboxBackoffMax)
 	}
 }
 
@@ -162,12 +154,12 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 	defer d.wg.Done()
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(d.ctx, inboxIdle)
+		msg, err := ps.ReceiveTimeout(d.ctx, redislayout.InboxIdle)
 		if d.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if isTimeout(err) && !pinged {
+			if redislayout.IsNetTimeout(err) && !pinged {
 				pinged = true
 				ctx, cancel := context.WithTimeout(d.ctx, inboxDialTimeout)
 				err = ps.Ping(ctx)
@@ -213,22 +205,10 @@ func (d *Driver) redial(old *redis.PubSub) *redis.PubSub {
 			d.mu.Unlock()
 			return ps
 		}
-		if !d.pause(backoff) {
+		if !redislayout.Pause(d.ctx, backoff) {
 			return nil
 		}
-		backoff = min(2*backoff, inboxBackoffMax)
-	}
-}
-
-// pause sleeps for t and reports false if the driver was closed meanwhile.
-func (d *Driver) pause(t time.Duration) bool {
-	timer := time.NewTimer(t)
-	defer timer.Stop()
-	select {
-	case <-d.ctx.Done():
-		return false
-	case <-timer.C:
-		return true
+		backoff = min(2*backoff, redislayout.InboxBackoffMax)
 	}
 }
 
@@ -250,9 +230,4 @@ func (d *Driver) comeBack() {
 		d.sub.checking = false
 		d.mu.Unlock()
 	}()
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -3,9 +3,10 @@ package redisdriver
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/internal/redislayout"
 )
 
 // A node is the server that holds a lock's key, as the lock saw it when it was
@@ -111,16 +112,8 @@ func runID(ctx context.Context, c redis.Cmdable) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return parseRunID(info)
-}
-
-func parseRunID(info string) (string, error) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			if v = strings.TrimSpace(v); v != "" {
-				return v, nil
-			}
-		}
+	if id, ok := redislayout.ParseRunID(info); ok {
+		return id, nil
 	}
 	return "", fmt.Errorf("redisdriver: INFO server has no run_id")
 }

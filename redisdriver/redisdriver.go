@@ -551,6 +551,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -608,7 +609,7 @@ type options struct {
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
 		if prefix != "" {
-			o.prefix = redisproto.Escape(prefix)
+			o.prefix = redislayout.Escape(prefix)
 		}
 	}
 }

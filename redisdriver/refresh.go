@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -111,7 +112,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	batches := map[int]*refreshCall{} // the open batch of each slot
 	for i, r := range reqs {
 		k := d.keys(r.Key)
-		lockKeys[i] = k.lock
+		lockKeys[i] = k.Lock
 		ttl := "0"
 		if extend {
 			ttl = strconv.FormatInt(millis(r.TTL), 10)
@@ -119,7 +120,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		if n := shape(r); n >= 0 {
 			calls = append(calls, &refreshCall{
 				script: shapedRefreshScript,
-				keys:   []string{k.lock, k.holders, k.labels, k.forced},
+				keys:   []string{k.Lock, k.Holders, k.Labels, k.Forced},
 				args:   []any{r.Owner, ttl, n},
 				reqs:   []int{i},
 			})
@@ -127,7 +128,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		}
 		slot := 0
 		if d.cluster != nil {
-			slot = redisproto.Slot(k.lock)
+			slot = redisproto.Slot(k.Lock)
 		}
 		b := batches[slot]
 		if b == nil || len(b.reqs) == refreshBatchSize {
@@ -140,7 +141,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 			keep = strconv.FormatInt(millis(r.TTL+fenceKeep), 10)
 			fenced[i] = true
 		}
-		b.keys = append(b.keys, k.lock, k.fence, k.forced)
+		b.keys = append(b.keys, k.Lock, k.Fence, k.Forced)
 		b.args = append(b.args, r.Owner, ttl, keep)
 		b.reqs = append(b.reqs, i)
 	}
@@ -187,7 +188,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 
 	seen := map[string]seenID{} // run_id by node address, read in this call
 	if info != nil && info.Err() == nil {
-		if id, err := parseRunID(info.Val()); err == nil {
+		if id, ok := redislayout.ParseRunID(info.Val()); ok {
 			seen[""] = seenID{id: id, dials: dials}
 		}
 	}
@@ -284,7 +285,7 @@ func (d *Driver) releaseLost(reqs []*driver.Request) {
 	args := make([][]any, len(reqs))
 	scripts := make([]*redis.Script, len(reqs))
 	for i, r := range reqs {
-		keys[i] = d.keys(r.Key).all()
+		keys[i] = scriptKeys(d.keys(r.Key))
 		if n := shape(r); n >= 0 {
 			args[i] = []any{r.Owner, n}
 			scripts[i] = shapedReleaseScript

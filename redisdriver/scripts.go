@@ -152,7 +152,7 @@ type hotCall struct {
 // newHotCall starts a call of s on the keys k; add appends its arguments.
 func newHotCall(s *redis.Script, k keys) *hotCall {
 	c := &hotCall{k: k, sha: s.Hash()}
-	c.args = [len(c.args)]any{"evalsha", &c.sha, hotKeys, &c.k.lock, &c.k.fence, &c.k.queue, &c.k.waiters, &c.k.holders, &c.k.labels}
+	c.args = [len(c.args)]any{"evalsha", &c.sha, hotKeys, &c.k.Lock, &c.k.Fence, &c.k.Queue, &c.k.Waiters, &c.k.Holders, &c.k.Labels}
 	c.n = 3 + hotKeys
 	return c
 }
@@ -169,7 +169,7 @@ func (c *hotCall) run(ctx context.Context, client redis.UniversalClient, s *redi
 	cmd.SetFirstKeyPos(3)        // routes it by its first key in a Cluster, as EvalSha does
 	_ = client.Process(ctx, cmd) // the error is cmd's
 	if isNoScript(cmd.Err()) {
-		return s.Eval(ctx, client, c.k.all(), c.args[3+hotKeys:c.n]...)
+		return s.Eval(ctx, client, scriptKeys(c.k), c.args[3+hotKeys:c.n]...)
 	}
 	return cmd
 }

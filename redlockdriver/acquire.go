@@ -55,9 +55,9 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 	if register {
 		args = append(args, d.inbox, millis(lease))
 	}
-	o, keys := opAcquire, []string{k.lock, k.waiters, k.writers, k.grant}
+	o, keys := opAcquire, []string{k.Lock, k.Waiters, k.Writers, k.Grant}
 	if req.Shared {
-		o, keys = opAcquireShared, []string{k.lock, k.waiters, k.holders, k.writers, k.labels}
+		o, keys = opAcquireShared, []string{k.Lock, k.Waiters, k.Holders, k.Writers, k.Labels}
 	}
 	backs := d.backs.Load()
 	r := d.send(o, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })

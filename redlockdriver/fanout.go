@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -354,7 +355,7 @@ func (d *Driver) run(s *server, batch []job) {
 // timeoutErr names a request that ran out of time the same way whichever layer
 // noticed (the context, or the connection's deadline).
 func timeoutErr(err error) error {
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err)) {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || redislayout.IsNetTimeout(err)) {
 		return errTimeout
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 )
 
 // Loss seen when a server comes back. A driver that holds a lock keeps its
@@ -334,23 +335,13 @@ func (d *Driver) sawInfo(rep reply, dials []uint64) string {
 	if rep.err != nil || info == "" {
 		return ""
 	}
-	id := parseRunID(info)
-	if id != "" {
+	id, ok := redislayout.ParseRunID(info)
+	if ok {
 		d.mu.Lock()
 		d.servers[rep.server].seen = seenID{id: id, dials: dials[rep.server]}
 		d.mu.Unlock()
 	}
 	return id
-}
-
-// parseRunID returns the run_id in the reply of INFO server, or "".
-func parseRunID(info string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 // checkSoon starts a check of the held locks, or asks the one under way to
@@ -525,7 +516,7 @@ func identifiable(c redis.UniversalClient) bool {
 // and the holders set for a shared hold.
 func checkKeys(k keys, req *request) []string {
 	if req.Shared {
-		return []string{k.lock, k.forced, k.holders}
+		return []string{k.Lock, k.Forced, k.Holders}
 	}
-	return []string{k.lock, k.forced}
+	return []string{k.Lock, k.Forced}
 }

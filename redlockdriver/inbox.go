@@ -2,11 +2,11 @@ package redlockdriver
 
 import (
 	"context"
-	"errors"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/internal/redislayout"
 )
 
 // The inbox is the driver's pub/sub channel, subscribed once on each server
@@ -32,13 +32,6 @@ const (
 	// honours deadlines, not cancellation, while it connects, so this also
 	// bounds how long Close waits for a subscription under way.
 	inboxDialRounds = 10
-	// inboxIdle is how long a reader waits for a message before it pings the
-	// server, and then for the answer before it gives the connection up.
-	inboxIdle = 15 * time.Second
-	// inboxBackoffMax caps the pause between attempts while a server is away;
-	// with locks held, it is most of the delay between a server's return and
-	// the check that reports the locks a majority lost.
-	inboxBackoffMax = 100 * time.Millisecond
 )
 
 // subscribe starts the subscriptions the first time, and reports whether a
@@ -63,10 +56,10 @@ func (d *Driver) readInbox(s *server) {
 	for d.ctx.Err() == nil {
 		ps := d.dial(s)
 		if ps == nil {
-			if !d.pause(backoff) {
+			if !redislayout.Pause(d.ctx, backoff) {
 				return
 			}
-			backoff = min(2*backoff, inboxBackoffMax)
+			backoff = min(2*backoff, redislayout.InboxBackoffMax)
 			continue
 		}
 		backoff = 10 * time.Millisecond
@@ -112,15 +105,15 @@ func (d *Driver) read(s *server, ps *redis.PubSub) {
 	pinged := false
 	backoff := time.Duration(0)
 	for {
-		msg, err := ps.ReceiveTimeout(d.ctx, inboxIdle)
+		msg, err := ps.ReceiveTimeout(d.ctx, redislayout.InboxIdle)
 		if d.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if !isNetTimeout(err) {
+			if !redislayout.IsNetTimeout(err) {
 				d.setUp(s.idx, false)
-				backoff = min(max(2*backoff, 10*time.Millisecond), inboxBackoffMax)
-				if !d.pause(backoff) {
+				backoff = min(max(2*backoff, 10*time.Millisecond), redislayout.InboxBackoffMax)
+				if !redislayout.Pause(d.ctx, backoff) {
 					return
 				}
 				continue
@@ -166,18 +159,6 @@ func (d *Driver) setUp(i int, up bool) {
 	}
 }
 
-// pause sleeps for t and reports false if the driver was closed meanwhile.
-func (d *Driver) pause(t time.Duration) bool {
-	timer := time.NewTimer(t)
-	defer timer.Stop()
-	select {
-	case <-d.ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
-}
-
 // closeInbox closes the subscriptions, interrupting their readers.
 func (d *Driver) closeInbox() {
 	d.mu.Lock()
@@ -188,9 +169,4 @@ func (d *Driver) closeInbox() {
 			_ = ps.Close()
 		}
 	}
-}
-
-func isNetTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -532,6 +532,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -579,7 +580,7 @@ type options struct {
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
 		if prefix != "" {
-			o.prefix = redisproto.Escape(prefix)
+			o.prefix = redislayout.Escape(prefix)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -336,13 +337,13 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			k := d.keys(r.Key)
 			calls = append(calls, refreshCall{
 				op:   opRefresh,
-				keys: []string{k.lock, k.grant, k.forced, k.holders, k.labels},
+				keys: []string{k.Lock, k.Grant, k.Forced, k.Holders, k.Labels},
 				args: []any{r.Owner, ttl},
 				reqs: []int{i},
 			})
 			continue
 		}
-		lock := d.lockKey(r.Key)
+		lock := redislayout.LockKey(d.prefix, r.Key)
 		slot := 0
 		if clustered {
 			slot = redisproto.Slot(lock)
@@ -360,7 +361,7 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		}
 		c := &calls[j]
 		if due[i] {
-			c.grants = append(c.grants, lock+grantSuffix)
+			c.grants = append(c.grants, lock+redislayout.Grant)
 			c.due = append(c.due, '1')
 		}
 		c.keys = append(c.keys, lock)

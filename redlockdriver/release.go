@@ -23,7 +23,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	k := d.keys(req.Key)
 	inbox := ""
 	d.mu.Lock()
-	excl, shared := d.groups[k.lock], d.groups[k.lock+sharedGroup]
+	excl, shared := d.groups[k.Lock], d.groups[k.Lock+sharedGroup]
 	if excl == nil && shared == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
@@ -177,7 +177,7 @@ func (d *Driver) releaseCall(k keys, req *request, notify bool, inbox string, en
 	if ended {
 		e = "1"
 	}
-	return []string{k.lock, k.waiters, k.holders, k.writers, k.grant, k.labels}, []any{req.Owner, n, inbox, d.inbox, e}
+	return []string{k.Lock, k.Waiters, k.Holders, k.Writers, k.Grant, k.Labels}, []any{req.Owner, n, inbox, d.inbox, e}
 }
 
 // releaseLost gives back what locks a refresh found lost may still hold on

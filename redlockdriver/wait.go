@@ -246,9 +246,9 @@ func (d *Driver) ended(ctx context.Context) error {
 func (d *Driver) abandon(k keys, req *request, g *group) {
 	inbox := ""
 	d.mu.Lock()
-	other := d.groups[k.lock]
+	other := d.groups[k.Lock]
 	if other == g {
-		other = d.groups[k.lock+sharedGroup]
+		other = d.groups[k.Lock+sharedGroup]
 	}
 	if len(g.queue) <= 1 && other == nil {
 		inbox = d.inbox
@@ -264,9 +264,9 @@ const sharedGroup = "\x00shared"
 // groupKey is the key of req's group in Driver.groups.
 func groupKey(k keys, req *request) string {
 	if req.Shared {
-		return k.lock + sharedGroup
+		return k.Lock + sharedGroup
 	}
-	return k.lock
+	return k.Lock
 }
 
 // join adds a waiter to the group (of shared requests if shared); now is
