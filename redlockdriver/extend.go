@@ -16,8 +16,8 @@ import (
 // lock through the script, 1.00 µs as plain commands (the Lua call and the
 // conversion of its arguments and answer, per lock, are gone), for 0.2 µs
 // more on the client. The servers are what a Driver holding many locks runs
-// out of first (see The algorithm in the package doc, its Capacity
-// paragraph); the client has the cores.
+// out of first (see Capacity in docs/backends/redlock.md); the client has
+// the cores.
 //
 // A job of opExtend has the lock keys as its keys, and as its arguments the
 // TTL (a time.Duration), then the owner of each lock. Its answer is what
