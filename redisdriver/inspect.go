@@ -15,13 +15,7 @@ import (
 	"github.com/distlock/lock/internal/redislayout"
 )
 
-var (
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Lister    = (*Driver)(nil)
-	_ driver.Evictor   = (*Driver)(nil)
-	_ driver.Labeler   = (*Driver)(nil)
-	_ driver.Watcher   = (*Driver)(nil)
-)
+var _ driver.Inspector = (*Driver)(nil)
 
 // Inspect implements driver.Inspector with one script (inspect.lua) that reads
 // the lock key and its TTL, the holders' records, the live holders of a
@@ -96,6 +90,8 @@ func decodeInspect(v []any, k keys) (driver.Info, error) {
 	return in, nil
 }
 
+var _ driver.Lister = (*Driver)(nil)
+
 // List implements driver.Lister: SCAN MATCH for the lock keys under prefix
 // (the only keys of the driver that end with a closing brace), on every
 // primary of a Cluster.
@@ -149,6 +145,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 // holders' refreshes, which come at least that often, read it.
 const tombstoneMin = 10 * time.Second
 
+var _ driver.Evictor = (*Driver)(nil)
+
 // ForceRelease implements driver.Evictor with force.lua: the lock key and the
 // holders' records go, the fence record is raised to the largest evicted
 // token, each evicted owner gets a tombstone that makes its Refresh return
@@ -177,6 +175,8 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	return 0, fmt.Errorf("redisdriver: force-release script answered %v", v)
 }
 
+var _ driver.Labeler = (*Driver)(nil)
+
 // Relabel implements driver.Labeler: an owner-checked rewrite of the label
 // in the holder's record, which keeps its token and grant time.
 func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string) error {
@@ -203,6 +203,8 @@ const (
 	// connection failed.
 	watchRetry = 100 * time.Millisecond
 )
+
+var _ driver.Watcher = (*Driver)(nil)
 
 // Watch implements driver.Watcher. While the watchers' deadline in P:{K}:labels
 // has not passed, the scripts that grant, release, force-release or relabel K

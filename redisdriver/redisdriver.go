@@ -114,12 +114,9 @@ package redisdriver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -131,17 +128,12 @@ import (
 )
 
 // DefaultPrefix is the namespace of every key when no prefix is given.
-const DefaultPrefix = "distlock"
+const DefaultPrefix = redislayout.DefaultPrefix
 
 // fenceKeep is how long a fence record outlives its grant's TTL. Tokens do not
 // depend on it (see Fencing in the package documentation); it bounds the memory
 // of keys no longer used.
 const fenceKeep = 24 * time.Hour
-
-// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
-// hold overflows on its way to the server (see Capabilities in the package
-// documentation). Package lock accepts less, Capabilities.MaxTTL.
-const maxTTL = time.Duration(math.MaxInt64)
 
 // minLease is the shortest time a waiter keeps its place in a queue without
 // renewing it.
@@ -211,7 +203,7 @@ type Driver struct {
 	inbox   string               // this driver's pub/sub channel
 
 	// attemptTimeout bounds one TryAcquire, Refresh or Release: the
-	// client's read timeout (attempt.go).
+	// client's read timeout (scripts.go).
 	attemptTimeout time.Duration
 
 	epoch  time.Time          // the origin of since
@@ -253,10 +245,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	if _, ok := client.(*redis.Ring); ok {
 		return nil, fmt.Errorf("%w: redisdriver: a *redis.Ring spreads keys and pub/sub channels over independent servers; use a *redis.Client or *redis.ClusterClient", driver.ErrUnsupported)
 	}
-	var id [12]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, fmt.Errorf("redisdriver: %w", err)
-	}
 	d := &Driver{
 		client:  client,
 		held:    map[*driver.Request]heldLock{},
@@ -275,7 +263,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d.prefix, d.owned, d.fencing = o.prefix, o.owned, o.fencing
 	d.dialWatch = redisproto.NewDialWatch(d.owned, &d.logs)
 	d.countDials(client)
-	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
+	d.inbox = redislayout.NewInbox(d.prefix)
 	d.sub.resub = make(chan struct{})
 	d.ctx, d.cancel = context.WithCancel(redisproto.WithLogSink(context.Background(), &d.logs))
 	d.epoch = time.Now()
@@ -291,7 +279,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Fencing: d.fencing, Expiring: true, Notify: true, FIFO: true,
 		Shared: true, WriterPreference: true, Permits: true,
-		MinTTL: driver.FloorTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL),
+		MinTTL: driver.FloorTTL, MaxTTL: min(redislayout.MaxTTL, driver.DefaultMaxTTL),
 	}
 }
 

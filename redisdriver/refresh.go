@@ -82,10 +82,8 @@ func fenceDue(h heldLock, until time.Duration) bool {
 // A refreshCall is one script call of a refresh: refresh.lua for a batch of
 // exclusive locks of one slot, or shapedrefresh.lua for one shaped hold.
 type refreshCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	reqs   []int // the indices of the requests it covers
+	scriptCall
+	reqs []int // the indices of the requests it covers
 }
 
 // refresh extends every request's lock (or only checks it when extend is
@@ -119,10 +117,12 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		}
 		if n := shape(r); n >= 0 {
 			calls = append(calls, &refreshCall{
-				script: shapedRefreshScript,
-				keys:   []string{k.Lock, k.Holders, k.Labels, k.Forced},
-				args:   []any{r.Owner, ttl, n},
-				reqs:   []int{i},
+				scriptCall: scriptCall{
+					script: shapedRefreshScript,
+					keys:   []string{k.Lock, k.Holders, k.Labels, k.Forced},
+					args:   []any{r.Owner, ttl, n},
+				},
+				reqs: []int{i},
 			})
 			continue
 		}
@@ -132,7 +132,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		}
 		b := batches[slot]
 		if b == nil || len(b.reqs) == refreshBatchSize {
-			b = &refreshCall{script: refreshScript}
+			b = &refreshCall{scriptCall: scriptCall{script: refreshScript}}
 			batches[slot] = b
 			calls = append(calls, b)
 		}
@@ -145,11 +145,9 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		b.args = append(b.args, r.Owner, ttl, keep)
 		b.reqs = append(b.reqs, i)
 	}
-	scripts := make([]*redis.Script, len(calls))
-	keys := make([][]string, len(calls))
-	args := make([][]any, len(calls))
+	sent := make([]scriptCall, len(calls))
 	for j, c := range calls {
-		scripts[j], keys[j], args[j] = c.script, c.keys, c.args
+		sent[j] = c.scriptCall
 	}
 	var info *redis.StringCmd
 	var extra func(redis.Pipeliner)
@@ -157,7 +155,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
 	}
 	dials := d.dialWatch.Dials() // before the INFO is sent: see grantedBy
-	cmds := evalPipelined(ctx, d.client, scripts, keys, args, extra)
+	cmds := evalPipelined(ctx, d.client, sent, extra)
 
 	// Each request's answer: refresh.lua's codes (shapedrefresh.lua's are
 	// the same, without 3).
@@ -281,20 +279,14 @@ func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[strin
 func (d *Driver) releaseLost(reqs []*driver.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
-	keys := make([][]string, len(reqs))
-	args := make([][]any, len(reqs))
-	scripts := make([]*redis.Script, len(reqs))
+	calls := make([]scriptCall, len(reqs))
 	for i, r := range reqs {
-		keys[i] = scriptKeys(d.keys(r.Key))
+		calls[i] = scriptCall{script: releaseScript, keys: scriptKeys(d.keys(r.Key)), args: []any{r.Owner}}
 		if n := shape(r); n >= 0 {
-			args[i] = []any{r.Owner, n}
-			scripts[i] = shapedReleaseScript
-		} else {
-			args[i] = []any{r.Owner}
-			scripts[i] = releaseScript
+			calls[i].script, calls[i].args = shapedReleaseScript, []any{r.Owner, n}
 		}
 	}
-	_ = evalPipelined(ctx, d.client, scripts, keys, args, nil)
+	_ = evalPipelined(ctx, d.client, calls, nil)
 	for _, r := range reqs {
 		d.forget(r)
 	}

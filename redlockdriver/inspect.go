@@ -14,13 +14,6 @@ import (
 	"github.com/distlock/lock/internal/redislayout"
 )
 
-var (
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Lister    = (*Driver)(nil)
-	_ driver.Evictor   = (*Driver)(nil)
-	_ driver.Labeler   = (*Driver)(nil)
-)
-
 // operatorWait is how long Inspect, List, ForceRelease and Relabel wait for
 // the servers' answers when the per-server timeout is shorter: they spend no
 // lock's validity, and on a loaded machine answers can take longer than the
@@ -80,6 +73,8 @@ type view struct {
 	sinces  []int64     // the records' since (µs, the holder's clock)
 	labels  []string    // the records' labels
 }
+
+var _ driver.Inspector = (*Driver)(nil)
 
 // Inspect implements driver.Inspector. It runs inspect.lua on every server at
 // once and reports a holder only where a majority of the servers hold its
@@ -224,6 +219,8 @@ func mostCommon(labels []string) string {
 	return best
 }
 
+var _ driver.Lister = (*Driver)(nil)
+
 // List implements driver.Lister: SCAN for the lock keys under prefix (the
 // only keys of the driver that end with a closing brace) and GET their
 // values, on every server at once; a key is listed when a majority of the
@@ -317,6 +314,8 @@ func (d *Driver) scan(ctx context.Context, c redis.UniversalClient, pattern stri
 	return out, one(ctx, c)
 }
 
+var _ driver.Evictor = (*Driver)(nil)
+
 // ForceRelease implements driver.Evictor: force.lua on every server at once
 // deletes the lock and its holders' records whoever holds them, leaves a
 // tombstone for each evicted owner (so that its Refresh reports
@@ -397,9 +396,11 @@ func (d *Driver) evicted(key string, owners map[string]bool) {
 		}
 		// The servers that did not answer may still hold it: give it back
 		// there, as a lock found lost is.
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
+		d.releaseEverywhere(releaseRound{k: d.keys(req.Key), req: req, notify: true, ended: true})
 	}
 }
+
+var _ driver.Labeler = (*Driver)(nil)
 
 // Relabel implements driver.Labeler: relabel.lua on every server at once
 // replaces the label in req.Owner's record where it holds the lock. It

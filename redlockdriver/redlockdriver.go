@@ -119,12 +119,9 @@ package redlockdriver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,9 +132,6 @@ import (
 	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
-
-// DefaultPrefix is the namespace of every key when no prefix is given.
-const DefaultPrefix = "distlock"
 
 // DefaultServerTimeout bounds each server's answer when no other is given. It
 // is lowered to a tenth of the lock's TTL for short TTLs.
@@ -150,11 +144,6 @@ const MinServers = 3
 // minTTL is Capabilities.MinTTL: a tenth of it is the shortest per-server
 // timeout.
 const minTTL = 100 * time.Millisecond
-
-// maxTTL is the longest TTL the driver carries: no TTL a time.Duration can
-// hold overflows on its way to the servers (see Capabilities in the package
-// documentation). Package lock accepts less, Capabilities.MaxTTL.
-const maxTTL = time.Duration(math.MaxInt64)
 
 var (
 	// ErrNoQuorum is returned (wrapped, with each failing server's error) when
@@ -174,6 +163,10 @@ type options struct {
 	timeout time.Duration
 	owned   bool // Close closes the clients
 }
+
+// DefaultPrefix is the namespace of every key on each server when no prefix
+// is given: redisdriver's, so that both drivers show a lock the same way.
+const DefaultPrefix = redislayout.DefaultPrefix
 
 // WithPrefix sets the namespace of every key the driver writes (DefaultPrefix
 // when empty).
@@ -267,10 +260,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		seen[name] = i
 		servers[i] = &server{idx: i, client: c, name: name, queue: newQueue()}
 	}
-	var id [12]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, fmt.Errorf("redlockdriver: %w", err)
-	}
 	d := &Driver{
 		servers: servers,
 		quorum:  len(servers)/2 + 1,
@@ -298,7 +287,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		s.client.AddHook(s.dials)
 		s.identify = identifiable(s.client)
 	}
-	d.inbox = d.prefix + ":inbox:" + hex.EncodeToString(id[:])
+	d.inbox = redislayout.NewInbox(d.prefix)
 	d.sub.conns = make([]*redis.PubSub, len(servers))
 	d.sub.up = make([]bool, len(servers))
 	d.ctx, d.cancel = context.WithCancel(redisproto.WithLogSink(context.Background(), &d.logs))
@@ -321,7 +310,7 @@ func clientName(c redis.UniversalClient, i int) string {
 
 // Capabilities reports the driver's guarantees; see the package documentation.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: min(maxTTL, driver.DefaultMaxTTL)}
+	return driver.Capabilities{Expiring: true, Notify: true, Shared: true, WriterPreference: true, MinTTL: minTTL, MaxTTL: min(redislayout.MaxTTL, driver.DefaultMaxTTL)}
 }
 
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.

@@ -11,7 +11,16 @@
 // internal/redisproto.
 package redislayout
 
-import "strings"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"math"
+	"strings"
+	"time"
+)
+
+// DefaultPrefix is the namespace of every key when no prefix is given.
+const DefaultPrefix = "distlock"
 
 // The Redis keys of one lock. For the prefix P and the user's key K, with
 // Escape applied to both:
@@ -53,6 +62,22 @@ const (
 	Grant   = ":grant"
 	Writers = ":writers"
 )
+
+// MaxTTL is the longest TTL the Redis drivers carry: every time.Duration. TTLs
+// go to the server in whole milliseconds rounded up (redisproto.Millis), which
+// cannot overflow, and at most 9.2e12 ms plus a server's clock fits Redis's
+// 64-bit expiry time; package lock accepts less (driver.DefaultMaxTTL).
+const MaxTTL = time.Duration(math.MaxInt64)
+
+// NewInbox returns a new inbox channel under the escaped prefix,
+// P:inbox:ID with a random ID: the pub/sub channel on which the scripts tell
+// one driver of the locks released or handed to its waiters. It is a channel,
+// not a key, and lies outside every lock's hash tag.
+func NewInbox(prefix string) string {
+	var id [12]byte
+	_, _ = rand.Read(id[:]) // never fails: crypto/rand crashes the program instead
+	return prefix + ":inbox:" + hex.EncodeToString(id[:])
+}
 
 // LockKey is the lock key P:{K} of key under the escaped prefix.
 func LockKey(prefix, key string) string { return prefix + ":{" + Escape(key) + "}" }

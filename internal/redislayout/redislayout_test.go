@@ -92,6 +92,13 @@ func TestPauseEndsWhenTheContextEnds(t *testing.T) {
 	}
 }
 
+func TestNewInboxIsAFreshChannelUnderThePrefix(t *testing.T) {
+	a, b := NewInbox("p"), NewInbox("p")
+	if a == b || len(a) != len("p:inbox:")+24 || a[:len("p:inbox:")] != "p:inbox:" {
+		t.Errorf("NewInbox gave %q and %q, want two distinct p:inbox:<24 hex digits>", a, b)
+	}
+}
+
 func TestNewKeysShareTheLocksHashTag(t *testing.T) {
 	k := NewKeys("p", "a{b}")
 	if k.Lock != LockKey("p", "a{b}") || k.Lock != "p:{a%7Bb%7D}" {

@@ -35,7 +35,7 @@ const (
 	opForce        // force.lua
 	opRelabel      // relabel.lua
 	opRefreshBatch // refreshbatch.lua: many exclusive locks in one call
-	opExtend       // many exclusive locks, a GETEX each, no script (extend.go)
+	opExtend       // many exclusive locks, a GETEX each, no script (refresh.go)
 )
 
 func (o op) script() *redis.Script {
@@ -91,7 +91,7 @@ type server struct {
 	dials  *redisproto.DialWatch
 	// Under Driver.mu: identify says that INFO reaches the one server
 	// process behind the client, so that its run_id tells a restart (see
-	// held.go), and seen is that run_id as last read.
+	// session.go), and seen is that run_id as last read.
 	identify bool
 	seen     seenID
 }
