@@ -362,8 +362,8 @@ func (h heldLock) fenceExpiry() time.Duration { return time.Duration(h.fenceUnti
 // since is the driver's monotonic clock, for heldLock.fenceUntil.
 func (d *Driver) since() time.Duration { return time.Since(d.epoch) }
 
-// nodeID returns n's index in d.nodes, adding it; d.mu is held.
-func (d *Driver) nodeID(n node) uint32 {
+// nodeIDLocked returns n's index in d.nodes, adding it; d.mu is held.
+func (d *Driver) nodeIDLocked(n node) uint32 {
 	id, ok := d.nodeIDs[n]
 	if !ok {
 		id = uint32(len(d.nodes))
@@ -395,7 +395,7 @@ func (d *Driver) record(req *driver.Request, n node, plain bool) {
 		h.fenceUntil = noRecord
 	}
 	d.mu.Lock()
-	h.node = d.nodeID(n)
+	h.node = d.nodeIDLocked(n)
 	d.held[req] = h
 	start := !d.sub.watched && !d.closed
 	if start {

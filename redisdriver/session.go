@@ -102,7 +102,7 @@ func (d *Driver) subscribe(ctx context.Context) error {
 // watch starts the inbox for a driver that holds a lock (record starts it
 // once, in the background, with d.wg counting it), so that the driver has a
 // connection that sees the server go away: when the subscription comes back,
-// the held locks are checked at once (see comeBack), rather than at their next
+// the held locks are checked at once (see wakeWaitersAndCheckHeld), rather than at their next
 // refresh. A transient failure is tried again until the driver is closed; a
 // permanent one (an ACL without SUBSCRIBE) leaves loss detection to the
 // refreshes.
@@ -173,7 +173,7 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 				return
 			}
 			pinged = false
-			d.comeBack()
+			d.wakeWaitersAndCheckHeld()
 			continue
 		}
 		pinged = false
@@ -182,7 +182,7 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 			d.deliver(m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				d.comeBack()
+				d.wakeWaitersAndCheckHeld()
 			}
 		}
 	}
@@ -213,8 +213,8 @@ func (d *Driver) redial(old *redis.PubSub) *redis.PubSub {
 	}
 }
 
-// comeBack wakes every waiter to look again and checks the held locks.
-func (d *Driver) comeBack() {
+// wakeWaitersAndCheckHeld wakes every waiter to look again and checks the held locks.
+func (d *Driver) wakeWaitersAndCheckHeld() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	close(d.sub.resub)

@@ -148,8 +148,8 @@ func (v *vote) count(rep reply, req *request, start time.Time) {
 	}
 }
 
-// judge decides a round's outcome.
-func (d *Driver) judge(v vote, req *request) outcome {
+// roundOutcome decides a round's outcome from its votes.
+func (d *Driver) roundOutcome(v vote, req *request) outcome {
 	if v.yes >= d.quorum {
 		if time.Since(v.start) >= req.TTL-driver.Drift(req.TTL) {
 			return late
@@ -250,7 +250,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req *request) (driver.Grant, er
 	defer d.calls.Done()
 	k := d.keys(req.Key)
 	v := d.attempt(ctx, k, req, false, 0)
-	o := d.judge(v, req)
+	o := d.roundOutcome(v, req)
 	if o == won {
 		d.record(req, v)
 		return driver.Grant{Start: v.start}, nil
@@ -278,14 +278,14 @@ type group struct {
 	force      bool   // a subscription came back: look whatever was heard
 }
 
-// ownAnnouncementOnly reports whether the announcements since the head last
-// looked may all come from this driver's own release, announced to it by a
+// ownAnnouncementOnlyLocked reports whether the announcements since the head last
+// lookedLocked may all come from this driver's own release, announced to it by a
 // minority of the servers: those where no other driver was registered yet
 // (a waiter's registration reaches its last servers after its round was
 // decided). The head then leaves the lock to the other drivers, which the
 // majority told, and looks again after the grace (or when a majority told
 // it: no other driver waits). d.mu is held.
-func (g *group) ownAnnouncementOnly(quorum int) bool {
+func (g *group) ownAnnouncementOnlyLocked(quorum int) bool {
 	if !g.ownRelease || g.force {
 		return false
 	}
@@ -298,10 +298,10 @@ func (g *group) ownAnnouncementOnly(quorum int) bool {
 	return n < quorum
 }
 
-// wakeSource is what a wake-up of the head is: a notification when a server
+// wakeSourceLocked is what a wake-up of the head is: a notification when a server
 // announced a release since the head last looked, and the fallback (timer)
 // when the only cause is a subscription that came back (wakeAll). d.mu is held.
-func (g *group) wakeSource() driver.WakeSource {
+func (g *group) wakeSourceLocked() driver.WakeSource {
 	for _, h := range g.heard {
 		if h {
 			return driver.WakeNotified
@@ -313,8 +313,8 @@ func (g *group) wakeSource() driver.WakeSource {
 	return driver.WakeNotified
 }
 
-// looked starts a new round of hearing, as the head looks; d.mu is held.
-func (g *group) looked() {
+// lookedLocked starts a new round of hearing, as the head looks; d.mu is held.
+func (g *group) lookedLocked() {
 	clear(g.heard)
 	g.ownRelease, g.force = false, false
 }
@@ -412,8 +412,8 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 				select {
 				case <-g.wake:
 					d.mu.Lock()
-					ignore := g.ownAnnouncementOnly(d.quorum)
-					ws := g.wakeSource()
+					ignore := g.ownAnnouncementOnlyLocked(d.quorum)
+					ws := g.wakeSourceLocked()
 					d.mu.Unlock()
 					if ignore {
 						continue
@@ -442,10 +442,10 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		default:
 		}
 		d.mu.Lock()
-		g.looked()
+		g.lookedLocked()
 		d.mu.Unlock()
 		v := d.attempt(ctx, k, req, true, lease)
-		o := d.judge(v, req)
+		o := d.roundOutcome(v, req)
 		if o == won {
 			acquired = true
 			d.record(req, v)

@@ -152,10 +152,9 @@ func (q *queue) push(j job) bool {
 //
 // Releases go first because a release sheds load: it must not wait behind
 // refresh calls queued before it, on servers without CPU to spare, until its
-// per-server timeout (counted from its round's start) runs out. Measured with
-// 100,000 locks held at TTL 3 s on such servers, in arrival order alone:
-// 67,751 of 100,000 Releases failed as unanswered, so their locks stayed held
-// and refreshed, and the load stayed. Acquires keep their place behind the
+// per-server timeout (counted from its round's start) runs out, which keeps
+// their locks held and refreshed, and the load with them (see "Releases go
+// first" in docs/backends/redlock.md). Acquires keep their place behind the
 // refreshes: on a full server, new locks waiting (and failing, for the
 // portable layer to try again) is the back-pressure that keeps the held ones.
 func (q *queue) take(batch []job) []job {
@@ -208,9 +207,8 @@ func releaseBehind(jobs []job) bool {
 // refreshes aside), which keeps its place. A release that overtook its
 // lock's acquire would find nothing to delete, and the acquire, run after
 // it, would leave the lock on this server until its TTL: the next acquire
-// of the key found it there (measured: Redlock's uncontended acquire and
-// release 15 % slower, as a release left the lock behind on whichever server
-// had the acquire still queued). A refresh run after the release finds the
+// of the key found it there (docs/backends/redlock.md, "Releases go first").
+// A refresh run after the release finds the
 // key gone and re-creates nothing, so a release may overtake any refresh.
 func releasesFirst(jobs []job) {
 	seen := map[string]bool{} // the locks of the jobs so far, refreshes aside

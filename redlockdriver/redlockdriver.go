@@ -220,7 +220,7 @@ type Driver struct {
 	groups   map[string]*group // Acquire calls waiting, by lock key
 	sub      subscription
 	held     map[*request]heldLock // locks granted and not yet ended
-	idSets   map[string]*[]string  // the interned run_id slices (see intern)
+	idSets   map[string]*[]string  // the interned run_id slices (see internLocked)
 	lastIDs  *[]string             // the one interned last
 	phase    uint8                 // the last heldLock.phase given
 	checking checkState

@@ -277,9 +277,8 @@ func recordDue(h heldLock, now, ttl time.Duration) bool {
 // locks granted in a burst (100,000 in 15 s, say) all came due together, a
 // tenth more work for the servers for as long as the burst had lasted, every
 // half recordKeep; where the servers were already near their limit, that
-// wave pushed refreshes past their locks' deadlines (measured: a scale run
-// that lost most of its locks within a second of the first wave's peak).
-// Each phase's margin gives its locks a period of its own, so the waves
+// wave pushed refreshes past their locks' deadlines (docs/backends/redlock.md,
+// "Record extensions spread"). Each phase's margin gives its locks a period of its own, so the waves
 // flatten out, and no extension comes sooner than before half of recordKeep.
 func recordMargin(ttl time.Duration, phase uint8) time.Duration {
 	half := recordKeep(ttl) / 2
@@ -381,13 +380,10 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 // due (nearly every one: a record comes due once in half of recordKeep) is
 // sent to a server as one plain GETEX per lock in the worker's pipeline, and
 // the worker compares each answer with the lock's owner, where a call of
-// refreshbatch.lua ran the same GETEX from Lua. Measured over 100,000 locks
-// in batches of 256 on one server alone on a core: 1.63 µs of server CPU a
-// lock through the script, 1.00 µs as plain commands (the Lua call and the
-// conversion of its arguments and answer, per lock, are gone), for 0.2 µs
-// more on the client. The servers are what a Driver holding many locks runs
-// out of first (see Capacity in docs/backends/redlock.md); the client has
-// the cores.
+// refreshbatch.lua ran the same GETEX from Lua: a third less server CPU a
+// lock, for a little more on the client (docs/backends/redlock.md, "Refresh
+// without a script"). The servers are what a Driver holding many locks runs
+// out of first (see Capacity there); the client has the cores.
 //
 // A job of opExtend has the lock keys as its keys, and as its arguments the
 // TTL (a time.Duration), then the owner of each lock. Its answer is what

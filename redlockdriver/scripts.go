@@ -63,7 +63,7 @@ const (
 // shared.lua); writerWaits is the holder shared.lua names when a waiting
 // writer holds readers back. No owner starts with a NUL byte.
 const (
-	sharedMarker = "\x00shared"
+	sharedMarker = redislayout.SharedMarker
 	writerWaits  = "\x00writer"
 )
 

@@ -36,7 +36,7 @@ var ErrForgotten = errors.New("redlockdriver: a majority of the servers forgot t
 // in Driver.held (16 bytes a lock, beside the map's own): ids, by server, the
 // run_id of the process that granted or last extended it there ("" when not
 // known: the server did not say yes, is not a plain *redis.Client, or did not
-// tell its run_id in time), interned (see intern: locks granted by the same
+// tell its run_id in time), interned (see internLocked: locks granted by the same
 // processes share one slice, which is never changed in place); and when its
 // grant record ends at the earliest, and the phase that spreads the moments
 // records come due (see recordDue).
@@ -51,8 +51,8 @@ type heldLock struct {
 // a server adds a few combinations: this is reached, if ever, over years.
 const maxIDSets = 1024
 
-// intern returns the shared copy of ids. Under Driver.mu.
-func (d *Driver) intern(ids []string) *[]string {
+// internLocked returns the shared copy of ids. Under Driver.mu.
+func (d *Driver) internLocked(ids []string) *[]string {
 	if p := d.lastIDs; p != nil && slices.Equal(*p, ids) {
 		return p // the common case: the same processes as the last grant
 	}
@@ -118,7 +118,7 @@ func (d *Driver) record(req *request, v vote) {
 	for i, s := range d.servers {
 		switch {
 		case !s.identify || !(v.yesBy[i] || errors.Is(v.errs[i], errTimeout)):
-		case d.trusted(s):
+		case d.trustedLocked(s):
 			ids[i] = s.seen.id
 		case v.yesBy[i]:
 			ask = true
@@ -133,7 +133,7 @@ func (d *Driver) record(req *request, v vote) {
 	d.phase++
 	phase := d.phase
 	if !ask {
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
+		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
 	}
 	subscribed := d.sub.started
 	d.mu.Unlock()
@@ -145,7 +145,7 @@ func (d *Driver) record(req *request, v vote) {
 			}
 		}
 		d.mu.Lock()
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
+		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
 		d.mu.Unlock()
 	}
 	if !subscribed {
@@ -184,14 +184,14 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 			case !yes:
 			case !s.identify:
 				ids[i] = ""
-			case d.trusted(s):
+			case d.trustedLocked(s):
 				ids[i] = s.seen.id
 			default:
 				asked[i], ask = true, true
 			}
 		}
 		if !slices.Equal(ids, *h.ids) {
-			h.ids = d.intern(ids)
+			h.ids = d.internLocked(ids)
 			d.held[req] = h
 		}
 	}
@@ -210,7 +210,7 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 					ids[i] = got[i]
 				}
 			}
-			h.ids = d.intern(ids)
+			h.ids = d.internLocked(ids)
 			d.held[req] = h
 		}
 	}
@@ -280,7 +280,7 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 	for i, s := range d.servers {
 		switch {
 		case !in[i] || !s.identify:
-		case d.trusted(s):
+		case d.trustedLocked(s):
 			ids[i] = s.seen.id
 		default:
 			ask[i] = true
@@ -306,9 +306,9 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 	return ids
 }
 
-// trusted reports whether s's cached run_id is that of the process behind
+// trustedLocked reports whether s's cached run_id is that of the process behind
 // every connection to it (none was dialled since it was read); d.mu is held.
-func (d *Driver) trusted(s *server) bool {
+func (d *Driver) trustedLocked(s *server) bool {
 	return s.seen.id != "" && s.seen.dials == s.dials.Dials()
 }
 
