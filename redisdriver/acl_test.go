@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/lock/internal/testserver"
 )
 
-// aclRules are the permissions the package documentation says a user needs
+// aclRules are the permissions docs/backends/redis.md (Requirements) says a user needs
 // for the prefix "app" (HELLO needs none; CLIENT SETNAME is only sent with
 // the client_name parameter), with Inspect, List, ForceRelease, Relabel and
 // Watch.

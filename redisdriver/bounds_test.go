@@ -101,7 +101,7 @@ func TestCloseIsBoundedOnAFrozenServer(t *testing.T) {
 		_, err := d.Acquire(context.Background(), &driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute, Lost: driver.LostFunc(func(error) {})})
 		errc <- err
 	}()
-	waitQueueLen(t, ctx, admin, d.keys("k").queue, 1)
+	waitQueueLen(t, ctx, admin, d.keys("k").Queue, 1)
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}

@@ -65,8 +65,8 @@ func TestRefreshFindingAnotherOwnersValueReportsTakenOver(t *testing.T) {
 		t.Fatalf("Do: %v", err)
 	}
 	if _, err := admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, k.lock)
-		p.Set(ctx, k.lock, "standard-client", time.Minute)
+		p.Del(ctx, k.Lock)
+		p.Set(ctx, k.Lock, "standard-client", time.Minute)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestRefreshFindingAnotherOwnersValueReportsTakenOver(t *testing.T) {
 	if err := <-doErr; !errors.Is(err, lock.ErrLost) || !errors.Is(err, lock.ErrTakenOver) {
 		t.Errorf("Do = %v, want ErrLost and ErrTakenOver", err)
 	}
-	if v, err := admin.Get(ctx, k.lock).Result(); err != nil || v != "standard-client" {
+	if v, err := admin.Get(ctx, k.Lock).Result(); err != nil || v != "standard-client" {
 		t.Errorf("the other owner's key after the holder gave up = %q, %v; want it untouched", v, err)
 	}
 }
@@ -108,7 +108,7 @@ func TestRefreshAfterAnotherClientTookTheKeyReportsTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.Del(ctx, da.keys(key).lock).Err(); err != nil {
+	if err := admin.Del(ctx, da.keys(key).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := b.TryAcquire(ctx, key)
@@ -189,7 +189,7 @@ func TestLossAfterAnUnansweredReleaseSaysTheReleaseMayHaveRemovedIt(t *testing.T
 	if err := px.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := admin.Exists(ctx, d.keys(key).lock).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, d.keys(key).Lock).Result(); err != nil || n != 0 {
 		t.Fatalf("the lock's key is still there (%d, %v): the late release did not run; the loss: %v", n, err, l.Err())
 	}
 	const says = "after a Release that got no answer"

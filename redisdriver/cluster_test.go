@@ -128,7 +128,7 @@ func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
 	for _, key := range keys {
 		k := d.keys(key)
 		var slots []int64
-		for _, name := range k.all() {
+		for _, name := range scriptKeys(k) {
 			slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +140,7 @@ func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
 				t.Errorf("key %q: the lock's keys are in slots %v, want one slot", key, slots)
 			}
 		}
-		node, err := d.cluster.MasterForKey(ctx, k.lock)
+		node, err := d.cluster.MasterForKey(ctx, k.Lock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestClusterLocksInEverySlotAndKeepsEachLockInOneSlot(t *testing.T) {
 			}
 			got <- l2
 		}()
-		waitQueueLen(t, ctx, admin, k.queue, 1)
+		waitQueueLen(t, ctx, admin, k.Queue, 1)
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestClusterRefreshBatchGroupsLocksBySlot(t *testing.T) {
 	defer d.Close()
 	reqs := holdMany(t, ctx, d, 200, 30*time.Second)
 	for _, r := range reqs[:20] {
-		name := d.keys(r.Key).lock
+		name := d.keys(r.Key).Lock
 		slot, err := c.nodes[0].ClusterKeySlot(ctx, name).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -219,7 +219,7 @@ func TestClusterRefreshBatchGroupsLocksBySlot(t *testing.T) {
 		}
 	}
 	admin := clusterAdmin(t, c)
-	taken := d.keys(reqs[7].Key).lock
+	taken := d.keys(reqs[7].Key).Lock
 	if err := admin.Set(ctx, taken, "someone else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 -- the refresh scripts), after their fast paths, so an uncontended call never
 -- pays for defining these: the server clock, the fencing counter, the wait
 -- queue and the holders' records of one lock. The key layout is described in
--- keys.go.
+-- internal/redislayout.
 --
 -- KEYS: 1 lock, 2 fence (the last token, and the exclusive holder's record),
 -- 3 queue, 4 waiters, 5 holders (the shaped holds' sorted set), 6 labels (the

@@ -81,7 +81,7 @@ func TestWrongTypeAndMissingPermissionArePermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	if err := admin.RPush(ctx, d2.keys("list").lock, "x").Err(); err != nil {
+	if err := admin.RPush(ctx, d2.keys("list").Lock, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	wrong := &driver.Request{Key: "list", Owner: "owner-1", TTL: time.Second, Lost: driver.LostFunc(func(error) {})}
@@ -168,7 +168,7 @@ func TestReleaseWithoutGetPermissionIsTheServersRefusalNotALoss(t *testing.T) {
 		if err := d.Release(ctx, req); !isRefusal(err) {
 			t.Errorf("fencing=%s: Release without GET permission = %v, want the server's permanent refusal, not ErrNotHeld", fencing, err)
 		}
-		if v := admin.Get(ctx, d.keys(req.Key).lock).Val(); !strings.HasPrefix(v, req.Owner) {
+		if v := admin.Get(ctx, d.keys(req.Key).Lock).Val(); !strings.HasPrefix(v, req.Owner) {
 			t.Errorf("fencing=%s: the lock key holds %q after the refused release, want the owner's lock still there", fencing, v)
 		}
 		_ = d.Close()

@@ -41,7 +41,7 @@ func (e *foreignEnv) keys(key string) keys { return keysWithPrefix(e.prefix, key
 func TestHashAtLockKeyFailsAcquireAndIsLeftUntouched(t *testing.T) {
 	e := newForeignEnv(t)
 	k := e.keys("report")
-	if err := e.admin.HSet(e.ctx, k.lock, "owner", "someone", "rows", "42").Err(); err != nil {
+	if err := e.admin.HSet(e.ctx, k.Lock, "owner", "someone", "rows", "42").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.lk.TryAcquire(e.ctx, "report"); !errors.Is(err, ErrWrongType) {
@@ -50,14 +50,14 @@ func TestHashAtLockKeyFailsAcquireAndIsLeftUntouched(t *testing.T) {
 	if _, err := e.lk.Acquire(e.ctx, "report"); !errors.Is(err, ErrWrongType) {
 		t.Errorf("Acquire = %v, want ErrWrongType", err)
 	}
-	got, err := e.admin.HGetAll(e.ctx, k.lock).Result()
+	got, err := e.admin.HGetAll(e.ctx, k.Lock).Result()
 	if err != nil || len(got) != 2 || got["owner"] != "someone" || got["rows"] != "42" {
 		t.Errorf("the hash changed: %v, %v", got, err)
 	}
-	if ttl, _ := e.admin.PTTL(e.ctx, k.lock).Result(); ttl != -1 {
+	if ttl, _ := e.admin.PTTL(e.ctx, k.Lock).Result(); ttl != -1 {
 		t.Errorf("the hash got a TTL: %v", ttl)
 	}
-	if n, _ := e.admin.Exists(e.ctx, k.fence, k.queue, k.waiters).Result(); n != 0 {
+	if n, _ := e.admin.Exists(e.ctx, k.Fence, k.Queue, k.Waiters).Result(); n != 0 {
 		t.Errorf("%d of the driver's keys were written next to the hash", n)
 	}
 }
@@ -68,7 +68,7 @@ func TestHashAtLockKeyFailsAcquireAndIsLeftUntouched(t *testing.T) {
 func TestForeignStringIsAnotherOwnersLock(t *testing.T) {
 	e := newForeignEnv(t)
 	k := e.keys("report")
-	if err := e.admin.Set(e.ctx, k.lock, "not-ours", 0).Err(); err != nil {
+	if err := e.admin.Set(e.ctx, k.Lock, "not-ours", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.lk.TryAcquire(e.ctx, "report"); !errors.Is(err, lock.ErrLocked) {
@@ -79,10 +79,10 @@ func TestForeignStringIsAnotherOwnersLock(t *testing.T) {
 	if _, err := e.lk.Acquire(ctx, "report"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Acquire = %v, want it to wait until its deadline", err)
 	}
-	if v, err := e.admin.Get(e.ctx, k.lock).Result(); err != nil || v != "not-ours" {
+	if v, err := e.admin.Get(e.ctx, k.Lock).Result(); err != nil || v != "not-ours" {
 		t.Errorf("the value changed: %q, %v", v, err)
 	}
-	if ttl, _ := e.admin.PTTL(e.ctx, k.lock).Result(); ttl != -1 {
+	if ttl, _ := e.admin.PTTL(e.ctx, k.Lock).Result(); ttl != -1 {
 		t.Errorf("the value got a TTL: %v", ttl)
 	}
 }
@@ -97,7 +97,7 @@ func TestStandardSetNXClientsAndThisDriverExcludeEachOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.admin.SetNX(e.ctx, k.lock, "standard-client", time.Second).Result(); err != nil || ok {
+	if ok, err := e.admin.SetNX(e.ctx, k.Lock, "standard-client", time.Second).Result(); err != nil || ok {
 		t.Fatalf("standard SET NX while the driver holds the lock = %v, %v", ok, err)
 	}
 	if err := l.Release(e.ctx); err != nil {
@@ -105,7 +105,7 @@ func TestStandardSetNXClientsAndThisDriverExcludeEachOther(t *testing.T) {
 	}
 
 	const foreignTTL = 500 * time.Millisecond
-	if ok, err := e.admin.SetNX(e.ctx, k.lock, "standard-client", foreignTTL).Result(); err != nil || !ok {
+	if ok, err := e.admin.SetNX(e.ctx, k.Lock, "standard-client", foreignTTL).Result(); err != nil || !ok {
 		t.Fatalf("standard SET NX after release = %v, %v", ok, err)
 	}
 	if _, err := e.lk.TryAcquire(e.ctx, "job"); !errors.Is(err, lock.ErrLocked) {
@@ -136,16 +136,16 @@ func TestStandardSetNXClientsAndThisDriverExcludeEachOther(t *testing.T) {
 func TestForeignDataInTheDriversKeysFailsAcquireCleanly(t *testing.T) {
 	e := newForeignEnv(t)
 	k := e.keys("batch")
-	if err := e.admin.HSet(e.ctx, k.fence, "x", "1").Err(); err != nil {
+	if err := e.admin.HSet(e.ctx, k.Fence, "x", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.lk.TryAcquire(e.ctx, "batch"); !errors.Is(err, ErrForeignData) {
 		t.Errorf("TryAcquire with a hash at the fence key = %v, want ErrForeignData", err)
 	}
-	if n, _ := e.admin.Exists(e.ctx, k.lock).Result(); n != 0 {
+	if n, _ := e.admin.Exists(e.ctx, k.Lock).Result(); n != 0 {
 		t.Error("the lock key was left behind")
 	}
-	if v, err := e.admin.HGet(e.ctx, k.fence, "x").Result(); err != nil || v != "1" {
+	if v, err := e.admin.HGet(e.ctx, k.Fence, "x").Result(); err != nil || v != "1" {
 		t.Errorf("the hash at the fence key changed: %q, %v", v, err)
 	}
 }

@@ -83,9 +83,9 @@ func heldBy(d *Driver) []*driver.Request {
 func dropHold(ctx context.Context, admin *redis.Client, d *Driver, req *driver.Request) error {
 	k := d.keys(req.Key)
 	if shape(req) >= 0 {
-		return admin.ZRem(ctx, k.holders, req.Owner).Err()
+		return admin.ZRem(ctx, k.Holders, req.Owner).Err()
 	}
-	return admin.Del(ctx, k.lock).Err()
+	return admin.Del(ctx, k.Lock).Err()
 }
 
 // killClients kills every connection whose client name is name.

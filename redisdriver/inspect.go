@@ -6,23 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
-	"github.com/distlock/lock/internal/redisproto"
+	"github.com/distlock/lock/internal/redislayout"
 )
 
-var (
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Lister    = (*Driver)(nil)
-	_ driver.Evictor   = (*Driver)(nil)
-	_ driver.Labeler   = (*Driver)(nil)
-	_ driver.Watcher   = (*Driver)(nil)
-)
+var _ driver.Inspector = (*Driver)(nil)
 
 // Inspect implements driver.Inspector with one script (inspect.lua) that reads
 // the lock key and its TTL, the holders' records, the live holders of a
@@ -33,7 +26,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 		return driver.Info{}, err
 	}
 	k := d.keys(key)
-	v, err := inspectScript.Run(ctx, d.client, k.all()).Slice()
+	v, err := inspectScript.Run(ctx, d.client, scriptKeys(k)).Slice()
 	if err != nil {
 		return driver.Info{}, classify(err)
 	}
@@ -53,7 +46,7 @@ func decodeInspect(v []any, k keys) (driver.Info, error) {
 		return driver.Info{}, fmt.Errorf("redisdriver: inspect script answered %v", v)
 	}
 	if len(v) == 1 && v[0] == int64(-1) {
-		return driver.Info{}, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+		return driver.Info{}, fmt.Errorf("%w (key %q)", ErrWrongType, k.Lock)
 	}
 	if len(v) < 5 || (len(v)-5)%3 != 0 || v[0] != int64(1) {
 		return bad()
@@ -80,7 +73,7 @@ func decodeInspect(v []any, k keys) (driver.Info, error) {
 		if exp >= 0 {
 			h.Expires = time.UnixMilli(exp)
 		}
-		if tok, us, label, ok := parseRecord(rec); ok {
+		if tok, us, label, ok := redislayout.ParseRecord(rec); ok {
 			h.Token, h.Label = tok, label
 			if us > 0 {
 				h.Since = time.UnixMicro(us)
@@ -97,20 +90,7 @@ func decodeInspect(v []any, k keys) (driver.Info, error) {
 	return in, nil
 }
 
-// parseRecord reads a holder's record, "token since-µs label".
-func parseRecord(rec string) (tok uint64, us int64, label string, ok bool) {
-	t, rest, ok1 := strings.Cut(rec, " ")
-	s, label, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 {
-		return 0, 0, "", false
-	}
-	tok, err1 := strconv.ParseUint(t, 10, 64)
-	us, err2 := strconv.ParseInt(s, 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, "", false
-	}
-	return tok, us, label, true
-}
+var _ driver.Lister = (*Driver)(nil)
 
 // List implements driver.Lister: SCAN MATCH for the lock keys under prefix
 // (the only keys of the driver that end with a closing brace), on every
@@ -119,8 +99,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, err
 	}
-	head := d.prefix + ":{"
-	pattern := globEscape(head+redisproto.Escape(prefix)) + "*}"
+	pattern := redislayout.ScanPattern(d.prefix, prefix)
 	var (
 		mu   sync.Mutex
 		seen = map[string]bool{}
@@ -134,12 +113,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 			}
 			mu.Lock()
 			for _, name := range names {
-				e, ok1 := strings.CutPrefix(name, head)
-				e, ok2 := strings.CutSuffix(e, "}")
-				if !ok1 || !ok2 || strings.ContainsAny(e, "{}") {
-					continue // not a lock key of ours
-				}
-				if user := unescape(e); strings.HasPrefix(user, prefix) {
+				if user, ok := redislayout.UserKey(d.prefix, name, prefix); ok {
 					seen[user] = true
 				}
 			}
@@ -166,28 +140,12 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 	return listed, nil
 }
 
-// globEscape makes s match itself in a SCAN MATCH pattern.
-func globEscape(s string) string {
-	if !strings.ContainsAny(s, `*?[]\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// unescape reverses redisproto.Escape.
-var unescape = strings.NewReplacer("%7D", "}", "%7B", "{", "%25", "%").Replace
-
 // tombstoneMin is the least time a tombstone of ForceRelease lives; it lives
 // three times the evicted holds' remaining TTL beyond that, so that their
 // holders' refreshes, which come at least that often, read it.
 const tombstoneMin = 10 * time.Second
+
+var _ driver.Evictor = (*Driver)(nil)
 
 // ForceRelease implements driver.Evictor with force.lua: the lock key and the
 // holders' records go, the fence record is raised to the largest evicted
@@ -199,7 +157,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, err
 	}
 	k := d.keys(key)
-	all := k.withForced()
+	all := scriptKeysWithForced(k)
 	v, err := forceScript.Run(ctx, d.client, all, millis(tombstoneMin)).Int64Slice()
 	if err != nil {
 		return 0, classify(err)
@@ -210,12 +168,14 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	case len(v) == 1 && v[0] > 0:
 		return int(v[0]), nil
 	case len(v) == 1 && v[0] == acqWrongType:
-		return 0, fmt.Errorf("%w (key %q)", ErrWrongType, k.lock)
+		return 0, fmt.Errorf("%w (key %q)", ErrWrongType, k.Lock)
 	case len(v) == 2 && v[0] == acqForeign && v[1] >= 1 && v[1] <= int64(len(all)):
 		return 0, fmt.Errorf("%w: key %q", ErrForeignData, all[v[1]-1])
 	}
 	return 0, fmt.Errorf("redisdriver: force-release script answered %v", v)
 }
+
+var _ driver.Labeler = (*Driver)(nil)
 
 // Relabel implements driver.Labeler: an owner-checked rewrite of the label
 // in the holder's record, which keeps its token and grant time.
@@ -223,7 +183,7 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
-	n, err := relabelScript.Run(ctx, d.client, d.keys(req.Key).withForced(), req.Owner, label, shape(req)).Int64()
+	n, err := relabelScript.Run(ctx, d.client, scriptKeysWithForced(d.keys(req.Key)), req.Owner, label, shape(req)).Int64()
 	switch {
 	case err != nil:
 		return classify(err)
@@ -243,6 +203,8 @@ const (
 	// connection failed.
 	watchRetry = 100 * time.Millisecond
 )
+
+var _ driver.Watcher = (*Driver)(nil)
 
 // Watch implements driver.Watcher. While the watchers' deadline in P:{K}:labels
 // has not passed, the scripts that grant, release, force-release or relabel K
@@ -272,7 +234,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 			_ = tc.Close()
 		}
 	}
-	ps, err := d.subscribeWatch(ctx, tc, k.watch)
+	ps, err := d.subscribeWatch(ctx, tc, k.Watch)
 	if err == nil {
 		err = d.markWatched(ctx, k)
 		if err != nil {
@@ -333,7 +295,7 @@ func (d *Driver) trackingClient(k keys) *redis.Client {
 	user := o.OnConnect
 	o.Protocol = 2
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 0, 0
-	prefix := k.lock
+	prefix := k.Lock
 	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if user != nil {
 			if err := user(ctx, cn); err != nil {
@@ -351,7 +313,7 @@ func (d *Driver) trackingClient(k keys) *redis.Client {
 
 // markWatched makes the scripts that change k's holders publish for watchTTL.
 func (d *Driver) markWatched(ctx context.Context, k keys) error {
-	return watchScript.Run(ctx, d.client, []string{k.labels}, millis(watchTTL)).Err()
+	return watchScript.Run(ctx, d.client, []string{k.Labels}, millis(watchTTL)).Err()
 }
 
 // subscribeWatch subscribes to channel, and with a tracking client tc (see
@@ -409,7 +371,7 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 			return
 		}
 		if err != nil {
-			if !isTimeout(err) {
+			if !redislayout.IsNetTimeout(err) {
 				// A message go-redis cannot read is a tracking report of a
 				// flush (no key names): a change. Otherwise the connection
 				// failed: go-redis reconnects and subscribes again on the
@@ -427,7 +389,7 @@ func (d *Driver) readWatch(ctx context.Context, ps *redis.PubSub, k keys, c chan
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			if m.Channel != invalidations || invalidates(m.PayloadSlice, k.lock) {
+			if m.Channel != invalidations || invalidates(m.PayloadSlice, k.Lock) {
 				signal()
 			}
 		case *redis.Subscription:

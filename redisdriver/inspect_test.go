@@ -43,10 +43,10 @@ func TestHoldersRecordRidesInTheFenceRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := admin.Get(ctx, k.lock).Result(); err != nil || v != req.Owner {
+	if v, err := admin.Get(ctx, k.Lock).Result(); err != nil || v != req.Owner {
 		t.Fatalf("lock key = %q, %v; want the plain owner", v, err)
 	}
-	rec, err := admin.Get(ctx, k.fence).Result()
+	rec, err := admin.Get(ctx, k.Fence).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,15 +76,15 @@ func TestHoldersRecordRidesInTheFenceRecord(t *testing.T) {
 	if err := d.Refresh(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	lockTTL, _ := admin.PTTL(ctx, k.lock).Result()
-	recTTL, _ := admin.PTTL(ctx, k.fence).Result()
+	lockTTL, _ := admin.PTTL(ctx, k.Lock).Result()
+	recTTL, _ := admin.PTTL(ctx, k.Fence).Result()
 	if lockTTL < fenceKeep || recTTL < lockTTL {
 		t.Errorf("after a refresh to two days: lock TTL %v, fence record TTL %v; want the record to outlive the lock", lockTTL, recTTL)
 	}
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := admin.Exists(ctx, k.lock, k.labels, k.queue, k.waiters, k.holders, k.forced).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, k.Lock, k.Labels, k.Queue, k.Waiters, k.Holders, k.Forced).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys of the lock left after its release (%v)", n, err)
 	}
 	if in, err := d.Inspect(ctx, "job"); err != nil || len(in.Holders) != 0 || in.Token != g.Token {
@@ -110,7 +110,7 @@ func TestHandoffAndSharedHoldsKeepEachHoldersLabel(t *testing.T) {
 		}
 		got <- g
 	}()
-	waitQueueLen(t, ctx, admin, d.keys("k").queue, 1)
+	waitQueueLen(t, ctx, admin, d.keys("k").Queue, 1)
 	if in, err := d.Inspect(ctx, "k"); err != nil || in.Waiters != 1 {
 		t.Fatalf("Inspect with a waiter: %+v, %v", in, err)
 	}
@@ -168,7 +168,7 @@ func TestHandoffAndSharedHoldsKeepEachHoldersLabel(t *testing.T) {
 		}
 	}
 	k := d.keys("s")
-	if n, err := admin.Exists(ctx, k.lock, k.holders, k.labels, k.queue, k.waiters).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, k.Lock, k.Holders, k.Labels, k.Queue, k.Waiters).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys of the shared lock left after the releases (%v)", n, err)
 	}
 }
@@ -180,7 +180,7 @@ func TestStandardSetNXLockIsInspectedListedAndEvicted(t *testing.T) {
 	lk := lock.New(d)
 	defer lk.Close()
 	k := d.keys("std")
-	if err := admin.Set(ctx, k.lock, "worker-7", 10*time.Second).Err(); err != nil {
+	if err := admin.Set(ctx, k.Lock, "worker-7", 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
 	in, err := lk.Inspect(ctx, "std")
@@ -193,10 +193,10 @@ func TestStandardSetNXLockIsInspectedListedAndEvicted(t *testing.T) {
 	if n, err := d.ForceRelease(ctx, "std"); err != nil || n != 1 {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
 	}
-	if n, err := admin.Exists(ctx, k.lock).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
 		t.Errorf("the standard client's lock is still there (%v)", err)
 	}
-	if ok, err := admin.SetNX(ctx, k.lock, "worker-8", time.Second).Result(); err != nil || !ok {
+	if ok, err := admin.SetNX(ctx, k.Lock, "worker-8", time.Second).Result(); err != nil || !ok {
 		t.Errorf("a standard SET NX after ForceRelease = %v, %v; want taken", ok, err)
 	}
 }
@@ -212,7 +212,7 @@ func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 	// ahead): the eviction must keep it, or the next token would fall back
 	// to the clock.
 	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
-	if err := admin.Set(ctx, k.fence, ahead, time.Hour).Err(); err != nil {
+	if err := admin.Set(ctx, k.Fence, ahead, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	held := &driver.Request{Key: "f", Owner: randomHex(16), TTL: 3 * time.Second}
@@ -229,7 +229,7 @@ func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 		}
 		got <- g
 	}()
-	waitQueueLen(t, ctx, admin, k.queue, 1)
+	waitQueueLen(t, ctx, admin, k.Queue, 1)
 
 	if n, err := d.ForceRelease(ctx, "f"); err != nil || n != 1 {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
@@ -249,16 +249,16 @@ func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 	if err := d.Release(ctx, held); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("the evicted holder's Release = %v, want ErrNotHeld", err)
 	}
-	if v, err := admin.Get(ctx, k.lock).Result(); err != nil || v != w.Owner {
+	if v, err := admin.Get(ctx, k.Lock).Result(); err != nil || v != w.Owner {
 		t.Errorf("lock = %q, %v; the evicted holder's Release freed the next holder's lock", v, err)
 	}
-	ttl, err := admin.PTTL(ctx, k.forced).Result()
+	ttl, err := admin.PTTL(ctx, k.Forced).Result()
 	if err != nil || ttl <= 0 || ttl > tombstoneMin+3*held.TTL {
 		t.Errorf("tombstones' TTL %v (%v), want positive and at most %v", ttl, err, tombstoneMin+3*held.TTL)
 	}
 
 	// An ordinary loss (the key deleted by hand) is not reported as forced.
-	if err := admin.Del(ctx, k.lock).Err(); err != nil {
+	if err := admin.Del(ctx, k.Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Refresh(ctx, w); !errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrForceReleased) {
@@ -357,11 +357,11 @@ func TestWatchSignalsChangesAndScriptsPublishOnlyWhenWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := d.keys("w")
-	deadline, err := admin.HGet(ctx, k.labels, "\x00watch").Int64()
+	deadline, err := admin.HGet(ctx, k.Labels, "\x00watch").Int64()
 	if err != nil || time.Until(time.UnixMilli(deadline)) <= 0 || time.Until(time.UnixMilli(deadline)) > watchTTL+time.Second {
 		t.Errorf("watchers' deadline %v (%v), want within %v", time.UnixMilli(deadline), err, watchTTL)
 	}
-	if ttl, err := admin.PTTL(ctx, k.labels).Result(); err != nil || ttl <= 0 || ttl > watchTTL {
+	if ttl, err := admin.PTTL(ctx, k.Labels).Result(); err != nil || ttl <= 0 || ttl > watchTTL {
 		t.Errorf("labels TTL %v (%v), want within %v", ttl, err, watchTTL)
 	}
 	drain := func() {
@@ -432,7 +432,7 @@ func TestInspectionAcrossClusterNodes(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		key := "job:" + strconv.Itoa(i)
 		keys = append(keys, key)
-		n, err := d.cluster.MasterForKey(ctx, d.keys(key).lock)
+		n, err := d.cluster.MasterForKey(ctx, d.keys(key).Lock)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/distlock/lock"
-	"github.com/distlock/lock/internal/redisproto"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -43,14 +43,16 @@ func TestKeyLayout(t *testing.T) {
 	k := keysWithPrefix("app{1}", "invoice:{42}")
 	const l = "app%7B1%7D:{invoice:%7B42%7D}"
 	want := keys{
-		lock:    l,
-		fence:   l + ":fence",
-		queue:   l + ":queue",
-		waiters: l + ":waiters",
-		holders: l + ":holders",
-		labels:  l + ":labels",
-		forced:  l + ":forced",
-		watch:   l + ":watch",
+		Lock:    l,
+		Fence:   l + ":fence",
+		Queue:   l + ":queue",
+		Waiters: l + ":waiters",
+		Holders: l + ":holders",
+		Labels:  l + ":labels",
+		Forced:  l + ":forced",
+		Grant:   l + ":grant",
+		Writers: l + ":writers",
+		Watch:   l + ":watch",
 	}
 	if k != want {
 		t.Fatalf("keys = %+v, want %+v", k, want)
@@ -64,9 +66,9 @@ func TestBracesInKeysCannotMoveALockToAnotherSlot(t *testing.T) {
 	for _, prefix := range []string{"distlock", "{x}", "a}b{c"} {
 		for _, key := range oddKeys {
 			k := keysWithPrefix(prefix, key)
-			for _, name := range append(k.withForced(), k.watch) {
-				if tag := hashTag(name); tag != redisproto.Escape(key) {
-					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redisproto.Escape(key))
+			for _, name := range append(scriptKeysWithForced(k), k.Watch) {
+				if tag := hashTag(name); tag != redislayout.Escape(key) {
+					t.Errorf("prefix %q key %q: %q has hash tag %q, want %q", prefix, key, name, tag, redislayout.Escape(key))
 				}
 			}
 		}
@@ -78,15 +80,15 @@ func FuzzEscape(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		e := redisproto.Escape(key)
+		e := redislayout.Escape(key)
 		if strings.ContainsAny(e, "{}") {
-			t.Fatalf("redisproto.Escape(%q) = %q keeps a brace", key, e)
+			t.Fatalf("redislayout.Escape(%q) = %q keeps a brace", key, e)
 		}
-		if unescape(e) != key {
-			t.Fatalf("redisproto.Escape(%q) = %q does not unescape back", key, e)
+		if redislayout.Unescape(e) != key {
+			t.Fatalf("redislayout.Escape(%q) = %q does not unescape back", key, e)
 		}
 		if utf8.ValidString(key) && !utf8.ValidString(e) {
-			t.Fatalf("redisproto.Escape(%q) = %q is not valid UTF-8", key, e)
+			t.Fatalf("redislayout.Escape(%q) = %q is not valid UTF-8", key, e)
 		}
 	})
 }
@@ -114,7 +116,7 @@ func TestOddKeysAreStoredAsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire(%q): %v", key, err)
 		}
-		name := prefix + ":{" + redisproto.Escape(key) + "}"
+		name := prefix + ":{" + redislayout.Escape(key) + "}"
 		v, err := admin.Get(ctx, name).Result()
 		if err != nil || !ownerID.MatchString(v) {
 			t.Errorf("GET %q = %q, %v; want the owner id (25 to 40 hex digits)", name, v, err)

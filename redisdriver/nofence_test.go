@@ -70,10 +70,10 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if acquired-1 != 1 || scripts != 0 { // CONFIG RESETSTAT counts itself
 		t.Errorf("an uncontended acquire ran %d commands on the server (%d scripts), want 1 (SET NX PX) and no script", acquired-1, scripts)
 	}
-	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner+"\x00"+req.Label {
+	if v := admin.Get(ctx, k.Lock).Val(); v != req.Owner+"\x00"+req.Label {
 		t.Errorf("lock key %q, want the owner, a NUL and the label", v)
 	}
-	if n := admin.Exists(ctx, k.fence, k.queue, k.waiters, k.holders, k.labels).Val(); n != 0 {
+	if n := admin.Exists(ctx, k.Fence, k.Queue, k.Waiters, k.Holders, k.Labels).Val(); n != 0 {
 		t.Errorf("%d keys written beside the lock, want none", n)
 	}
 	in, err := d.Inspect(ctx, req.Key)
@@ -91,10 +91,10 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if err := d.Relabel(ctx, req, "relabelled"); err != nil {
 		t.Fatal(err)
 	}
-	if v := admin.Get(ctx, k.lock).Val(); v != req.Owner+"\x00relabelled" {
+	if v := admin.Get(ctx, k.Lock).Val(); v != req.Owner+"\x00relabelled" {
 		t.Errorf("lock key after Relabel %q, want the owner, a NUL and the new label", v)
 	}
-	if pt := admin.PTTL(ctx, k.lock).Val(); pt <= 0 {
+	if pt := admin.PTTL(ctx, k.Lock).Val(); pt <= 0 {
 		t.Errorf("Relabel lost the TTL: %v", pt)
 	}
 	if err := d.Refresh(ctx, req); err != nil { // loads the script, extends nothing else
@@ -119,7 +119,7 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if n := admin.Exists(ctx, k.lock).Val(); n != 0 {
+	if n := admin.Exists(ctx, k.Lock).Val(); n != 0 {
 		t.Error("the lock key outlived its release")
 	}
 	// A waiter handed the lock gets no token either.
@@ -135,7 +135,7 @@ func TestWithoutFencingTryAcquireIsOneSetAndTheValueCarriesTheLabel(t *testing.T
 		}
 		got <- g
 	}()
-	waitFor(t, ctx, "the waiter to queue", func() bool { return admin.LLen(ctx, k.queue).Val() == 1 })
+	waitFor(t, ctx, "the waiter to queue", func() bool { return admin.LLen(ctx, k.Queue).Val() == 1 })
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T)
 
 	// Theirs first: ours is refused, and our release, refresh and
 	// ForceRelease-free calls leave it.
-	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); !ok {
+	if ok := admin.SetNX(ctx, k.Lock, theirs, 10*time.Second).Val(); !ok {
 		t.Fatal("the standard client's SET NX failed on a free key")
 	}
 	if _, err := d.TryAcquire(ctx, req); !errors.Is(err, driver.ErrLocked) {
@@ -226,13 +226,13 @@ func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T)
 	if err := d.Refresh(ctx, req); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Refresh = %v, want ErrNotHeld", err)
 	}
-	if v := admin.Get(ctx, k.lock).Val(); v != theirs {
+	if v := admin.Get(ctx, k.Lock).Val(); v != theirs {
 		t.Fatalf("the standard client's lock became %q", v)
 	}
 	if in, err := d.Inspect(ctx, req.Key); err != nil || len(in.Holders) != 1 || in.Holders[0].Owner != theirs {
 		t.Errorf("Inspect = %+v, %v; want the standard client's value as the holder", in, err)
 	}
-	if n, err := rawRelease.Run(ctx, admin, []string{k.lock}, theirs).Int(); err != nil || n != 1 {
+	if n, err := rawRelease.Run(ctx, admin, []string{k.Lock}, theirs).Int(); err != nil || n != 1 {
 		t.Fatalf("the standard client's release = %v, %v", n, err)
 	}
 
@@ -241,10 +241,10 @@ func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T)
 	if _, err := d.TryAcquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); ok {
+	if ok := admin.SetNX(ctx, k.Lock, theirs, 10*time.Second).Val(); ok {
 		t.Error("the standard client's SET NX took the key the driver holds")
 	}
-	if n, err := rawRelease.Run(ctx, admin, []string{k.lock}, theirs).Int(); err != nil || n != 0 {
+	if n, err := rawRelease.Run(ctx, admin, []string{k.Lock}, theirs).Int(); err != nil || n != 0 {
 		t.Errorf("the standard client's release of our lock = %v, %v; want 0", n, err)
 	}
 	if err := d.Refresh(ctx, req); err != nil {
@@ -253,10 +253,10 @@ func TestWithoutFencingAStandardClientAndTheDriverExcludeEachOther(t *testing.T)
 	if err := d.Release(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if ok := admin.SetNX(ctx, k.lock, theirs, 10*time.Second).Val(); !ok {
+	if ok := admin.SetNX(ctx, k.Lock, theirs, 10*time.Second).Val(); !ok {
 		t.Error("the standard client's SET NX failed after our release")
 	}
-	_ = admin.Del(ctx, k.lock)
+	_ = admin.Del(ctx, k.Lock)
 }
 
 // A TryAcquire's single SET NX never passes a waiter the lock is handed to:
@@ -290,7 +290,7 @@ func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
 			_, err := waiterD.Acquire(ctx, waiter)
 			granted <- err
 		}()
-		waitFor(t, ctx, "the waiter to queue", func() bool { return admin.LLen(ctx, k.queue).Val() == 1 })
+		waitFor(t, ctx, "the waiter to queue", func() bool { return admin.LLen(ctx, k.Queue).Val() == 1 })
 		stop := make(chan struct{})
 		won := make(chan *driver.Request, 1)
 		tried := make(chan int, 1)
@@ -331,7 +331,7 @@ func TestWithoutFencingATryingNewcomerNeverPassesAHandoff(t *testing.T) {
 			t.Fatalf("round %d: a newcomer's TryAcquire took the lock before the waiter released it", round)
 		default:
 		}
-		if v := admin.Get(ctx, k.lock).Val(); v != waiter.Owner {
+		if v := admin.Get(ctx, k.Lock).Val(); v != waiter.Owner {
 			t.Fatalf("round %d: the lock holds %q, want the waiter", round, v)
 		}
 		if err := waiterD.Release(ctx, waiter); err != nil {
@@ -415,12 +415,12 @@ func TestWatchHearsOfStandardClientsAndExpiries(t *testing.T) {
 		}
 	}
 	hears("a standard client's grant", func() {
-		if err := admin.SetNX(ctx, k.lock, "standard", 10*time.Second).Err(); err != nil {
+		if err := admin.SetNX(ctx, k.Lock, "standard", 10*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	})
 	hears("a standard client's release", func() {
-		if err := admin.Del(ctx, k.lock).Err(); err != nil {
+		if err := admin.Del(ctx, k.Lock).Err(); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -432,7 +432,7 @@ func TestWatchHearsOfStandardClientsAndExpiries(t *testing.T) {
 		case <-c:
 		default:
 		}
-		if err := admin.SetNX(ctx, k.lock, "standard", 300*time.Millisecond).Err(); err != nil {
+		if err := admin.SetNX(ctx, k.Lock, "standard", 300*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -440,12 +440,12 @@ func TestWatchHearsOfStandardClientsAndExpiries(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no signal of the grant")
 		}
-		if admin.Exists(ctx, k.lock).Val() == 0 {
+		if admin.Exists(ctx, k.Lock).Val() == 0 {
 			continue // too slow to tell the grant's signal from the expiry's: again
 		}
 		break
 	}
-	for admin.Exists(ctx, k.lock).Val() != 0 {
+	for admin.Exists(ctx, k.Lock).Val() != 0 {
 		select {
 		case <-c: // a signal before the expiry is allowed; wait for another
 		case <-ctx.Done():

@@ -103,10 +103,10 @@ func TestDeadWaiterDelaysOthersByItsLeaseAndTTLAtMost(t *testing.T) {
 	}
 	const deadLease, deadTTL = 700 * time.Millisecond, 500 * time.Millisecond
 	entry := fmt.Sprintf("%d %d %s", now.Add(deadLease).UnixMilli(), deadTTL.Milliseconds(), "distlock:inbox:nobody")
-	if err := admin.HSet(ctx, k.waiters, "dead-owner", entry).Err(); err != nil {
+	if err := admin.HSet(ctx, k.Waiters, "dead-owner", entry).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.RPush(ctx, k.queue, "dead-owner").Err(); err != nil {
+	if err := admin.RPush(ctx, k.Queue, "dead-owner").Err(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -121,7 +121,7 @@ func TestDeadWaiterDelaysOthersByItsLeaseAndTTLAtMost(t *testing.T) {
 		got <- time.Now()
 		_ = l.Release(ctx)
 	}()
-	waitQueueLen(t, ctx, admin, k.queue, 2) // the live waiter queued behind the dead one
+	waitQueueLen(t, ctx, admin, k.Queue, 2) // the live waiter queued behind the dead one
 	released := time.Now()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	bctx, bcancel := context.WithCancel(ctx)
 	bdone := make(chan error, 1)
 	go func() { _, err := b.Acquire(bctx, "q"); bdone <- err }()
-	waitQueueLen(t, ctx, admin, d.keys("q").queue, 1)
+	waitQueueLen(t, ctx, admin, d.keys("q").Queue, 1)
 	cdone := make(chan error, 1)
 	go func() {
 		l, err := c.Acquire(ctx, "q")
@@ -164,12 +164,12 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 		}
 		cdone <- err
 	}()
-	waitQueueLen(t, ctx, admin, d.keys("q").queue, 2)
+	waitQueueLen(t, ctx, admin, d.keys("q").Queue, 2)
 	bcancel()
 	if err := <-bdone; err == nil {
 		t.Fatal("cancelled Acquire succeeded")
 	}
-	waitQueueLen(t, ctx, admin, d.keys("q").queue, 1)
+	waitQueueLen(t, ctx, admin, d.keys("q").Queue, 1)
 	start := time.Now()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("the second waiter got the lock %v after the release, want it at once", took)
 	}
-	if n, _ := admin.Exists(ctx, d.keys("q").queue, d.keys("q").waiters).Result(); n != 0 {
+	if n, _ := admin.Exists(ctx, d.keys("q").Queue, d.keys("q").Waiters).Result(); n != 0 {
 		t.Errorf("%d queue keys left behind", n)
 	}
 }
@@ -215,7 +215,7 @@ func TestWaitersKeepTheirOrderWhenTheHolderExpires(t *testing.T) {
 	_, d := subscribedLocker(t, ctx, url)
 	// The holder vanishes: a process that took the lock and died. (A Locker
 	// whose deadline passes releases the lock itself, which hands it over.)
-	if err := admin.Set(ctx, d.keys("expiring").lock, "vanished-owner", 500*time.Millisecond).Err(); err != nil {
+	if err := admin.Set(ctx, d.keys("expiring").Lock, "vanished-owner", 500*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 	const waiters = 4
@@ -232,7 +232,7 @@ func TestWaitersKeepTheirOrderWhenTheHolderExpires(t *testing.T) {
 			order <- i
 			_ = l.Release(ctx)
 		}(i)
-		waitQueueLen(t, ctx, admin, d.keys("expiring").queue, int64(i+1))
+		waitQueueLen(t, ctx, admin, d.keys("expiring").Queue, int64(i+1))
 	}
 	for want := 0; want < waiters; want++ {
 		select {
@@ -244,7 +244,7 @@ func TestWaitersKeepTheirOrderWhenTheHolderExpires(t *testing.T) {
 			t.Fatalf("waiter %d not served within 3s of the previous one", want)
 		}
 	}
-	if n, _ := admin.Exists(ctx, d.keys("expiring").queue, d.keys("expiring").waiters).Result(); n != 0 {
+	if n, _ := admin.Exists(ctx, d.keys("expiring").Queue, d.keys("expiring").Waiters).Result(); n != 0 {
 		t.Errorf("%d queue keys left behind", n)
 	}
 }

@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 		},
 		// A deleted key looks like an expired one.
 		SeverCause:     lock.ErrExpired,
-		AttemptBound:   goRedisReadTimeout, // what bounds one call (attempt.go)
+		AttemptBound:   goRedisReadTimeout, // what bounds one call (scripts.go)
 		RestartBackend: func(context.Context) error { return srv.Restart(false) },
 		// The run_id changed.
 		RestartCause: lock.ErrServerChanged,

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -81,10 +82,8 @@ func fenceDue(h heldLock, until time.Duration) bool {
 // A refreshCall is one script call of a refresh: refresh.lua for a batch of
 // exclusive locks of one slot, or shapedrefresh.lua for one shaped hold.
 type refreshCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	reqs   []int // the indices of the requests it covers
+	scriptCall
+	reqs []int // the indices of the requests it covers
 }
 
 // refresh extends every request's lock (or only checks it when extend is
@@ -111,27 +110,29 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	batches := map[int]*refreshCall{} // the open batch of each slot
 	for i, r := range reqs {
 		k := d.keys(r.Key)
-		lockKeys[i] = k.lock
+		lockKeys[i] = k.Lock
 		ttl := "0"
 		if extend {
 			ttl = strconv.FormatInt(millis(r.TTL), 10)
 		}
 		if n := shape(r); n >= 0 {
 			calls = append(calls, &refreshCall{
-				script: shapedRefreshScript,
-				keys:   []string{k.lock, k.holders, k.labels, k.forced},
-				args:   []any{r.Owner, ttl, n},
-				reqs:   []int{i},
+				scriptCall: scriptCall{
+					script: shapedRefreshScript,
+					keys:   []string{k.Lock, k.Holders, k.Labels, k.Forced},
+					args:   []any{r.Owner, ttl, n},
+				},
+				reqs: []int{i},
 			})
 			continue
 		}
 		slot := 0
 		if d.cluster != nil {
-			slot = redisproto.Slot(k.lock)
+			slot = redisproto.Slot(k.Lock)
 		}
 		b := batches[slot]
 		if b == nil || len(b.reqs) == refreshBatchSize {
-			b = &refreshCall{script: refreshScript}
+			b = &refreshCall{scriptCall: scriptCall{script: refreshScript}}
 			batches[slot] = b
 			calls = append(calls, b)
 		}
@@ -140,15 +141,13 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 			keep = strconv.FormatInt(millis(r.TTL+fenceKeep), 10)
 			fenced[i] = true
 		}
-		b.keys = append(b.keys, k.lock, k.fence, k.forced)
+		b.keys = append(b.keys, k.Lock, k.Fence, k.Forced)
 		b.args = append(b.args, r.Owner, ttl, keep)
 		b.reqs = append(b.reqs, i)
 	}
-	scripts := make([]*redis.Script, len(calls))
-	keys := make([][]string, len(calls))
-	args := make([][]any, len(calls))
+	sent := make([]scriptCall, len(calls))
 	for j, c := range calls {
-		scripts[j], keys[j], args[j] = c.script, c.keys, c.args
+		sent[j] = c.scriptCall
 	}
 	var info *redis.StringCmd
 	var extra func(redis.Pipeliner)
@@ -156,7 +155,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 		extra = func(p redis.Pipeliner) { info = p.Info(ctx, "server") }
 	}
 	dials := d.dialWatch.Dials() // before the INFO is sent: see grantedBy
-	cmds := evalPipelined(ctx, d.client, scripts, keys, args, extra)
+	cmds := evalPipelined(ctx, d.client, sent, extra)
 
 	// Each request's answer: refresh.lua's codes (shapedrefresh.lua's are
 	// the same, without 3).
@@ -187,7 +186,7 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 
 	seen := map[string]seenID{} // run_id by node address, read in this call
 	if info != nil && info.Err() == nil {
-		if id, err := parseRunID(info.Val()); err == nil {
+		if id, ok := redislayout.ParseRunID(info.Val()); ok {
 			seen[""] = seenID{id: id, dials: dials}
 		}
 	}
@@ -280,20 +279,14 @@ func (d *Driver) currentNode(ctx context.Context, lockKey string, seen map[strin
 func (d *Driver) releaseLost(reqs []*driver.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
-	keys := make([][]string, len(reqs))
-	args := make([][]any, len(reqs))
-	scripts := make([]*redis.Script, len(reqs))
+	calls := make([]scriptCall, len(reqs))
 	for i, r := range reqs {
-		keys[i] = d.keys(r.Key).all()
+		calls[i] = scriptCall{script: releaseScript, keys: scriptKeys(d.keys(r.Key)), args: []any{r.Owner}}
 		if n := shape(r); n >= 0 {
-			args[i] = []any{r.Owner, n}
-			scripts[i] = shapedReleaseScript
-		} else {
-			args[i] = []any{r.Owner}
-			scripts[i] = releaseScript
+			calls[i].script, calls[i].args = shapedReleaseScript, []any{r.Owner, n}
 		}
 	}
-	_ = evalPipelined(ctx, d.client, scripts, keys, args, nil)
+	_ = evalPipelined(ctx, d.client, calls, nil)
 	for _, r := range reqs {
 		d.forget(r)
 	}

@@ -47,7 +47,7 @@ func TestRefreshBatchCostsOneCommandPerLockAndAnswersEachLock(t *testing.T) {
 	}
 	// Three locks near their end, which the refresh must extend.
 	for _, r := range reqs[:3] {
-		if err := admin.PExpire(ctx, d.keys(r.Key).lock, time.Second).Err(); err != nil {
+		if err := admin.PExpire(ctx, d.keys(r.Key).Lock, time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,17 +73,17 @@ func TestRefreshBatchCostsOneCommandPerLockAndAnswersEachLock(t *testing.T) {
 	}
 	// Each lock lives its TTL from the refresh's send time at least.
 	for _, r := range reqs[:3] {
-		if pt, err := admin.PTTL(ctx, d.keys(r.Key).lock).Result(); err != nil || pt < r.TTL-time.Since(start) {
+		if pt, err := admin.PTTL(ctx, d.keys(r.Key).Lock).Result(); err != nil || pt < r.TTL-time.Since(start) {
 			t.Errorf("after the refresh %s lives %v (%v), want about its TTL %v", r.Key, pt, err, r.TTL)
 		}
 	}
 
 	// Losses, each its own cause, in one batch with locks still held.
 	k := func(i int) keys { return d.keys(reqs[i].Key) }
-	if err := admin.Del(ctx, k(10).lock).Err(); err != nil {
+	if err := admin.Del(ctx, k(10).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.Set(ctx, k(11).lock, "someone else", time.Minute).Err(); err != nil {
+	if err := admin.Set(ctx, k(11).Lock, "someone else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ForceRelease(ctx, reqs[12].Key); err != nil {
@@ -108,13 +108,13 @@ func TestFenceRecordIsExtendedAtTheFirstRefreshThenOnlyWhenDue(t *testing.T) {
 	defer d.Release(ctx, req)
 	short := func() {
 		t.Helper()
-		if err := admin.PExpire(ctx, k.fence, time.Minute).Err(); err != nil {
+		if err := admin.PExpire(ctx, k.Fence, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fenceTTL := func() time.Duration {
 		t.Helper()
-		pt, err := admin.PTTL(ctx, k.fence).Result()
+		pt, err := admin.PTTL(ctx, k.Fence).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestFenceRecordIsExtendedAtTheFirstRefreshThenOnlyWhenDue(t *testing.T) {
 	if err := d.Refresh(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if lock, pt := admin.PTTL(ctx, k.lock).Val(), fenceTTL(); pt < lock {
+	if lock, pt := admin.PTTL(ctx, k.Lock).Val(), fenceTTL(); pt < lock {
 		t.Errorf("after a refresh to %v the fence record lives %v, less than the lock's %v", req.TTL, pt, lock)
 	}
 }

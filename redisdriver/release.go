@@ -29,7 +29,7 @@ func (d *Driver) release(ctx context.Context, req *driver.Request) (int64, error
 	var n int64
 	var err error
 	if s := shape(req); s >= 0 {
-		n, err = shapedReleaseScript.Run(ctx, d.client, k.all(), req.Owner, s).Int64()
+		n, err = shapedReleaseScript.Run(ctx, d.client, scriptKeys(k), req.Owner, s).Int64()
 	} else {
 		// The holders key too: the lock may go to shared or permit waiters.
 		call := newHotCall(releaseScript, k)

@@ -49,7 +49,7 @@ func (e *foreignEnv) notYet(t *testing.T, k keys, queued int64, ch <-chan *lock.
 		t.Fatalf("%s was granted out of turn", what)
 	default:
 	}
-	if n, err := e.admin.LLen(e.ctx, k.queue).Result(); err != nil || n != queued {
+	if n, err := e.admin.LLen(e.ctx, k.Queue).Result(); err != nil || n != queued {
 		t.Fatalf("%s: %d waiters queued (%v), want %d", what, n, err, queued)
 	}
 }
@@ -68,16 +68,16 @@ func TestReadersQueuedBeforeAWriterGoFirstAndLaterOnesWaitBehindIt(t *testing.T)
 		t.Fatal(err)
 	}
 	r1 := acquireAsync(t, e.ctx, e.lk, "rw", shared)
-	waitQueueLen(t, e.ctx, e.admin, k.queue, 1)
+	waitQueueLen(t, e.ctx, e.admin, k.Queue, 1)
 	r2 := acquireAsync(t, e.ctx, e.lk, "rw", shared)
-	waitQueueLen(t, e.ctx, e.admin, k.queue, 2)
+	waitQueueLen(t, e.ctx, e.admin, k.Queue, 2)
 	w2 := acquireAsync(t, e.ctx, e.lk, "rw")
-	waitQueueLen(t, e.ctx, e.admin, k.queue, 3)
+	waitQueueLen(t, e.ctx, e.admin, k.Queue, 3)
 	if _, err := e.lk.TryAcquire(e.ctx, "rw", shared); !errors.Is(err, lock.ErrLocked) {
 		t.Fatalf("a reader's TryAcquire behind a waiting writer = %v, want ErrLocked", err)
 	}
 	r3 := acquireAsync(t, e.ctx, e.lk, "rw", shared)
-	waitQueueLen(t, e.ctx, e.admin, k.queue, 4)
+	waitQueueLen(t, e.ctx, e.admin, k.Queue, 4)
 
 	if err := w1.Release(e.ctx); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestReadersQueuedBeforeAWriterGoFirstAndLaterOnesWaitBehindIt(t *testing.T)
 	}
 	w := got(t, e.ctx, w2, "the writer after the readers before it")
 	e.notYet(t, k, 1, r3, "the reader behind the writer, while the writer holds the key")
-	if v, err := e.admin.Get(e.ctx, k.lock).Result(); err != nil || v == "\x00shared" {
+	if v, err := e.admin.Get(e.ctx, k.Lock).Result(); err != nil || v == "\x00shared" {
 		t.Fatalf("the lock key holds %q (%v) while the writer holds it", v, err)
 	}
 	if err := w.Release(e.ctx); err != nil {
@@ -116,7 +116,7 @@ func TestSharedHoldsAndPermitsExcludeStandardSetNXClients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := e.admin.SetNX(e.ctx, k.lock, "standard-client", time.Second).Result(); err != nil || ok {
+		if ok, err := e.admin.SetNX(e.ctx, k.Lock, "standard-client", time.Second).Result(); err != nil || ok {
 			t.Fatalf("standard SET NX while the driver holds a shared hold or a permit = %v, %v", ok, err)
 		}
 		if err := l.Release(e.ctx); err != nil {
@@ -155,7 +155,7 @@ func TestMismatchedShapesAreInvalidArgument(t *testing.T) {
 			if _, err := e.lk.Acquire(e.ctx, key, c.mismatched...); !errors.Is(err, lock.ErrInvalidArgument) {
 				t.Errorf("Acquire = %v, want ErrInvalidArgument", err)
 			}
-			if n, err := e.admin.Exists(e.ctx, e.keys(key).queue).Result(); err != nil || n != 0 {
+			if n, err := e.admin.Exists(e.ctx, e.keys(key).Queue).Result(); err != nil || n != 0 {
 				t.Errorf("the refused request queued: %d, %v", n, err)
 			}
 			if err := l.Refresh(e.ctx); err != nil {
@@ -186,11 +186,11 @@ func TestPermitGivenBackIsHandedToTheFirstWaiter(t *testing.T) {
 	if b.Token() <= a.Token() {
 		t.Fatalf("tokens %d then %d, want increasing", a.Token(), b.Token())
 	}
-	if ttl, err := e.admin.PTTL(e.ctx, k.holders).Result(); err != nil || ttl <= 0 {
+	if ttl, err := e.admin.PTTL(e.ctx, k.Holders).Result(); err != nil || ttl <= 0 {
 		t.Errorf("the holders key's TTL = %v, %v; want it to expire with the holds", ttl, err)
 	}
 	c := acquireAsync(t, e.ctx, e.lk, "sem", n)
-	waitQueueLen(t, e.ctx, e.admin, k.queue, 1)
+	waitQueueLen(t, e.ctx, e.admin, k.Queue, 1)
 	if err := a.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func (e *foreignEnv) requireNoKeysLeft(t *testing.T, k keys) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	if n, err := e.admin.Exists(ctx, k.lock, k.queue, k.waiters, k.holders, k.labels).Result(); err != nil || n != 0 {
+	if n, err := e.admin.Exists(ctx, k.Lock, k.Queue, k.Waiters, k.Holders, k.Labels).Result(); err != nil || n != 0 {
 		t.Errorf("%d of the lock's keys left after the last release (%v)", n, err)
 	}
 }
@@ -228,7 +228,7 @@ func TestHoldersSetExpiresWithTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.admin.Del(e.ctx, k.holders).Err(); err != nil {
+	if err := e.admin.Del(e.ctx, k.Holders).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// A shorter TTL than the marker's left, so the marker keeps its expiry.
@@ -236,11 +236,11 @@ func TestHoldersSetExpiresWithTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marker, err := e.admin.PTTL(e.ctx, k.lock).Result()
+	marker, err := e.admin.PTTL(e.ctx, k.Lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	holders, err := e.admin.PTTL(e.ctx, k.holders).Result()
+	holders, err := e.admin.PTTL(e.ctx, k.Holders).Result()
 	if err != nil || holders <= 0 || holders > marker {
 		t.Errorf("holders set TTL %v (%v), want positive and at most the marker's %v", holders, err, marker)
 	}

@@ -3,11 +3,16 @@ package redisdriver
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/distlock/lock/internal/redisproto"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // The Lua scripts beside this file. redis.Script sends EVALSHA and falls back to
@@ -98,15 +103,22 @@ const (
 
 var isNoScript = redisproto.IsNoScript
 
-// evalPipelined runs scripts[i] once per (keys, args) call in one pipeline, and
-// again with EVAL, in a second pipeline, for the calls the server answered
-// NOSCRIPT. extra, if set, adds commands after the scripts in each pipeline; it
-// returns them so the caller can read them after the last round.
-func evalPipelined(ctx context.Context, c redis.UniversalClient, scripts []*redis.Script, keys [][]string, args [][]any, extra func(redis.Pipeliner)) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(keys))
+// A scriptCall is one call of a script: its KEYS and ARGV.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// evalPipelined runs the calls in one pipeline, and again with EVAL, in a
+// second pipeline, those the server answered NOSCRIPT. extra, if set, adds
+// commands after the scripts in each pipeline; it returns them so the caller
+// can read them after the last round.
+func evalPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCall, extra func(redis.Pipeliner)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
-	for i := range keys {
-		cmds[i] = scripts[i].EvalSha(ctx, pipe, keys[i], args[i]...)
+	for i, call := range calls {
+		cmds[i] = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
 	}
 	if extra != nil {
 		extra(pipe)
@@ -123,7 +135,7 @@ func evalPipelined(ctx context.Context, c redis.UniversalClient, scripts []*redi
 	}
 	pipe = c.Pipeline()
 	for _, i := range again {
-		cmds[i] = scripts[i].Eval(ctx, pipe, keys[i], args[i]...)
+		cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	if extra != nil {
 		extra(pipe)
@@ -132,7 +144,7 @@ func evalPipelined(ctx context.Context, c redis.UniversalClient, scripts []*redi
 	return cmds
 }
 
-// hotKeys is how many keys (KEYS) a hotCall passes: keys.all's.
+// hotKeys is how many keys (KEYS) a hotCall passes: scriptKeys'.
 const hotKeys = 6
 
 // A hotCall is the arguments of one call of acquire.lua (plain.lua without
@@ -152,7 +164,7 @@ type hotCall struct {
 // newHotCall starts a call of s on the keys k; add appends its arguments.
 func newHotCall(s *redis.Script, k keys) *hotCall {
 	c := &hotCall{k: k, sha: s.Hash()}
-	c.args = [len(c.args)]any{"evalsha", &c.sha, hotKeys, &c.k.lock, &c.k.fence, &c.k.queue, &c.k.waiters, &c.k.holders, &c.k.labels}
+	c.args = [len(c.args)]any{"evalsha", &c.sha, hotKeys, &c.k.Lock, &c.k.Fence, &c.k.Queue, &c.k.Waiters, &c.k.Holders, &c.k.Labels}
 	c.n = 3 + hotKeys
 	return c
 }
@@ -169,7 +181,85 @@ func (c *hotCall) run(ctx context.Context, client redis.UniversalClient, s *redi
 	cmd.SetFirstKeyPos(3)        // routes it by its first key in a Cluster, as EvalSha does
 	_ = client.Process(ctx, cmd) // the error is cmd's
 	if isNoScript(cmd.Err()) {
-		return s.Eval(ctx, client, c.k.all(), c.args[3+hotKeys:c.n]...)
+		return s.Eval(ctx, client, scriptKeys(c.k), c.args[3+hotKeys:c.n]...)
 	}
 	return cmd
+}
+
+// keys are the names of a lock's keys, laid out as internal/redislayout says:
+// this driver uses the lock key, fence, queue, waiters, holders, labels,
+// forced and the watch channel. The fence record holds the last token alone,
+// or after an exclusive grant "token since-µs owner label": the exclusive
+// holder's record.
+type keys = redislayout.Keys
+
+func (d *Driver) keys(key string) keys { return redislayout.NewKeys(d.prefix, key) }
+
+// scriptKeys is the keys of the scripts that grant and release, in the order
+// of their KEYS (see common.lua). It leaves out forced, which only the
+// scripts that evict, relabel and refresh read: every key costs the hot path.
+func scriptKeys(k keys) []string {
+	return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Holders, k.Labels}
+}
+
+// scriptKeysWithForced is scriptKeys and forced, the KEYS of force.lua and
+// relabel.lua.
+func scriptKeysWithForced(k keys) []string {
+	return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Holders, k.Labels, k.Forced}
+}
+
+// shape is what the scripts call n: 0 for a shared hold, the number of
+// permits for a permit, -1 for the exclusive lock.
+func shape(req *driver.Request) int {
+	switch {
+	case req.Permits > 1:
+		return req.Permits
+	case req.Shared:
+		return 0
+	}
+	return -1
+}
+
+// go-redis retries a command whose reply timed out (MaxRetries, 3 by
+// default) on another connection, and against a server that accepts
+// connections but answers nothing (frozen, overloaded) the new connection's
+// handshake waits its own read timeout too: one TryAcquire with a context
+// without deadline took two read timeouts and the backoff between them
+// (10.3s with go-redis's default of 5s), where one was documented. So the
+// driver bounds each TryAcquire, Refresh and Release by the client's read
+// timeout, retries included: a retry that fits (a connection reset, answered
+// at once on a new connection) still happens, a second wait for silence does
+// not.
+
+// attemptTimeout is the read timeout of client after go-redis's defaults,
+// which bounds one call; zero when reads are not bounded (read_timeout=-1 or
+// -2), and the call is then bounded by its context alone.
+func attemptTimeout(client redis.UniversalClient) time.Duration {
+	var t time.Duration
+	switch c := client.(type) {
+	case *redis.Client:
+		t = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		t = c.Options().ReadTimeout
+	}
+	return max(t, 0)
+}
+
+// attempt returns ctx bounded by the driver's attempt timeout, and a function
+// that ends it and turns the bound's expiry in err into an error matching
+// driver.ErrUnavailable that names the bound (the caller's own deadline or
+// cancellation is left as it is).
+func (d *Driver) attempt(ctx context.Context) (context.Context, func(err error) error) {
+	if d.attemptTimeout <= 0 {
+		return ctx, func(err error) error { return err }
+	}
+	actx, cancel := context.WithTimeout(ctx, d.attemptTimeout)
+	return actx, func(err error) error {
+		expired := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || !expired {
+			return err
+		}
+		return fmt.Errorf("%w: redisdriver: no answer within read_timeout %v: %w", driver.ErrUnavailable, d.attemptTimeout, err)
+	}
 }

@@ -48,7 +48,7 @@ func TestEveryCallWorksAfterTheServerForgetsItsScripts(t *testing.T) {
 		if err := d.Release(ctx, req); err != nil {
 			t.Fatalf("Release after SCRIPT FLUSH: %v", err)
 		}
-		if n, err := admin.Exists(ctx, d.keys(req.Key).lock).Result(); err != nil || n != 0 {
+		if n, err := admin.Exists(ctx, d.keys(req.Key).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("the lock key after Release: EXISTS = %d, %v; want 0", n, err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestATokenAheadOfTheClockStillRecordsTheHolder(t *testing.T) {
 	d, admin, ctx := newInspectDriver(t)
 	k := d.keys("ahead")
 	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
-	if err := admin.Set(ctx, k.fence, ahead, time.Hour).Err(); err != nil {
+	if err := admin.Set(ctx, k.Fence, ahead, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	req := &driver.Request{Key: "ahead", Owner: randomHex(16), TTL: 3 * time.Second, Label: "a label"}

@@ -43,7 +43,7 @@ func TestLongestTTLKeepsTheLockOnTheServer(t *testing.T) {
 	const centuries = int64(290 * 365 * 24 * time.Hour / time.Millisecond)
 	checkPTTL := func(when string) {
 		t.Helper()
-		pttl, err := admin.Do(ctx, "PTTL", d1.keys("forever").lock).Int64()
+		pttl, err := admin.Do(ctx, "PTTL", d1.keys("forever").Lock).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func TestRefreshFindingAnotherOwnerOnAMajorityReportsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.settle() // the grant's last servers have answered
-	key := d.keys("k").lock
+	key := d.keys("k").Lock
 	for _, a := range admin[:2] {
 		if err := a.Set(ctx, key, "standard-client", time.Minute).Err(); err != nil {
 			t.Fatal(err)

@@ -61,7 +61,7 @@ func acquireAsync(ctx context.Context, d *Driver, req *request) <-chan error {
 // lock held and registered d on the servers since since.
 func waitWaiting(ctx context.Context, t *testing.T, d *Driver, since time.Time) {
 	t.Helper()
-	lockKey := d.keys("k").lock
+	lockKey := d.keys("k").Lock
 	waitUntil(ctx, t, "a waiter of the driver registered", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -90,7 +90,7 @@ func TestReleaseFindingTheOtherDriverOnAMajorityOnlyStillPassesTheLock(t *testin
 	admin := admins(t, servers)
 	passTurns(ctx, t, servers, func(other *Driver) {
 		k := other.keys("k")
-		if err := admin[0].HDel(ctx, k.waiters, other.inbox).Err(); err != nil {
+		if err := admin[0].HDel(ctx, k.Waiters, other.inbox).Err(); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -115,7 +115,7 @@ func (t *tracked) locks() map[string]string {
 	defer t.mu.Unlock()
 	out := map[string]string{}
 	for req := range t.held {
-		out[t.keys(req.Key).lock] = req.Owner
+		out[t.keys(req.Key).Lock] = req.Owner
 	}
 	return out
 }

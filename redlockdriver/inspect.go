@@ -5,22 +5,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
-	"github.com/distlock/lock/internal/redisproto"
-)
-
-var (
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Lister    = (*Driver)(nil)
-	_ driver.Evictor   = (*Driver)(nil)
-	_ driver.Labeler   = (*Driver)(nil)
+	"github.com/distlock/lock/internal/redislayout"
 )
 
 // operatorWait is how long Inspect, List, ForceRelease and Relabel wait for
@@ -83,6 +74,8 @@ type view struct {
 	labels  []string    // the records' labels
 }
 
+var _ driver.Inspector = (*Driver)(nil)
+
 // Inspect implements driver.Inspector. It runs inspect.lua on every server at
 // once and reports a holder only where a majority of the servers hold its
 // owner (see Inspection in the package documentation): Expires is when fewer
@@ -97,7 +90,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	defer d.calls.Done()
 	k := d.keys(key)
 	start := time.Now()
-	replies := d.ask(ctx, opInspect, []string{k.lock, k.holders, k.grant, k.labels}, nil, nil)
+	replies := d.ask(ctx, opInspect, []string{k.Lock, k.Holders, k.Grant, k.Labels}, nil, nil)
 	if err := ctx.Err(); err != nil {
 		return driver.Info{}, err
 	}
@@ -119,7 +112,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.Info, error) {
 			end = start.Add(time.Duration(ms) * time.Millisecond)
 		}
 		v.ends = append(v.ends, end)
-		if us, label, ok := parseRecord(rec); ok {
+		if _, us, label, ok := redislayout.ParseRecord(rec); ok && us > 0 {
 			v.sinces = append(v.sinces, us)
 			v.labels = append(v.labels, label)
 		}
@@ -226,19 +219,7 @@ func mostCommon(labels []string) string {
 	return best
 }
 
-// parseRecord reads a holder's record less its owner, "0 since-µs label".
-func parseRecord(rec string) (us int64, label string, ok bool) {
-	_, rest, ok1 := strings.Cut(rec, " ")
-	s, label, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 {
-		return 0, "", false
-	}
-	us, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || us <= 0 {
-		return 0, "", false
-	}
-	return us, label, true
-}
+var _ driver.Lister = (*Driver)(nil)
 
 // List implements driver.Lister: SCAN for the lock keys under prefix (the
 // only keys of the driver that end with a closing brace) and GET their
@@ -249,8 +230,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 		return nil, err
 	}
 	defer d.calls.Done()
-	head := d.prefix + ":{"
-	pattern := globEscape(head+redisproto.Escape(prefix)) + "*}"
+	pattern := redislayout.ScanPattern(d.prefix, prefix)
 	values := make([]map[string]string, len(d.servers)) // by server: lock key -> value
 	errs := make([]error, len(d.servers))
 	var wg sync.WaitGroup
@@ -282,12 +262,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 			if votes[[2]string{name, v}] != d.quorum {
 				continue
 			}
-			e, ok1 := strings.CutPrefix(name, head)
-			e, ok2 := strings.CutSuffix(e, "}")
-			if !ok1 || !ok2 || strings.ContainsAny(e, "{}") {
-				continue // not a lock key of ours
-			}
-			if user := unescape(e); strings.HasPrefix(user, prefix) {
+			if user, ok := redislayout.UserKey(d.prefix, name, prefix); ok {
 				out = append(out, user)
 			}
 		}
@@ -339,22 +314,7 @@ func (d *Driver) scan(ctx context.Context, c redis.UniversalClient, pattern stri
 	return out, one(ctx, c)
 }
 
-// globEscape escapes the characters SCAN MATCH treats as a pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// unescape is the inverse of redisproto.Escape.
-func unescape(s string) string { return unescaper.Replace(s) }
-
-var unescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+var _ driver.Evictor = (*Driver)(nil)
 
 // ForceRelease implements driver.Evictor: force.lua on every server at once
 // deletes the lock and its holders' records whoever holds them, leaves a
@@ -371,7 +331,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	defer d.calls.Done()
 	k := d.keys(key)
-	replies := d.ask(ctx, opForce, []string{k.lock, k.waiters, k.holders, k.grant, k.labels, k.forced},
+	replies := d.ask(ctx, opForce, []string{k.Lock, k.Waiters, k.Holders, k.Grant, k.Labels, k.Forced},
 		[]any{millis(tombstoneLife)}, nil)
 	evicted := map[string]bool{}
 	wrong := 0
@@ -436,9 +396,11 @@ func (d *Driver) evicted(key string, owners map[string]bool) {
 		}
 		// The servers that did not answer may still hold it: give it back
 		// there, as a lock found lost is.
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
+		d.releaseEverywhere(releaseRound{k: d.keys(req.Key), req: req, notify: true, ended: true})
 	}
 }
+
+var _ driver.Labeler = (*Driver)(nil)
 
 // Relabel implements driver.Labeler: relabel.lua on every server at once
 // replaces the label in req.Owner's record where it holds the lock. It
@@ -468,7 +430,7 @@ func (d *Driver) Relabel(ctx context.Context, req *request, label string) error 
 		yes, no := count(replies)
 		return yes >= d.quorum || no > len(d.servers)-d.quorum
 	}
-	replies := d.ask(ctx, opRelabel, []string{k.lock, k.grant, k.holders, k.labels}, []any{req.Owner, label, millis(recordKeep(req.TTL))}, decided)
+	replies := d.ask(ctx, opRelabel, []string{k.Lock, k.Grant, k.Holders, k.Labels}, []any{req.Owner, label, millis(recordKeep(req.TTL))}, decided)
 	yes, no := count(replies)
 	switch {
 	case yes >= d.quorum:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -35,23 +36,23 @@ func TestRecordLiesBesideTheLockAndGoesWithIt(t *testing.T) {
 	}
 	d.settle() // the last server has answered
 	for i, a := range admin {
-		if v, err := a.Get(ctx, k.lock).Result(); err != nil || v != req.Owner {
+		if v, err := a.Get(ctx, k.Lock).Result(); err != nil || v != req.Owner {
 			t.Errorf("server %d: the lock key holds %q (%v), want the owner alone", i+1, v, err)
 		}
-		rec, err := a.Get(ctx, k.grant).Result()
+		rec, err := a.Get(ctx, k.Grant).Result()
 		if err != nil {
 			t.Fatalf("server %d: no grant record: %v", i+1, err)
 		}
 		owner, rest, _ := strings.Cut(rec, " ")
-		us, label, ok := parseRecord(rest)
+		tok, us, label, ok := redislayout.ParseRecord(rest)
 		since := time.UnixMicro(us)
-		if owner != req.Owner || !ok || label != req.Label || since.Before(before.Add(-time.Second)) || since.After(time.Now().Add(time.Second)) {
+		if owner != req.Owner || !ok || tok != 0 || label != req.Label || since.Before(before.Add(-time.Second)) || since.After(time.Now().Add(time.Second)) {
 			t.Errorf("server %d: grant record %q, want owner, 0, the grant's time and the label", i+1, rec)
 		}
 		// The record outlives the lock (refreshes extend it only when due),
 		// by at most recordKeep.
-		lockTTL := a.PTTL(ctx, k.lock).Val()
-		if pt := a.PTTL(ctx, k.grant).Val(); pt <= 0 || pt < lockTTL || pt > recordTTL(req.TTL) {
+		lockTTL := a.PTTL(ctx, k.Lock).Val()
+		if pt := a.PTTL(ctx, k.Grant).Val(); pt <= 0 || pt < lockTTL || pt > recordTTL(req.TTL) {
 			t.Errorf("server %d: the record's TTL %v, want from the lock's (%v) to %v", i+1, pt, lockTTL, recordTTL(req.TTL))
 		}
 	}
@@ -68,7 +69,7 @@ func TestRecordLiesBesideTheLockAndGoesWithIt(t *testing.T) {
 	}
 	d.settle()
 	for i, a := range admin {
-		recs, err := a.HGetAll(ctx, k.labels).Result()
+		recs, err := a.HGetAll(ctx, k.Labels).Result()
 		if err != nil || !strings.HasSuffix(recs["reader-1"], " L1") || !strings.HasSuffix(recs["reader-2"], " L2") {
 			t.Errorf("server %d: labels %q (%v), want both readers' records", i+1, recs, err)
 		}
@@ -269,7 +270,7 @@ func TestRelabelIsOwnerCheckedOnAMajority(t *testing.T) {
 		t.Errorf("Relabel by a stranger: %v, want ErrNotHeld", err)
 	}
 	// One server lost the lock: a majority still holds it and is relabelled.
-	if err := admin[0].Del(ctx, d.keys("k").lock).Err(); err != nil {
+	if err := admin[0].Del(ctx, d.keys("k").Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Relabel(ctx, req, "new"); err != nil {
@@ -279,7 +280,7 @@ func TestRelabelIsOwnerCheckedOnAMajority(t *testing.T) {
 	if err != nil || len(in.Holders) != 1 || in.Holders[0].Label != "new" || req.Label != "old" {
 		t.Errorf("after Relabel: %+v, %v, request's label %q; want one holder labelled new, the request's label unchanged", in, err, req.Label)
 	}
-	if err := admin[1].Del(ctx, d.keys("k").lock).Err(); err != nil {
+	if err := admin[1].Del(ctx, d.keys("k").Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Relabel(ctx, req, "newer"); !errors.Is(err, driver.ErrNotHeld) {

@@ -135,7 +135,7 @@ func TestReleaseIsNotQueuedBehindTheRefreshOfManyLocks(t *testing.T) {
 	for _, a := range admin {
 		pipe := a.Pipeline()
 		for _, r := range reqs {
-			pipe.Set(ctx, d.keys(r.Key).lock, r.Owner, time.Minute)
+			pipe.Set(ctx, d.keys(r.Key).Lock, r.Owner, time.Minute)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
@@ -176,7 +176,7 @@ func TestReleaseIsNotQueuedBehindTheRefreshOfManyLocks(t *testing.T) {
 	// answer may still be on its way), on every server soon after.
 	gone := func() (n int) {
 		for _, a := range admin {
-			if v, err := a.Exists(ctx, d.keys(req.Key).lock).Result(); err == nil && v == 0 {
+			if v, err := a.Exists(ctx, d.keys(req.Key).Lock).Result(); err == nil && v == 0 {
 				n++
 			}
 		}
@@ -239,7 +239,7 @@ func TestReleaseLeavesNoLockBehindOnASlowServer(t *testing.T) {
 	}
 	d.settle()
 	for i, a := range admin {
-		if v, err := a.Get(ctx, d.keys("k").lock).Result(); err != redis.Nil {
+		if v, err := a.Get(ctx, d.keys("k").Lock).Result(); err != redis.Nil {
 			t.Errorf("server %d: after every release the lock holds %q (%v), want no key", i+1, v, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -276,9 +277,8 @@ func recordDue(h heldLock, now, ttl time.Duration) bool {
 // locks granted in a burst (100,000 in 15 s, say) all came due together, a
 // tenth more work for the servers for as long as the burst had lasted, every
 // half recordKeep; where the servers were already near their limit, that
-// wave pushed refreshes past their locks' deadlines (measured: a scale run
-// that lost most of its locks within a second of the first wave's peak).
-// Each phase's margin gives its locks a period of its own, so the waves
+// wave pushed refreshes past their locks' deadlines (docs/backends/redlock.md,
+// "Record extensions spread"). Each phase's margin gives its locks a period of its own, so the waves
 // flatten out, and no extension comes sooner than before half of recordKeep.
 func recordMargin(ttl time.Duration, phase uint8) time.Duration {
 	half := recordKeep(ttl) / 2
@@ -322,7 +322,7 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		}
 	}
 	// The open batch of each slot and TTL, of locks whose grant record is
-	// due (a call of refreshbatch.lua) or not (GETEX commands, extend.go):
+	// due (a call of refreshbatch.lua) or not (GETEX commands, opExtend):
 	// its index in calls. A batch's locks share a TTL, sent once.
 	type batchOf struct {
 		slot int
@@ -336,13 +336,13 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 			k := d.keys(r.Key)
 			calls = append(calls, refreshCall{
 				op:   opRefresh,
-				keys: []string{k.lock, k.grant, k.forced, k.holders, k.labels},
+				keys: []string{k.Lock, k.Grant, k.Forced, k.Holders, k.Labels},
 				args: []any{r.Owner, ttl},
 				reqs: []int{i},
 			})
 			continue
 		}
-		lock := d.lockKey(r.Key)
+		lock := redislayout.LockKey(d.prefix, r.Key)
 		slot := 0
 		if clustered {
 			slot = redisproto.Slot(lock)
@@ -360,7 +360,7 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		}
 		c := &calls[j]
 		if due[i] {
-			c.grants = append(c.grants, lock+grantSuffix)
+			c.grants = append(c.grants, lock+redislayout.Grant)
 			c.due = append(c.due, '1')
 		}
 		c.keys = append(c.keys, lock)
@@ -374,4 +374,52 @@ func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refre
 		}
 	}
 	return calls, due
+}
+
+// Refresh without a script: a refresh batch none of whose grant records is
+// due (nearly every one: a record comes due once in half of recordKeep) is
+// sent to a server as one plain GETEX per lock in the worker's pipeline, and
+// the worker compares each answer with the lock's owner, where a call of
+// refreshbatch.lua ran the same GETEX from Lua: a third less server CPU a
+// lock, for a little more on the client (docs/backends/redlock.md, "Refresh
+// without a script"). The servers are what a Driver holding many locks runs
+// out of first (see Capacity there); the client has the cores.
+//
+// A job of opExtend has the lock keys as its keys, and as its arguments the
+// TTL (a time.Duration), then the owner of each lock. Its answer is what
+// refreshbatch.lua answers: per lock, refHeld where the key held the owner
+// (and is now extended), refNotHeld where it held another owner, nothing, or
+// a value of another type. Any other error (a server refusing GETEX, one
+// loading its data) is the job's, as a script call's error is: it says
+// nothing about the lock.
+
+// queueExtend queues j's GETEX commands on pipe.
+func queueExtend(ctx context.Context, pipe redis.Pipeliner, j job) []*redis.StringCmd {
+	ttl := j.args[0].(time.Duration)
+	cmds := make([]*redis.StringCmd, len(j.keys))
+	for i, k := range j.keys {
+		cmds[i] = pipe.GetEx(ctx, k, ttl)
+	}
+	return cmds
+}
+
+// extendAnswer reads the answers of j's GETEX commands as refreshbatch.lua's
+// codes, or returns the first error that is not about a lock.
+func extendAnswer(j job, cmds []*redis.StringCmd) (any, error) {
+	out := make([]any, len(cmds))
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case err == nil:
+			out[i] = int64(refNotHeld)
+			if owner, _ := j.args[i+1].(string); v == owner {
+				out[i] = int64(refHeld)
+			}
+		case err == redis.Nil || redis.HasErrorPrefix(err, "WRONGTYPE"):
+			out[i] = int64(refNotHeld)
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
 }

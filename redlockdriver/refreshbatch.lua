@@ -1,7 +1,7 @@
 -- Extends many exclusive locks to a new TTL, each where its owner holds it on
 -- this server, and their grant records: automatic refresh's batch in one call,
 -- for the locks whose grant record is due (the others go as plain GETEX
--- commands, which cost the server less: extend.go; refresh.lua does one lock,
+-- commands, which cost the server less: refresh.go; refresh.lua does one lock,
 -- and the shared holds). The keys of one call share a Cluster slot when
 -- the server is a Cluster (the driver groups them).
 --
@@ -37,7 +37,7 @@ local g = n -- the last grant key taken
 for i = 1, n do
   local v = redis.pcall('GETEX', KEYS[i], 'PX', ttl)
   -- A value of another type is not the owner; any other error (GETEX
-  -- refused) says nothing about the lock: it is the call's, as in extend.go.
+  -- refused) says nothing about the lock: it is the call's, as in refresh.go.
   if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
     return v
   end

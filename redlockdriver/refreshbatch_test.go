@@ -46,7 +46,7 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 	d.mu.Unlock()
 	for _, a := range admin {
 		for _, r := range reqs[:3] {
-			if err := a.PExpire(ctx, d.keys(r.Key).lock, time.Second).Err(); err != nil {
+			if err := a.PExpire(ctx, d.keys(r.Key).Lock, time.Second).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -75,11 +75,11 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 			t.Errorf("server %d: a refresh of %d locks ran %d commands (%d script calls), want at most %d (1)", s+1, n, all, scripts, want)
 		}
 		for _, r := range reqs[:3] {
-			if pt, err := a.PTTL(ctx, d.keys(r.Key).lock).Result(); err != nil || pt < r.TTL-time.Since(start) || pt > r.TTL {
+			if pt, err := a.PTTL(ctx, d.keys(r.Key).Lock).Result(); err != nil || pt < r.TTL-time.Since(start) || pt > r.TTL {
 				t.Errorf("server %d: after the refresh %s lives %v (%v), want its TTL %v less the time since", s+1, r.Key, pt, err, r.TTL)
 			}
 		}
-		if pt := a.PTTL(ctx, d.keys(reqs[1].Key).grant).Val(); pt < recordTTL(reqs[1].TTL)-time.Since(start) {
+		if pt := a.PTTL(ctx, d.keys(reqs[1].Key).Grant).Val(); pt < recordTTL(reqs[1].TTL)-time.Since(start) {
 			t.Errorf("server %d: the due grant record lives %v after the refresh, want about %v", s+1, pt, recordTTL(reqs[1].TTL))
 		}
 	}
@@ -111,11 +111,11 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 	// lock gone from two of three servers, one gone from one only (still
 	// held by the majority), one force-released.
 	for _, a := range admin[:2] {
-		if err := a.Del(ctx, d.keys(reqs[10].Key).lock).Err(); err != nil {
+		if err := a.Del(ctx, d.keys(reqs[10].Key).Lock).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := admin[0].Del(ctx, d.keys(reqs[11].Key).lock).Err(); err != nil {
+	if err := admin[0].Del(ctx, d.keys(reqs[11].Key).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ForceRelease(ctx, reqs[12].Key); err != nil {
@@ -124,10 +124,10 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 	// Two more gone from two servers, where the key now holds another
 	// owner, or a value that is not a string.
 	for _, a := range admin[:2] {
-		if err := a.Set(ctx, d.keys(reqs[13].Key).lock, "someone-else", time.Minute).Err(); err != nil {
+		if err := a.Set(ctx, d.keys(reqs[13].Key).Lock, "someone-else", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		k := d.keys(reqs[14].Key).lock
+		k := d.keys(reqs[14].Key).Lock
 		if err := a.Del(ctx, k).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 	lost := map[int]error{10: driver.ErrExpired, 12: driver.ErrForceReleased, 13: driver.ErrExpired, 14: driver.ErrExpired}
 	redistest.CheckRefreshAnswers(t, d.RefreshBatch(ctx, reqs), lost)
 	for _, a := range admin[:2] {
-		if err := a.Del(ctx, d.keys(reqs[13].Key).lock, d.keys(reqs[14].Key).lock).Err(); err != nil {
+		if err := a.Del(ctx, d.keys(reqs[13].Key).Lock, d.keys(reqs[14].Key).Lock).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 	// a refresh touched it.
 	short := 2 * req.TTL
 	for _, a := range admin {
-		if err := a.PExpire(ctx, k.grant, short).Err(); err != nil {
+		if err := a.PExpire(ctx, k.Grant, short).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,7 +187,7 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 	}
 	refresh()
 	for i, a := range admin {
-		if pt := a.PTTL(ctx, k.grant).Val(); pt > short {
+		if pt := a.PTTL(ctx, k.Grant).Val(); pt > short {
 			t.Errorf("server %d: a refresh that was not due extended the record to %v", i+1, pt)
 		}
 	}
@@ -201,8 +201,8 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 	sent := time.Now()
 	refresh()
 	for i, a := range admin {
-		lockTTL := a.PTTL(ctx, k.lock).Val()
-		pt := a.PTTL(ctx, k.grant).Val()
+		lockTTL := a.PTTL(ctx, k.Lock).Val()
+		pt := a.PTTL(ctx, k.Grant).Val()
 		if pt <= short || pt > recordTTL(req.TTL) || pt < lockTTL {
 			t.Errorf("server %d: after a due refresh the record lives %v, want more than %v, at least the lock's %v, at most %v", i+1, pt, short, lockTTL, recordTTL(req.TTL))
 		}
@@ -333,7 +333,7 @@ func TestRefreshBatchFindingAThousandLostGivesThemBackInOneRound(t *testing.T) {
 	d.mu.Unlock()
 	for _, a := range admin[:2] {
 		for _, r := range reqs[:lost] {
-			if err := a.Del(ctx, d.keys(r.Key).lock).Err(); err != nil {
+			if err := a.Del(ctx, d.keys(r.Key).Lock).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -368,11 +368,11 @@ func TestRefreshBatchFindingAThousandLostGivesThemBackInOneRound(t *testing.T) {
 	}
 	third := admin[2]
 	for _, r := range reqs[:lost-1] {
-		if got, err := third.Exists(ctx, d.keys(r.Key).lock).Result(); err != nil || got != 0 {
+		if got, err := third.Exists(ctx, d.keys(r.Key).Lock).Result(); err != nil || got != 0 {
 			t.Fatalf("lost %s still on server 3 after the refresh (%d, %v): not given back", r.Key, got, err)
 		}
 	}
-	if got, err := third.Get(ctx, d.keys(releasing.Key).lock).Result(); err != nil || got != releasing.Owner {
+	if got, err := third.Get(ctx, d.keys(releasing.Key).Lock).Result(); err != nil || got != releasing.Owner {
 		t.Errorf("the lock being released, on server 3: %q (%v), want its owner's key left to its Release", got, err)
 	}
 	for _, r := range reqs[lost:] {
@@ -462,7 +462,7 @@ func TestRefreshRefusedByTheServersIsUnconfirmedNotLost(t *testing.T) {
 	}
 	for s, a := range admin {
 		for _, r := range reqs {
-			if v := a.Get(ctx, d.keys(r.Key).lock).Val(); v != r.Owner {
+			if v := a.Get(ctx, d.keys(r.Key).Lock).Val(); v != r.Owner {
 				t.Errorf("server %d: after the refused refresh %s holds %q, want its owner", s+1, r.Key, v)
 			}
 		}

@@ -23,7 +23,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	k := d.keys(req.Key)
 	inbox := ""
 	d.mu.Lock()
-	excl, shared := d.groups[k.lock], d.groups[k.lock+sharedGroup]
+	excl, shared := d.groups[k.Lock], d.groups[k.Lock+sharedGroup]
 	if excl == nil && shared == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
 	}
@@ -57,7 +57,8 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if !retry {
 		t = d.newTally()
 	}
-	d.releaseWithin(k, req, true, inbox, t, retry, false, true, max(d.timeoutFor(req.TTL), releaseWait))
+	d.runRelease(releaseRound{k: k, req: req, notify: true, inbox: inbox, ended: true, retry: retry,
+		timeout: max(d.timeoutFor(req.TTL), releaseWait)}, t)
 	if t.decided(d) {
 		return t.result(d)
 	}
@@ -119,16 +120,36 @@ func (t *releaseTally) result(d *Driver) error {
 	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 }
 
-// release runs release.lua on the servers whose outcome t does not know yet,
-// until the outcome is decided, or every server answered or timed out. With
-// inbox set it also removes that inbox's registration as a waiter. With
-// retry, "not held" counts as released (see Release). With all, it waits for
-// every server (until the deadline) even once the outcome is decided: a
-// cleanup is done when it returns. With ended (the request is over, not
-// merely giving back a lost round's votes) it also removes the owner's
-// registration as a waiting writer, so it no longer holds readers back.
-func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool) {
-	d.releaseWithin(k, req, notify, inbox, t, retry, all, ended, d.timeoutFor(req.TTL))
+// A releaseRound is one round of release.lua on the servers: what it sends,
+// and how runRelease counts the answers.
+type releaseRound struct {
+	k   keys
+	req *request
+	// notify tells the waiting drivers that the lock is free: false only for
+	// a round that never won a majority, or a waiter leaving.
+	notify bool
+	// inbox, when set, is the inbox whose registration as a waiter goes.
+	inbox string
+	// ended says the request is over (not merely giving back a lost round's
+	// votes): the owner's registration as a waiting writer goes too, so it
+	// no longer holds readers back.
+	ended bool
+	// retry counts "not held" as released (see Release).
+	retry bool
+	// all waits for every server (until the deadline) even once the outcome
+	// is decided: a cleanup is done when runRelease returns.
+	all bool
+	// timeout bounds each server's answer; zero: the request's per-server
+	// timeout.
+	timeout time.Duration
+}
+
+// releaseEverywhere gives back what req may hold on every server, including
+// those that did not answer a round (they may have taken it late), and waits
+// for every answer.
+func (d *Driver) releaseEverywhere(r releaseRound) {
+	r.all = true
+	d.runRelease(r, d.newTally())
 }
 
 // releaseWait is how long Release waits for a majority of answers when the
@@ -141,15 +162,21 @@ func (d *Driver) release(k keys, req *request, notify bool, inbox string, t *rel
 // rounds (which wait for every server) keep the per-server timeout.
 const releaseWait = 500 * time.Millisecond
 
-// releaseWithin is release with a per-server timeout of its own.
-func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, t *releaseTally, retry, all, ended bool, timeout time.Duration) {
-	keys, args := d.releaseCall(k, req, notify, inbox, ended)
+// runRelease runs the round r on the servers whose outcome t does not know
+// yet, until the outcome is decided (or, with r.all, until every server
+// answered or timed out).
+func (d *Driver) runRelease(r releaseRound, t *releaseTally) {
+	keys, args := d.releaseCall(r)
+	timeout := r.timeout
+	if timeout == 0 {
+		timeout = d.timeoutFor(r.req.TTL)
+	}
 	// A release is sent even when the caller's context has ended: what it
 	// deletes is ours.
 	dl := time.Now().Add(timeout)
-	r := d.sendTo(opRelease, dl, func(s int) bool { return t.state[s] == relUnknown }, keys, args)
-	for all || !t.decided(d) {
-		rep, ok := r.next()
+	replies := d.sendTo(opRelease, dl, func(s int) bool { return t.state[s] == relUnknown }, keys, args)
+	for r.all || !t.decided(d) {
+		rep, ok := replies.next()
 		if !ok {
 			break
 		}
@@ -159,25 +186,26 @@ func (d *Driver) releaseWithin(k keys, req *request, notify bool, inbox string, 
 				t.firstErr = d.serverError(rep.server, rep.err)
 			}
 			t.permanent = t.permanent || !isTransient(rep.err)
-		case n == 1 || retry:
+		case n == 1 || r.retry:
 			t.state[rep.server] = relDeleted
 		default:
 			t.state[rep.server] = relNotHeld
 		}
 	}
-	r.stop()
+	replies.stop()
 }
 
-// releaseCall is release.lua's keys and arguments (see release).
-func (d *Driver) releaseCall(k keys, req *request, notify bool, inbox string, ended bool) ([]string, []any) {
+// releaseCall is release.lua's keys and arguments for the round r.
+func (d *Driver) releaseCall(r releaseRound) ([]string, []any) {
 	n, e := "0", "0"
-	if notify {
+	if r.notify {
 		n = "1"
 	}
-	if ended {
+	if r.ended {
 		e = "1"
 	}
-	return []string{k.lock, k.waiters, k.holders, k.writers, k.grant, k.labels}, []any{req.Owner, n, inbox, d.inbox, e}
+	k := r.k
+	return []string{k.Lock, k.Waiters, k.Holders, k.Writers, k.Grant, k.Labels}, []any{r.req.Owner, n, r.inbox, d.inbox, e}
 }
 
 // releaseLost gives back what locks a refresh found lost may still hold on
@@ -193,9 +221,12 @@ func (d *Driver) releaseLost(reqs []*request) {
 	for _, r := range reqs {
 		timeout = max(timeout, d.timeoutFor(r.TTL))
 	}
-	keys, _ := d.releaseCall(d.keys(reqs[0].Key), reqs[0], true, "", true) // every call has as many
+	lost := func(req *request) releaseRound {
+		return releaseRound{k: d.keys(req.Key), req: req, notify: true, ended: true}
+	}
+	keys, _ := d.releaseCall(lost(reqs[0])) // every call has as many
 	r := d.sendOps(pipelined(len(reqs), len(keys), timeout), timeout, len(reqs), func(c int) (op, []string, []any) {
-		keys, args := d.releaseCall(d.keys(reqs[c].Key), reqs[c], true, "", true)
+		keys, args := d.releaseCall(lost(reqs[c]))
 		return opRelease, keys, args
 	})
 	for {
@@ -229,5 +260,5 @@ func (d *Driver) giveBack(k keys, req *request, v vote, notify bool) {
 	if v.yes == 0 && !unanswered {
 		return
 	}
-	d.release(k, req, notify, "", d.newTally(), false, true, false)
+	d.releaseEverywhere(releaseRound{k: k, req: req, notify: notify})
 }

@@ -3,8 +3,10 @@ package redlockdriver
 import (
 	_ "embed"
 
-	"github.com/distlock/lock/internal/redisproto"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/lock/internal/redislayout"
+	"github.com/distlock/lock/internal/redisproto"
 )
 
 // The Lua scripts beside this file. redis.Script sends EVALSHA and falls back
@@ -61,8 +63,19 @@ const (
 // shared.lua); writerWaits is the holder shared.lua names when a waiting
 // writer holds readers back. No owner starts with a NUL byte.
 const (
-	sharedMarker = "\x00shared"
+	sharedMarker = redislayout.SharedMarker
 	writerWaits  = "\x00writer"
 )
 
 var isNoScript = redisproto.IsNoScript
+
+// keys are the names of a lock's keys, the same on every server, laid out as
+// internal/redislayout says (redisdriver's layout, so a server shows a lock
+// the same way to an operator whichever driver took it): this driver uses the
+// lock key, holders, labels, forced, and of its own waiters (inbox channel ->
+// registration deadline of a waiting driver), writers and grant (the
+// exclusive holder's record "owner 0 since-µs label", outliving the lock by
+// up to ten TTLs: recordKeep).
+type keys = redislayout.Keys
+
+func (d *Driver) keys(key string) keys { return redislayout.NewKeys(d.prefix, key) }

@@ -41,7 +41,7 @@ func TestLongestTTLKeepsTheLockOnEveryServer(t *testing.T) {
 	checkPTTL := func(when string) {
 		t.Helper()
 		for i, a := range admin {
-			pttl, err := a.Do(ctx, "PTTL", d1.keys("forever").lock).Int64()
+			pttl, err := a.Do(ctx, "PTTL", d1.keys("forever").Lock).Int64()
 			if err != nil {
 				t.Fatal(err)
 			}

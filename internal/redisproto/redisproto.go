@@ -1,27 +1,14 @@
 // Package redisproto holds what redisdriver and redlockdriver share of the
-// Redis lock protocol, so the two lay out and address a lock the same way: the
-// escaping of keys inside a Cluster hash tag, TTL arguments in milliseconds,
-// how a missing script is answered, and the go-redis URL parameters a server
-// URL may carry.
+// Redis client side, which needs go-redis: TTL arguments in milliseconds, how a
+// missing script is answered, dialling, error classes, the log sink and the
+// go-redis URL parameters a server URL may carry. The lock's layout on the
+// server (keys, records, escaping) is internal/redislayout's.
 package redisproto
 
 import (
 	"strings"
 	"time"
 )
-
-// Escape replaces the bytes that could end or start a hash tag, and the escape
-// character itself, by %XX ('%' → %25, '{' → %7B, '}' → %7D). It is injective
-// and leaves no brace, so "P:{" + Escape(K) + "}" puts distinct keys in
-// distinct locks and only K decides the Cluster slot.
-func Escape(s string) string {
-	if !strings.ContainsAny(s, "%{}") {
-		return s
-	}
-	return escaper.Replace(s)
-}
-
-var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // Millis is d in whole milliseconds, rounded up (a lock never lives shorter on
 // the server than the caller asked), at least 1. It cannot overflow: the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -34,7 +35,7 @@ const (
 	opForce        // force.lua
 	opRelabel      // relabel.lua
 	opRefreshBatch // refreshbatch.lua: many exclusive locks in one call
-	opExtend       // many exclusive locks, a GETEX each, no script (extend.go)
+	opExtend       // many exclusive locks, a GETEX each, no script (refresh.go)
 )
 
 func (o op) script() *redis.Script {
@@ -90,7 +91,7 @@ type server struct {
 	dials  *redisproto.DialWatch
 	// Under Driver.mu: identify says that INFO reaches the one server
 	// process behind the client, so that its run_id tells a restart (see
-	// held.go), and seen is that run_id as last read.
+	// session.go), and seen is that run_id as last read.
 	identify bool
 	seen     seenID
 }
@@ -151,10 +152,9 @@ func (q *queue) push(j job) bool {
 //
 // Releases go first because a release sheds load: it must not wait behind
 // refresh calls queued before it, on servers without CPU to spare, until its
-// per-server timeout (counted from its round's start) runs out. Measured with
-// 100,000 locks held at TTL 3 s on such servers, in arrival order alone:
-// 67,751 of 100,000 Releases failed as unanswered, so their locks stayed held
-// and refreshed, and the load stayed. Acquires keep their place behind the
+// per-server timeout (counted from its round's start) runs out, which keeps
+// their locks held and refreshed, and the load with them (see "Releases go
+// first" in docs/backends/redlock.md). Acquires keep their place behind the
 // refreshes: on a full server, new locks waiting (and failing, for the
 // portable layer to try again) is the back-pressure that keeps the held ones.
 func (q *queue) take(batch []job) []job {
@@ -207,9 +207,8 @@ func releaseBehind(jobs []job) bool {
 // refreshes aside), which keeps its place. A release that overtook its
 // lock's acquire would find nothing to delete, and the acquire, run after
 // it, would leave the lock on this server until its TTL: the next acquire
-// of the key found it there (measured: Redlock's uncontended acquire and
-// release 15 % slower, as a release left the lock behind on whichever server
-// had the acquire still queued). A refresh run after the release finds the
+// of the key found it there (docs/backends/redlock.md, "Releases go first").
+// A refresh run after the release finds the
 // key gone and re-creates nothing, so a release may overtake any refresh.
 func releasesFirst(jobs []job) {
 	seen := map[string]bool{} // the locks of the jobs so far, refreshes aside
@@ -354,7 +353,7 @@ func (d *Driver) run(s *server, batch []job) {
 // timeoutErr names a request that ran out of time the same way whichever layer
 // noticed (the context, or the connection's deadline).
 func timeoutErr(err error) error {
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err)) {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || redislayout.IsNetTimeout(err)) {
 		return errTimeout
 	}
 	return err

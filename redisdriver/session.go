@@ -3,12 +3,12 @@ package redisdriver
 import (
 	"context"
 	"errors"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
 
@@ -43,13 +43,6 @@ const (
 	// how long Close waits for a subscription under way on a server that
 	// stopped answering, when the driver does not own its client.
 	inboxDialTimeout = time.Second
-	// inboxIdle is how long the reader waits for a message before it pings the
-	// server, and then for the answer before it gives the connection up.
-	inboxIdle = 15 * time.Second
-	// inboxBackoffMax caps the pause between attempts to subscribe again while
-	// the server is away; with locks held, it is most of the delay between a
-	// server's return and the check that reports the locks it lost.
-	inboxBackoffMax = 100 * time.Millisecond
 )
 
 // subscribe makes sure the inbox is subscribed, starting it the first time.
@@ -109,7 +102,7 @@ func (d *Driver) subscribe(ctx context.Context) error {
 // watch starts the inbox for a driver that holds a lock (record starts it
 // once, in the background, with d.wg counting it), so that the driver has a
 // connection that sees the server go away: when the subscription comes back,
-// the held locks are checked at once (see comeBack), rather than at their next
+// the held locks are checked at once (see wakeWaitersAndCheckHeld), rather than at their next
 // refresh. A transient failure is tried again until the driver is closed; a
 // permanent one (an ACL without SUBSCRIBE) leaves loss detection to the
 // refreshes.
@@ -118,10 +111,10 @@ func (d *Driver) watch() {
 	backoff := 10 * time.Millisecond
 	for {
 		err := d.subscribe(d.ctx)
-		if err == nil || !redisproto.IsTransient(err) || !d.pause(backoff) {
+		if err == nil || !redisproto.IsTransient(err) || !redislayout.Pause(d.ctx, backoff) {
 			return
 		}
-		backoff = min(2*backoff, inboxBackoffMax)
+		backoff = min(2*backoff, redislayout.InboxBackoffMax)
 	}
 }
 
@@ -162,12 +155,12 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 	defer d.wg.Done()
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(d.ctx, inboxIdle)
+		msg, err := ps.ReceiveTimeout(d.ctx, redislayout.InboxIdle)
 		if d.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if isTimeout(err) && !pinged {
+			if redislayout.IsNetTimeout(err) && !pinged {
 				pinged = true
 				ctx, cancel := context.WithTimeout(d.ctx, inboxDialTimeout)
 				err = ps.Ping(ctx)
@@ -180,7 +173,7 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 				return
 			}
 			pinged = false
-			d.comeBack()
+			d.wakeWaitersAndCheckHeld()
 			continue
 		}
 		pinged = false
@@ -189,7 +182,7 @@ func (d *Driver) readInbox(ps *redis.PubSub) {
 			d.deliver(m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				d.comeBack()
+				d.wakeWaitersAndCheckHeld()
 			}
 		}
 	}
@@ -213,27 +206,15 @@ func (d *Driver) redial(old *redis.PubSub) *redis.PubSub {
 			d.mu.Unlock()
 			return ps
 		}
-		if !d.pause(backoff) {
+		if !redislayout.Pause(d.ctx, backoff) {
 			return nil
 		}
-		backoff = min(2*backoff, inboxBackoffMax)
+		backoff = min(2*backoff, redislayout.InboxBackoffMax)
 	}
 }
 
-// pause sleeps for t and reports false if the driver was closed meanwhile.
-func (d *Driver) pause(t time.Duration) bool {
-	timer := time.NewTimer(t)
-	defer timer.Stop()
-	select {
-	case <-d.ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
-}
-
-// comeBack wakes every waiter to look again and checks the held locks.
-func (d *Driver) comeBack() {
+// wakeWaitersAndCheckHeld wakes every waiter to look again and checks the held locks.
+func (d *Driver) wakeWaitersAndCheckHeld() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	close(d.sub.resub)
@@ -252,7 +233,111 @@ func (d *Driver) comeBack() {
 	}()
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+// A node is the server that holds a lock's key, as the lock saw it when it was
+// granted: its address (in a Cluster; "" otherwise, where the client has one
+// primary) and its run_id, which a server draws at random each time it starts.
+// A refresh that finds another node for the key has found the lock's server
+// restarted or replaced.
+type node struct {
+	addr  string
+	runID string
+}
+
+// A seenID is the run_id last read from a node, with the number of
+// connections the driver's client had dialled before the INFO that read it
+// was sent.
+type seenID struct {
+	id    string
+	dials uint64
+}
+
+// grantedBy returns the node that has just granted a lock on lockKey (the
+// reply, or the handoff message, has arrived).
+//
+// Every request travels on a connection, and a connection talks to the one
+// server process that accepted it. When no connection was dialled since the
+// cached run_id of the node was read (the dial counter is where it was before
+// that INFO was sent), the grant travelled on a connection that was open
+// before that INFO, to a process that was alive then and is alive now, so to
+// the process that answered the INFO: the cached run_id is the granting
+// server's, and the grant costs no extra round trip. Otherwise (a restart
+// made the client dial again, or the pool grew) the run_id is read now. A
+// restart within the few microseconds between the grant and that read would
+// make the lock look granted by the new server; it then survived the restart
+// in the server's data (a restart that loses the data loses the key, which
+// every refresh checks), so only the "server changed" report is missed.
+func (d *Driver) grantedBy(ctx context.Context, lockKey string) (node, error) {
+	addr, c, counted, err := d.nodeClient(ctx, lockKey)
+	if err != nil {
+		return node{}, err
+	}
+	d.mu.Lock()
+	seen, ok := d.runIDs[addr]
+	d.mu.Unlock()
+	if ok && counted && seen.dials == d.dialWatch.Dials() {
+		return node{addr: addr, runID: seen.id}, nil
+	}
+	dials := d.dialWatch.Dials()
+	id, err := runID(ctx, c)
+	if err != nil {
+		return node{}, err
+	}
+	d.sawRunID(addr, id, dials)
+	return node{addr: addr, runID: id}, nil
+}
+
+// nodeClient returns the address and a client of the primary for lockKey,
+// and whether the driver counts that client's dials.
+func (d *Driver) nodeClient(ctx context.Context, lockKey string) (string, redis.Cmdable, bool, error) {
+	if d.cluster == nil {
+		return "", d.client, d.counted(d.client), nil
+	}
+	c, err := d.cluster.MasterForKey(ctx, lockKey)
+	if err != nil {
+		return "", nil, false, err
+	}
+	return c.Options().Addr, c, d.counted(c), nil
+}
+
+// sawRunID caches a node's run_id, read by an INFO sent when the driver had
+// dialled dials connections.
+func (d *Driver) sawRunID(addr, id string, dials uint64) {
+	d.mu.Lock()
+	d.runIDs[addr] = seenID{id: id, dials: dials}
+	d.mu.Unlock()
+}
+
+// countDials installs the dial watch on client: on a *redis.Client (also a
+// failover client) directly, on a *redis.ClusterClient on each node client it
+// creates from now on. A node client created before (a ClusterClient given
+// to New that had already served requests) is not counted, and a grant on it
+// costs an INFO.
+func (d *Driver) countDials(client redis.UniversalClient) {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		c.OnNewNode(func(n *redis.Client) {
+			n.AddHook(d.dialWatch)
+			d.countedClients.Store(n, true)
+		})
+	case *redis.Client:
+		c.AddHook(d.dialWatch)
+		d.countedClients.Store(c, true)
+	}
+}
+
+func (d *Driver) counted(c redis.Cmdable) bool {
+	_, ok := d.countedClients.Load(c)
+	return ok
+}
+
+// runID asks a server for its run_id.
+func runID(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	if id, ok := redislayout.ParseRunID(info); ok {
+		return id, nil
+	}
+	return "", errors.New("redisdriver: INFO server has no run_id")
 }

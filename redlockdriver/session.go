@@ -1,6 +1,7 @@
 package redlockdriver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -11,10 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/internal/redislayout"
 )
 
 // Loss seen when a server comes back. A driver that holds a lock keeps its
-// inbox subscription on every server (see inbox.go), and a server that
+// inbox subscription on every server (see the inbox below), and a server that
 // crashes or restarts breaks it. Each time a subscription is confirmed again
 // the driver checks every lock it holds on every server: a server votes for a
 // lock while the key still holds the owner and the server is the process
@@ -34,7 +36,7 @@ var ErrForgotten = errors.New("redlockdriver: a majority of the servers forgot t
 // in Driver.held (16 bytes a lock, beside the map's own): ids, by server, the
 // run_id of the process that granted or last extended it there ("" when not
 // known: the server did not say yes, is not a plain *redis.Client, or did not
-// tell its run_id in time), interned (see intern: locks granted by the same
+// tell its run_id in time), interned (see internLocked: locks granted by the same
 // processes share one slice, which is never changed in place); and when its
 // grant record ends at the earliest, and the phase that spreads the moments
 // records come due (see recordDue).
@@ -49,8 +51,8 @@ type heldLock struct {
 // a server adds a few combinations: this is reached, if ever, over years.
 const maxIDSets = 1024
 
-// intern returns the shared copy of ids. Under Driver.mu.
-func (d *Driver) intern(ids []string) *[]string {
+// internLocked returns the shared copy of ids. Under Driver.mu.
+func (d *Driver) internLocked(ids []string) *[]string {
 	if p := d.lastIDs; p != nil && slices.Equal(*p, ids) {
 		return p // the common case: the same processes as the last grant
 	}
@@ -116,7 +118,7 @@ func (d *Driver) record(req *request, v vote) {
 	for i, s := range d.servers {
 		switch {
 		case !s.identify || !(v.yesBy[i] || errors.Is(v.errs[i], errTimeout)):
-		case d.trusted(s):
+		case d.trustedLocked(s):
 			ids[i] = s.seen.id
 		case v.yesBy[i]:
 			ask = true
@@ -131,7 +133,7 @@ func (d *Driver) record(req *request, v vote) {
 	d.phase++
 	phase := d.phase
 	if !ask {
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
+		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
 	}
 	subscribed := d.sub.started
 	d.mu.Unlock()
@@ -143,7 +145,7 @@ func (d *Driver) record(req *request, v vote) {
 			}
 		}
 		d.mu.Lock()
-		d.held[req] = heldLock{ids: d.intern(ids), recordUntil: until, phase: phase}
+		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
 		d.mu.Unlock()
 	}
 	if !subscribed {
@@ -182,14 +184,14 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 			case !yes:
 			case !s.identify:
 				ids[i] = ""
-			case d.trusted(s):
+			case d.trustedLocked(s):
 				ids[i] = s.seen.id
 			default:
 				asked[i], ask = true, true
 			}
 		}
 		if !slices.Equal(ids, *h.ids) {
-			h.ids = d.intern(ids)
+			h.ids = d.internLocked(ids)
 			d.held[req] = h
 		}
 	}
@@ -208,7 +210,7 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 					ids[i] = got[i]
 				}
 			}
-			h.ids = d.intern(ids)
+			h.ids = d.internLocked(ids)
 			d.held[req] = h
 		}
 	}
@@ -278,7 +280,7 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 	for i, s := range d.servers {
 		switch {
 		case !in[i] || !s.identify:
-		case d.trusted(s):
+		case d.trustedLocked(s):
 			ids[i] = s.seen.id
 		default:
 			ask[i] = true
@@ -304,9 +306,9 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 	return ids
 }
 
-// trusted reports whether s's cached run_id is that of the process behind
+// trustedLocked reports whether s's cached run_id is that of the process behind
 // every connection to it (none was dialled since it was read); d.mu is held.
-func (d *Driver) trusted(s *server) bool {
+func (d *Driver) trustedLocked(s *server) bool {
 	return s.seen.id != "" && s.seen.dials == s.dials.Dials()
 }
 
@@ -334,23 +336,13 @@ func (d *Driver) sawInfo(rep reply, dials []uint64) string {
 	if rep.err != nil || info == "" {
 		return ""
 	}
-	id := parseRunID(info)
-	if id != "" {
+	id, ok := redislayout.ParseRunID(info)
+	if ok {
 		d.mu.Lock()
 		d.servers[rep.server].seen = seenID{id: id, dials: dials[rep.server]}
 		d.mu.Unlock()
 	}
 	return id
-}
-
-// parseRunID returns the run_id in the reply of INFO server, or "".
-func parseRunID(info string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 // checkSoon starts a check of the held locks, or asks the one under way to
@@ -510,7 +502,7 @@ func (d *Driver) checkHeld() {
 		}
 		// What is left of it on a minority would weigh on the next holder's
 		// majority: give it back, and tell the waiters.
-		d.release(d.keys(req.Key), req, true, "", d.newTally(), false, true, true)
+		d.releaseEverywhere(releaseRound{k: d.keys(req.Key), req: req, notify: true, ended: true})
 	}
 }
 
@@ -525,7 +517,169 @@ func identifiable(c redis.UniversalClient) bool {
 // and the holders set for a shared hold.
 func checkKeys(k keys, req *request) []string {
 	if req.Shared {
-		return []string{k.lock, k.forced, k.holders}
+		return []string{k.Lock, k.Forced, k.Holders}
 	}
-	return []string{k.lock, k.forced}
+	return []string{k.Lock, k.Forced}
+}
+
+// The inbox is the driver's pub/sub channel, subscribed once on each server
+// (one connection per server), on which release.lua announces the release of a
+// lock the driver registered as waiting for. The subscriptions start with the
+// first Acquire that has to wait, or when the driver first holds a lock (they
+// are also how it sees a server crash), and each is read by one goroutine
+// until Close. Each time a subscription is confirmed (first, or after a
+// reconnect) every waiting head looks again, since an announcement may have
+// been missed, and the held locks are checked, since the server may have
+// restarted without them (see checkHeld).
+type subscription struct {
+	started bool
+	conns   []*redis.PubSub // by server; nil while dialling
+	up      []bool          // confirmed, by server
+	nup     int
+}
+
+const (
+	// inboxDialRounds bounds subscribing and its confirmation, in per-server
+	// timeouts: it takes a few round trips (connect, HELLO, SUBSCRIBE). A
+	// server that does not answer within it is tried again later. go-redis
+	// honours deadlines, not cancellation, while it connects, so this also
+	// bounds how long Close waits for a subscription under way.
+	inboxDialRounds = 10
+)
+
+// subscribe starts the subscriptions the first time, and reports whether a
+// majority of them is confirmed.
+func (d *Driver) subscribe() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.sub.started && !d.closed {
+		d.sub.started = true
+		d.wg.Add(len(d.servers))
+		for _, s := range d.servers {
+			go d.readInbox(s)
+		}
+	}
+	return d.sub.nup >= d.quorum
+}
+
+// readInbox keeps s's subscription and delivers its announcements until Close.
+func (d *Driver) readInbox(s *server) {
+	defer d.wg.Done()
+	backoff := 10 * time.Millisecond
+	for d.ctx.Err() == nil {
+		ps := d.dial(s)
+		if ps == nil {
+			if !redislayout.Pause(d.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, redislayout.InboxBackoffMax)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		d.read(s, ps)
+		d.setUp(s.idx, false)
+		_ = ps.Close()
+	}
+}
+
+// dial subscribes on s and waits for the confirmation; nil if it failed. The
+// connection is recorded before it is confirmed, so Close can interrupt it.
+func (d *Driver) dial(s *server) *redis.PubSub {
+	timeout := inboxDialRounds * d.timeout
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, d.inbox)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		_ = ps.Close()
+		return nil
+	}
+	d.sub.conns[s.idx] = ps
+	d.mu.Unlock()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, timeout)
+		if err != nil {
+			_ = ps.Close()
+			return nil
+		}
+		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "subscribe" && m.Channel == d.inbox {
+			d.setUp(s.idx, true)
+			return ps
+		}
+	}
+}
+
+// read delivers messages until the connection fails (it returns) or Close.
+// go-redis reconnects a broken subscription by itself and subscribes again;
+// its confirmation makes every waiter look again. A connection that fails
+// silently (no answer to a ping) is given up.
+func (d *Driver) read(s *server, ps *redis.PubSub) {
+	pinged := false
+	backoff := time.Duration(0)
+	for {
+		msg, err := ps.ReceiveTimeout(d.ctx, redislayout.InboxIdle)
+		if d.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !redislayout.IsNetTimeout(err) {
+				d.setUp(s.idx, false)
+				backoff = min(max(2*backoff, 10*time.Millisecond), redislayout.InboxBackoffMax)
+				if !redislayout.Pause(d.ctx, backoff) {
+					return
+				}
+				continue
+			}
+			if pinged {
+				return
+			}
+			pinged = true
+			_ = ps.Ping(d.ctx)
+			continue
+		}
+		backoff, pinged = 0, false
+		switch m := msg.(type) {
+		case *redis.Message:
+			d.deliver(s.idx, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				d.setUp(s.idx, true)
+			}
+		}
+	}
+}
+
+// setUp records whether server i's subscription is confirmed; a confirmation
+// wakes every waiter to look again and checks the held locks.
+func (d *Driver) setUp(i int, up bool) {
+	d.mu.Lock()
+	if d.sub.up[i] != up {
+		d.sub.up[i] = up
+		if up {
+			d.sub.nup++
+		} else {
+			d.sub.nup--
+		}
+	}
+	if up {
+		d.backs.Add(1) // with up[i], so a check is known to be owed
+	}
+	d.mu.Unlock()
+	if up {
+		d.wakeAll()
+		d.checkSoon()
+	}
+}
+
+// closeInbox closes the subscriptions, interrupting their readers.
+func (d *Driver) closeInbox() {
+	d.mu.Lock()
+	conns := append([]*redis.PubSub(nil), d.sub.conns...)
+	d.mu.Unlock()
+	for _, ps := range conns {
+		if ps != nil {
+			_ = ps.Close()
+		}
+	}
 }
