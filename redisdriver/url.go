@@ -100,10 +100,6 @@ func withParams(base []string, more ...string) []string {
 	return out
 }
 
-// portableParams are handled by package lock before a URL reaches the driver;
-// they are listed in errors so a user sees every parameter a URL may carry.
-const portableParams = "ttl, auto_refresh, prefix"
-
 // open is the driver.Opener of every scheme.
 func open(ctx context.Context, cfg driver.Config) (driver.Driver, error) {
 	client, o, err := newClient(cfg.URL)
@@ -262,7 +258,6 @@ func invalid(err error, u *url.URL) error {
 // driver's own parameter, fencing (true when not given).
 func checkParams(f form, q url.Values) (fencing bool, err error) {
 	p := driver.NewParams("redisdriver", q)
-	p.Portable = portableParams
 	p.Unique = true
 	fencing = p.Bool(fencingParam, true)
 	p.Refuse("context_timeout_enabled", "is refused: the driver always honours context deadlines")
@@ -284,22 +279,9 @@ func schemes() []string {
 	return out
 }
 
-// redact removes the URL's passwords (user info, and the Sentinel form's
-// password parameter) from an error's message, keeping the error for
-// errors.Is and errors.As. One pass replaces them all, so a replacement is
-// never searched again (a password "x" must not grow "xxxxx" without end).
+// redact removes the URL's secrets (user info, the Sentinel form's password
+// parameter) from an error's message, keeping the error for errors.Is and
+// errors.As.
 func redact(err error, u *url.URL) error {
-	var secrets []string
-	add := func(p string) {
-		if p != "" {
-			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	if p, ok := u.User.Password(); ok {
-		add(p)
-	}
-	for _, p := range u.Query()["password"] {
-		add(p)
-	}
-	return driver.RedactError(err, secrets...)
+	return driver.RedactError(err, driver.URLSecrets(u.String())...)
 }

@@ -35,10 +35,6 @@ var (
 	serverParamsTLS = append(slices.Clone(serverParams), "skip_verify")
 )
 
-// portableParams are handled by package lock before a URL reaches the driver;
-// they are listed in errors so a user sees every parameter a URL may carry.
-const portableParams = "ttl, auto_refresh, prefix"
-
 // openRounds bounds Open's connection check, in per-server timeouts: enough
 // for a connection, a TLS handshake and a PING, while a server that accepts
 // connections but never answers cannot hold Open (or, through its worker,
@@ -166,7 +162,6 @@ func parseURL(u *url.URL) (config, error) {
 	}
 	p := driver.NewParams("redlockdriver", u.Query())
 	p.Unique = true // for server_timeout; server is read with All
-	p.Portable = portableParams
 	raw := p.All("server")
 	c.timeout = p.Duration("server_timeout", DefaultServerTimeout, 1, math.MaxInt64, "a positive duration, such as 50ms")
 	if err := p.Check(); err != nil {
@@ -207,7 +202,7 @@ func parseServer(n int, raw string) (*redis.Options, string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return bad(driver.Redact(raw, passwords(raw)...), err)
+		return bad(driver.Redact(raw, driver.URLSecrets(raw)...), err)
 	}
 	name := u.Redacted()
 	p := driver.NewParams(fmt.Sprintf("redlockdriver: server %d (%s)", n, name), u.Query())
@@ -237,37 +232,8 @@ func parseServer(n int, raw string) (*redis.Options, string, error) {
 	return o, name, nil
 }
 
-// redactErr removes a server URL's password from an error's message, keeping
+// redactErr removes a server URL's secrets from an error's message, keeping
 // the error for errors.Is and errors.As.
 func redactErr(err error, raw string) error {
-	return driver.RedactError(err, passwords(raw)...)
-}
-
-// passwords returns the forms in which a server URL's password may appear in
-// a message: as written in the URL and decoded. For a URL that does not
-// parse, the password is taken to run from the first ':' after "//" to the
-// last '@' (a password may contain '@'); the user and the host stay visible.
-func passwords(raw string) []string {
-	var secrets []string
-	add := func(p string) {
-		if p != "" {
-			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
-			if d, err := url.PathUnescape(p); err == nil {
-				secrets = append(secrets, d)
-			}
-		}
-	}
-	if u, err := url.Parse(raw); err == nil {
-		if p, ok := u.User.Password(); ok {
-			add(p)
-		}
-	}
-	if i := strings.Index(raw, "//"); i >= 0 {
-		if at := strings.LastIndex(raw, "@"); at > i+2 {
-			if _, p, ok := strings.Cut(raw[i+2:at], ":"); ok {
-				add(p)
-			}
-		}
-	}
-	return secrets
+	return driver.RedactError(err, driver.URLSecrets(raw)...)
 }
