@@ -87,6 +87,13 @@ func (r *Round[T]) Share(ctx context.Context, since, by time.Time, send func(ctx
 	}
 }
 
+// Pending reports whether a trip is waiting to be sent.
+func (r *Round[T]) Pending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur != nil && !r.cur.sent
+}
+
 // lead waits until t is due, sends it and hands its outcome to its joiners.
 func (r *Round[T]) lead(ctx context.Context, t *trip[T], send func(context.Context, func()) (T, error)) (v T, err error) {
 	if err := r.waitDue(ctx, t); err != nil {
