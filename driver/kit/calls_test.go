@@ -232,3 +232,28 @@ func TestCallsWorkers(t *testing.T) {
 		t.Fatalf("%d workers left after Wait", w)
 	}
 }
+
+// Go racing with Close either runs its work, which Wait then waits for, or
+// refuses it; nothing runs after Wait returns.
+func TestCallsCloseRacesWithGo(t *testing.T) {
+	for range 50 {
+		c := Calls{Workers: 2}
+		var ran, accepted atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if c.Go(func() { ran.Add(1) }) {
+					accepted.Add(1)
+				}
+			}()
+		}
+		c.Close()
+		wg.Wait() // every Go has returned
+		c.Wait()
+		if ran.Load() != accepted.Load() {
+			t.Fatalf("%d pieces of work ran of %d accepted, after Wait", ran.Load(), accepted.Load())
+		}
+	}
+}
