@@ -94,16 +94,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // DefaultPrefix is the key prefix when none is given: locks live under
@@ -146,9 +145,9 @@ type Driver struct {
 	cancel       context.CancelFunc
 	revokeCtx    context.Context // cancelled by Close once its own revokes are done: ends background revokes
 	revokeCancel context.CancelFunc
-	closeClient  func()                       // releases what open made for the client it owns; nil for New
-	logs         *atomic.Pointer[slog.Logger] // the client's zap logger passes its lines here (logging.go); nil for New
-	done         chan struct{}                // closed by Close: ends waiting Acquire calls
+	closeClient  func()        // releases what open made for the client it owns; nil for New
+	logs         *kit.LogSink  // the client's zap logger passes its lines here (logging.go); nil for New
+	done         chan struct{} // closed by Close: ends waiting Acquire calls
 	wg           sync.WaitGroup
 
 	mu      sync.Mutex

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // Inspection, eviction and leader election (see the package doc).
@@ -47,14 +48,6 @@ const forcedName = "!forced"
 func tombstoneKey(prefix, key string, rev int64) string {
 	return prefix + "/" + forcedName + "/" + strings.TrimPrefix(key, prefix+"/") + "@" + strconv.FormatInt(rev, 10)
 }
-
-// The lifetime of a tombstone: twice the evicted holder's lease TTL (its
-// driver refreshes well within one), at least tombstoneMin, or tombstoneNoLease
-// for a key written without a lease.
-const (
-	tombstoneMin     = 10 * time.Second
-	tombstoneNoLease = time.Minute
-)
 
 // forceReleaseRounds bounds how often ForceRelease reads the holders again
 // when they changed between its read and its delete.
@@ -235,12 +228,15 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 // leaves their tombstones, in transactions of at most maxTxnOps operations;
 // done is false when the first found the holders changed.
 func (d *Driver) evict(ctx context.Context, holders []*mvccpb.KeyValue) (done bool, err error) {
-	life := tombstoneMin
+	// The tombstones' lease lives kit.TombstoneLife of the longest of the
+	// evicted holders' lease TTLs, or of an unknown TTL for a key written
+	// without a lease.
+	life := kit.TombstoneMin
 	seen := map[int64]bool{}
 	for _, kv := range holders {
 		switch {
 		case kv.Lease == 0:
-			life = max(life, tombstoneNoLease)
+			life = max(life, kit.TombstoneLife(0))
 			continue
 		case seen[kv.Lease]:
 			continue
@@ -250,7 +246,7 @@ func (d *Driver) evict(ctx context.Context, holders []*mvccpb.KeyValue) (done bo
 		if err != nil {
 			return false, err
 		}
-		life = max(life, 2*time.Duration(ttl.GrantedTTL)*time.Second)
+		life = max(life, kit.TombstoneLife(time.Duration(ttl.GrantedTTL)*time.Second))
 	}
 	g, err := d.c.Grant(ctx, int64((life+time.Second-1)/time.Second))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/etcddriver"
 )
 
@@ -166,7 +167,7 @@ func acquireOpts(t *testing.T, lk *lock.Locker, key string, opts ...lock.Acquire
 }
 
 // ForceRelease deletes the holders' keys and leaves tombstones outside every
-// lock's range, on a lease of about twice the holder's: no one waits for
+// lock's range, on a lease of kit.TombstoneLife of the holder's: no one waits for
 // them, List does not show them, and the evicted holder's refresh reads
 // them to report ErrForceReleased. Waiters keep their places, and the next
 // holder's token is larger.
@@ -220,8 +221,8 @@ func TestForceReleaseLeavesTombstonesOutsideTheLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttlResp.GrantedTTL < 10 || ttlResp.GrantedTTL > 2*int64(ttl/time.Second)+1 {
-		t.Fatalf("the tombstone's lease is of %ds, want about twice the holder's %v", ttlResp.GrantedTTL, ttl)
+	if want := int64((kit.TombstoneLife(ttl) + time.Second - 1) / time.Second); ttlResp.GrantedTTL < 10 || ttlResp.GrantedTTL != want {
+		t.Fatalf("the tombstone's lease is of %ds, want kit.TombstoneLife of the holder's %v: %ds", ttlResp.GrantedTTL, ttl, want)
 	}
 
 	// The waiter holds now; once it leaves, concurrency.Mutex takes the lock

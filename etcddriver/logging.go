@@ -3,14 +3,14 @@ package etcddriver
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
-	"strings"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 var _ driver.LoggerUser = (*Driver)(nil)
@@ -20,32 +20,46 @@ var _ driver.LoggerUser = (*Driver)(nil)
 // client=etcd. A driver made by New leaves the program's client alone.
 func (d *Driver) UseLogger(l *slog.Logger) {
 	if d.logs != nil {
-		d.logs.Store(l)
+		d.logs.Set(l)
 	}
 }
 
 // zapToSlog is the etcd client's zap logger on a client the driver opens: a
-// zapcore.Core that passes each entry, with its fields, to the *slog.Logger
-// in sink once UseLogger put one there, and drops it before that or without
-// one (a library does not write to the program's stderr).
-func zapToSlog(sink *atomic.Pointer[slog.Logger]) *zap.Logger {
+// zapcore.Core that passes each entry, with its fields, to sink (see
+// newLogSink), which drops it until UseLogger gave a logger (a library does
+// not write to the program's stderr).
+func zapToSlog(sink *kit.LogSink) *zap.Logger {
 	return zap.New(&slogCore{sink: sink})
 }
 
+// newLogSink is the sink of the etcd client's lines, ranked by etcdLevels.
+func newLogSink() *kit.LogSink {
+	return &kit.LogSink{Client: "etcd", Levels: etcdLevels, Default: slog.LevelDebug}
+}
+
 type slogCore struct {
-	sink   *atomic.Pointer[slog.Logger]
+	sink   *kit.LogSink
 	fields []zapcore.Field // from With
 }
 
-// etcdLevel ranks an etcd client entry. The client logs at Warn each retry
+// etcdLevels ranks an etcd client entry. The client logs at Warn each retry
 // of a request (per operation: Debug here; the Locker warns once that the
 // backend is unreachable) and a failing lease keepalive loop (Info: the
 // connection's life); its Errors are Warn; its Info and Debug are Debug.
-func etcdLevel(e zapcore.Entry) slog.Level {
+var etcdLevels = []kit.LevelRule{
+	{From: slog.LevelError, Level: slog.LevelWarn},
+	{From: slog.LevelWarn, Prefix: "retrying", Level: slog.LevelDebug},
+	{From: slog.LevelWarn, Level: slog.LevelInfo},
+}
+
+// slogLevel is zap's level l as slog's.
+func slogLevel(l zapcore.Level) slog.Level {
 	switch {
-	case e.Level >= zapcore.ErrorLevel:
+	case l >= zapcore.ErrorLevel:
+		return slog.LevelError
+	case l == zapcore.WarnLevel:
 		return slog.LevelWarn
-	case e.Level == zapcore.WarnLevel && !strings.HasPrefix(e.Message, "retrying"):
+	case l == zapcore.InfoLevel:
 		return slog.LevelInfo
 	default:
 		return slog.LevelDebug
@@ -54,22 +68,21 @@ func etcdLevel(e zapcore.Entry) slog.Level {
 
 // Enabled implements zapcore.LevelEnabler: any level while a logger is set
 // (Check decides by the entry's message too).
-func (c *slogCore) Enabled(zapcore.Level) bool { return c.sink.Load() != nil }
+func (c *slogCore) Enabled(zapcore.Level) bool { return c.sink.Logger() != nil }
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	return &slogCore{sink: c.sink, fields: append(slices.Clip(c.fields), fields...)}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if l := c.sink.Load(); l != nil && l.Enabled(context.Background(), etcdLevel(e)) {
+	if c.sink.Enabled(context.Background(), slogLevel(e.Level), e.Message) {
 		return ce.AddCore(e, c)
 	}
 	return ce
 }
 
 func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	l := c.sink.Load()
-	if l == nil {
+	if c.sink.Logger() == nil {
 		return nil
 	}
 	enc := zapcore.NewMapObjectEncoder()
@@ -79,18 +92,11 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, f := range fields {
 		f.AddTo(enc)
 	}
-	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
-	attrs = append(attrs, slog.String("client", "etcd"))
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range enc.Fields {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	attrs := make([]slog.Attr, 0, len(enc.Fields))
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
 		attrs = append(attrs, slog.Any(k, enc.Fields[k]))
 	}
-	l.LogAttrs(context.Background(), etcdLevel(e), e.Message, attrs...)
+	c.sink.Log(context.Background(), slogLevel(e.Level), e.Message, attrs...)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/lock/driver/kit"
 )
 
 // A Driver that holds many locks confirms their refreshes through a watch of
@@ -53,16 +55,11 @@ type refreshWatch struct {
 	rev    int64              // the watch of gen delivered every event up to rev
 	moved  chan struct{}      // closed and replaced when rev, gen or live changes
 	cancel context.CancelFunc // ends the current watch
-	round  *round             // the sentinel round in flight, if any
-}
 
-// A round is one sentinel write and the wait for its event, which every
-// refresh that started before it was sent may share.
-type round struct {
-	sent time.Time
-	gen  uint32
-	done chan struct{}
-	err  error // set before done is closed
+	// rounds shares each sentinel write, and the wait for its event, among
+	// the refreshes that started before it was sent; a round's value is the
+	// generation of the watch that delivered the event.
+	rounds kit.Round[uint32]
 }
 
 var errWatchEnded = errors.New("etcddriver: the refresh watch ended")
@@ -226,47 +223,37 @@ func (d *Driver) entryOfKeyLocked(key string) *entry {
 // it shares a round sent after start, or sends one, and returns the
 // generation of the watch that delivered the round's sentinel event.
 func (d *Driver) watchRound(ctx context.Context, s *session, start time.Time) (uint32, error) {
-	for {
+	d.mu.Lock()
+	rw := d.rw
+	live := rw.live
+	d.mu.Unlock()
+	if !live {
+		return 0, errWatchEnded
+	}
+	return rw.rounds.Share(ctx, start, time.Time{}, func(ctx context.Context, sent func()) (uint32, error) {
 		d.mu.Lock()
-		rw := d.rw
 		if !rw.live {
 			d.mu.Unlock()
 			return 0, errWatchEnded
 		}
-		r := rw.round
-		mine := r == nil || r.sent.Before(start)
-		if mine {
-			r = &round{sent: time.Now(), gen: rw.gen, done: make(chan struct{})}
-			rw.round = r
-		}
+		gen := rw.gen
 		d.mu.Unlock()
-		if mine {
-			r.err = d.sendRound(ctx, s, r)
+		sent()
+		err := d.sendRound(ctx, s, gen)
+		if err != nil && ctx.Err() != nil {
 			d.mu.Lock()
-			if rw.round == r {
-				rw.round = nil
-			}
-			if r.err != nil && r.gen == rw.gen && rw.cancel != nil && ctx.Err() != nil {
+			if gen == rw.gen && rw.cancel != nil {
 				rw.cancel() // the sentinel event did not come in time: watch afresh
 			}
 			d.mu.Unlock()
-			close(r.done)
 		}
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		if r.err != nil && !mine && isContextErr(r.err) && ctx.Err() == nil {
-			continue // the refresh that sent it gave up; ours still has time
-		}
-		return r.gen, r.err
-	}
+		return gen, err
+	})
 }
 
-// sendRound writes s's sentinel key and waits until the watch of r.gen
+// sendRound writes s's sentinel key and waits until the watch of gen
 // delivered its event.
-func (d *Driver) sendRound(ctx context.Context, s *session, r *round) error {
+func (d *Driver) sendRound(ctx context.Context, s *session, gen uint32) error {
 	resp, err := d.c.Put(requireLeader(ctx), d.prefix+sentinelDir+s.hex, "", clientv3.WithLease(s.id))
 	if err != nil {
 		return err
@@ -275,7 +262,7 @@ func (d *Driver) sendRound(ctx context.Context, s *session, r *round) error {
 	for {
 		d.mu.Lock()
 		rw := d.rw
-		if !rw.live || rw.gen != r.gen {
+		if !rw.live || rw.gen != gen {
 			d.mu.Unlock()
 			return errWatchEnded
 		}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -66,7 +64,7 @@ func openClient(ctx context.Context, spec *clientv3.ConfigSpec, prefix string) (
 	}
 	// A library does not write to the program's stderr: the client's lines go
 	// to the Locker's logger, or nowhere (see zapToSlog).
-	logs := new(atomic.Pointer[slog.Logger])
+	logs := newLogSink()
 	ccfg.Logger = zapToSlog(logs)
 	if spec.Secure != nil && spec.Secure.ServerName != "" {
 		// gRPC verifies the server's certificate for the dial target's authority

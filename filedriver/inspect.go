@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // Holder files. flock(2) tells whether a file is locked, not by whom, so each
@@ -45,7 +46,9 @@ import (
 // Inspect and List skip it and remove it. ForceRelease renames each holder
 // file it evicts to "x-" plus the owner, a tombstone its holder still has
 // flocked; the evicted holder's next Refresh finds it there
-// (driver.ErrForceReleased) and removes it.
+// (driver.ErrForceReleased) and removes it. A tombstone lives as long as
+// its holder keeps it flocked, and no longer than tombstoneLife after the
+// eviction (ForceRelease sets its modification time then).
 const (
 	holdersSuffix = ".h"
 	exclusiveName = "e"
@@ -67,6 +70,12 @@ const (
 	// key and a label.
 	maxHolderFile = 128 + driver.MaxKeyLen + driver.MaxLabelLen
 )
+
+// tombstoneLife bounds the life of a tombstone whose holder still flocks it:
+// kit.TombstoneLife of an unknown TTL (a holder file does not record its
+// holder's TTL). scan removes an older one: its holder, refreshing within
+// its TTL, would have read it, so it has lost its lock by its own validity.
+var tombstoneLife = kit.TombstoneLife(0)
 
 func encodeHolder(token uint64, kind, id, key, label string) []byte {
 	b := make([]byte, 0, 48+len(id)+len(key)+len(label))
@@ -253,6 +262,16 @@ func evicted(dir, id string) bool {
 	return err == nil
 }
 
+// expired removes the tombstone at p if it is older than tombstoneLife, and
+// reports whether it did.
+func expired(p string) bool {
+	fi, err := os.Lstat(p)
+	if err != nil || time.Since(fi.ModTime()) <= tombstoneLife {
+		return false
+	}
+	return os.Remove(p) == nil
+}
+
 // holderEntry is a live holder file found by scan.
 type holderEntry struct {
 	name string // its file name
@@ -282,6 +301,9 @@ func scan(dir string, first bool) (holders []holderEntry, waiters int, err error
 			holder, removable = true, true
 		case strings.HasPrefix(name, evictedPrefix):
 			removable = true
+			if expired(filepath.Join(dir, name)) {
+				continue
+			}
 		case strings.HasPrefix(name, waiterPrefix):
 		default:
 			continue
@@ -638,9 +660,14 @@ func tombstone(dir string) (int, error) {
 	}
 	n := 0
 	for _, h := range holders {
-		err := os.Rename(filepath.Join(dir, h.name), filepath.Join(dir, evictedPrefix+h.id))
+		stone := filepath.Join(dir, evictedPrefix+h.id)
+		err := os.Rename(filepath.Join(dir, h.name), stone)
 		switch {
 		case err == nil:
+			// The eviction's time, from which the tombstone's life counts
+			// (best effort: a holder file of another user may refuse it).
+			now := time.Now()
+			_ = os.Chtimes(stone, now, now)
 			n++
 		case !errors.Is(err, fs.ErrNotExist): // released meanwhile
 			return 0, fmt.Errorf("filedriver: evict holder: %w", err)

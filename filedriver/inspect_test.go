@@ -247,6 +247,44 @@ func TestForceReleaseTellsTheHolderAndTokensContinue(t *testing.T) {
 	}
 }
 
+// A tombstone lives kit.TombstoneLife of an unknown TTL, even while its
+// holder keeps it flocked: after that, scan removes it, and the holder that
+// never refreshed learns only that its lock is gone.
+func TestTombstoneEndsAfterItsLife(t *testing.T) {
+	dir := t.TempDir()
+	d, op := newDriver(t, dir), newDriver(t, dir)
+	ctx := testCtx(t)
+	a := newReq("k", "a")
+	mustAcquire(t, d, a)
+	if n, err := op.ForceRelease(ctx, "k"); n != 1 || err != nil {
+		t.Fatalf("ForceRelease = %d, %v; want 1", n, err)
+	}
+	stone := filepath.Join(d.path("k")+holdersSuffix, evictedPrefix+"a")
+	fi, err := os.Lstat(stone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := time.Since(fi.ModTime()); age > time.Minute {
+		t.Fatalf("the tombstone's time is %v old; want the eviction's", age)
+	}
+	inspect(t, op, "k") // young: kept
+	if names := holderFiles(t, d, "k"); !slices.Equal(names, []string{evictedPrefix + "a"}) {
+		t.Fatalf("holders directory after Inspect of a young tombstone: %q", names)
+	}
+	old := time.Now().Add(-tombstoneLife - time.Second)
+	if err := os.Chtimes(stone, old, old); err != nil {
+		t.Fatal(err)
+	}
+	inspect(t, op, "k")
+	if names := holderFiles(t, d, "k"); len(names) != 0 {
+		t.Fatalf("holders directory after Inspect of an expired tombstone: %q, want none", names)
+	}
+	err = d.Refresh(ctx, a)
+	if !errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrForceReleased) {
+		t.Fatalf("Refresh after the tombstone expired: %v, want ErrNotHeld only", err)
+	}
+}
+
 func TestReplacedLockFileIsALossButNotAForcedRelease(t *testing.T) {
 	d := newDriver(t, t.TempDir())
 	r := newReq("k", "o")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // On Linux a waiting Acquire keeps its own descriptor on the lock file open and
@@ -311,16 +312,11 @@ type watcher struct {
 	f    *os.File      // nonblocking, so reads use the runtime poller and Close ends them
 	done chan struct{} // closed when the reader has returned
 
-	mu     sync.Mutex
-	closed bool
-	wds    map[int32]*watch
-}
-
-// watch is one inotify watch descriptor and the waiters it wakes.
-type watch struct {
-	wd      int32
-	waiters map[chan<- struct{}]struct{}
-	dead    bool // the kernel removed the watch (IN_IGNORED)
+	// mu orders a watch descriptor's first waiter after its inotify_add_watch
+	// and its last before its inotify_rm_watch, and both before Close.
+	mu      sync.Mutex
+	closed  bool
+	waiters kit.Waiters[int32] // by watch descriptor
 }
 
 func newWatcher() (*watcher, error) {
@@ -328,7 +324,7 @@ func newWatcher() (*watcher, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("inotify_init1", err)
 	}
-	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), wds: map[int32]*watch{}}
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{})}
 	go w.read()
 	return w, nil
 }
@@ -356,26 +352,17 @@ func (w *watcher) watch(path string, mask uint32, ch chan<- struct{}) (func(), e
 	if err != nil {
 		return func() {}, os.NewSyscallError("inotify_add_watch", err)
 	}
-	e := w.wds[int32(wd)]
-	if e == nil {
-		e = &watch{wd: int32(wd), waiters: map[chan<- struct{}]struct{}{}}
-		w.wds[e.wd] = e
-	}
-	e.waiters[ch] = struct{}{}
-	return func() { w.unwatch(e, ch) }, nil
+	w.waiters.Add(int32(wd), ch)
+	return func() { w.unwatch(int32(wd), ch) }, nil
 }
 
-func (w *watcher) unwatch(e *watch, ch chan<- struct{}) {
+// unwatch unregisters ch from wd and removes the watch when ch was its last
+// waiter (not when the kernel removed it already: then wd was dropped).
+func (w *watcher) unwatch(wd int32, ch chan<- struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(e.waiters, ch)
-	if len(e.waiters) > 0 || e.dead {
-		return
-	}
-	e.dead = true
-	delete(w.wds, e.wd)
-	if !w.closed {
-		_ = w.control(func(fd int) { _, _ = syscall.InotifyRmWatch(fd, uint32(e.wd)) })
+	if w.waiters.Remove(wd, ch) && !w.closed {
+		_ = w.control(func(fd int) { _, _ = syscall.InotifyRmWatch(fd, uint32(wd)) })
 	}
 }
 
@@ -404,8 +391,6 @@ func (w *watcher) read() {
 }
 
 func (w *watcher) dispatch(events []byte) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for len(events) >= syscall.SizeofInotifyEvent {
 		wd := int32(binary.NativeEndian.Uint32(events[0:]))
 		mask := binary.NativeEndian.Uint32(events[4:])
@@ -414,29 +399,13 @@ func (w *watcher) dispatch(events []byte) {
 			size = len(events)
 		}
 		events = events[size:]
-		if mask&syscall.IN_Q_OVERFLOW != 0 { // events were dropped: wake everyone
-			for _, e := range w.wds {
-				e.wake()
-			}
-			continue
-		}
-		e := w.wds[wd]
-		if e == nil {
-			continue
-		}
-		e.wake()
-		if mask&syscall.IN_IGNORED != 0 {
-			e.dead = true
-			delete(w.wds, wd)
-		}
-	}
-}
-
-func (e *watch) wake() {
-	for ch := range e.waiters {
-		select {
-		case ch <- struct{}{}:
+		switch {
+		case mask&syscall.IN_Q_OVERFLOW != 0: // events were dropped: wake everyone
+			w.waiters.WakeAll()
+		case mask&syscall.IN_IGNORED != 0: // the kernel removed the watch
+			w.waiters.Drop(wd)
 		default:
+			w.waiters.Wake(wd)
 		}
 	}
 }
@@ -455,11 +424,7 @@ func (w *watcher) close() {
 }
 
 // watches counts the watch descriptors in use, for tests.
-func (w *watcher) watches() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.wds)
-}
+func (w *watcher) watches() int { return w.waiters.Keys() }
 
 // holdersMask: what changes a key's holders directory when its holders
 // change: a holder file created (a grant, a waiter arriving), written (a

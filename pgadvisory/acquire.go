@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // TryAcquire makes one attempt (pg_try_advisory_lock) on a connection shared
@@ -96,7 +97,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 
 	start := time.Now()
 	g, err, _ = roundTrip(d, ctx, settleWait, c, st.tryFor(req.Shared), id, nil,
-		func(hand *handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
+		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			switch {
 			case err != nil:
 				return driver.Grant{}, d.failed(ctx, c, id, req.Shared, err)
@@ -106,7 +107,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 				return driver.Grant{}, cause
 			case tok.v == 0:
 				return driver.Grant{}, driver.ErrLocked
-			case !hand.deliver():
+			case !hand.Deliver():
 				// The caller stopped waiting and will never know of this lock.
 				d.giveBack(c, id, req.Shared)
 				return driver.Grant{}, ctx.Err()
@@ -287,7 +288,7 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	start := time.Now()
 	a := &waitAbort{c: w, returned: make(chan struct{})}
 	g, err, gaveUp := roundTrip(d, ctx, settleWait, w, st.waitFor(req.Shared), id, a,
-		func(hand *handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
+		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			if err == errNotSent {
 				return driver.Grant{}, d.waitEnded(ctx)
 			}
@@ -305,11 +306,11 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 }
 
 // waited acts on the answer to a wait on w (w.mu held).
-func (d *Driver) waited(ctx context.Context, hand *handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error, claim *atomic.Bool) (driver.Grant, error) {
+func (d *Driver) waited(ctx context.Context, hand *kit.Handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error, claim *atomic.Bool) (driver.Grant, error) {
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
 	if err == nil && !tok.null && !ended {
-		if hand.deliver() {
+		if hand.Deliver() {
 			// The server granted the lock at most about one round trip before
 			// the answer arrived; the validity of the lock counts from then.
 			granted := received.Add(-w.rtt)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // lockConn is one dedicated session, taken out of the pool for good. It either
@@ -48,13 +49,7 @@ type lockConn struct {
 	start     time.Time
 	idleSince time.Time // when it last became idle holding nothing
 
-	pingMu   sync.Mutex
-	nextPing *pingCall // a ping not yet sent, which later callers join
-}
-
-type pingCall struct {
-	done chan struct{}
-	err  error
+	pings kit.Round[struct{}] // a ping not yet sent, which later callers join
 }
 
 // Bounds on how long the driver waits for the server.
@@ -322,75 +317,42 @@ func (c *lockConn) broken(err error) bool {
 }
 
 // ping confirms that c's session is alive and the same. A caller that arrives
-// while a ping is queued but not yet sent joins it, so refreshes of many locks on
-// one connection share a round trip without trusting an answer older than their
-// own call. A caller whose context ends returns at once; a ping already sent goes
-// on without it (see roundTrip).
+// while a ping is queued but not yet sent joins it (c.pings), so refreshes of
+// many locks on one connection share a round trip without trusting an answer
+// older than their own call. A caller whose context ends returns at once; a
+// ping already sent goes on without it (see roundTrip), and the callers that
+// joined it and still have time send another.
 func (c *lockConn) ping(ctx context.Context) error {
-	for {
-		c.pingMu.Lock()
-		p := c.nextPing
-		leader := p == nil
-		if leader {
-			p = &pingCall{done: make(chan struct{})}
-			c.nextPing = p
-		}
-		c.pingMu.Unlock()
-		if leader {
-			return c.lead(ctx, p)
-		}
-		select {
-		case <-p.done:
-			if p.err == errPingNotSent {
-				continue // its leader left before the session was free: lead the next
-			}
-			return p.err
-		case <-ctx.Done():
-			return errNoAnswer("ping", ctx.Err())
-		}
+	led := false
+	_, err := c.pings.Share(ctx, time.Now(), time.Time{}, func(ctx context.Context, sent func()) (struct{}, error) {
+		led = true
+		return struct{}{}, c.sendPing(ctx, sent)
+	})
+	if !led && err != nil && err == ctx.Err() {
+		return errNoAnswer("ping", err)
 	}
+	return err
 }
 
-// errPingNotSent tells the callers that joined a ping that its leader left
-// before it could send it.
-var errPingNotSent = errors.New("pgadvisory: ping not sent")
-
-// lead sends the ping p, which later callers may have joined.
-func (c *lockConn) lead(ctx context.Context, p *pingCall) error {
+// sendPing sends a ping once c's session is free, calling sent as it goes.
+func (c *lockConn) sendPing(ctx context.Context, sent func()) error {
 	if err := c.mu.LockContext(ctx); err != nil {
-		c.pingMu.Lock()
-		if c.nextPing == p {
-			c.nextPing = nil
-		}
-		c.pingMu.Unlock()
-		p.err = errPingNotSent
-		close(p.done)
-		return errBusy("ping", err)
+		return errBusy("ping", err) // not sent: the callers that joined send one
 	}
-	c.pingMu.Lock()
-	c.nextPing = nil
-	c.pingMu.Unlock()
+	sent()
 	if c.dead.Load() || c.conn == nil {
-		p.err = errSessionLost(errors.New("connection given up"))
 		c.unlock()
-		close(p.done)
-		return p.err
+		return errSessionLost(errors.New("connection given up"))
 	}
 	if err := ctx.Err(); err != nil {
-		p.err = err
 		c.unlock()
-		close(p.done)
 		return err
 	}
 	_, err, gaveUp := roundTrip(c.d, ctx, 0, c, pingStmt, 0, nil,
-		func(_ *handoff[struct{}], r result, err error) (struct{}, error) {
-			p.err = c.pinged(r, err)
-			return struct{}{}, p.err
+		func(_ *kit.Handoff[struct{}], r result, err error) (struct{}, error) {
+			return struct{}{}, c.pinged(r, err)
 		},
-		func() {
-			c.unlock()
-			close(p.done)
-		})
+		c.unlock)
 	if gaveUp {
 		return errNoAnswer("ping", err)
 	}

@@ -23,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/distlock/lock/driver/kit"
 )
 
 // connMutex is a lock connection's statement lock (one statement at a time on
@@ -255,14 +257,14 @@ func (c *lockConn) conclude(s *stmt, a *answer, err error) (result, error) {
 // If ctx ends before the answer, the rest (reading the answer, then, after)
 // goes on in a goroutine of the driver's; the caller waits linger more for it,
 // then returns ctx's error with gaveUp set. then learns from its handoff
-// whether the caller will receive its outcome (see handoff.deliver).
+// whether the caller will receive its outcome (kit.Handoff.Deliver).
 func roundTrip[T any](d *Driver, ctx context.Context, linger time.Duration, c *lockConn, s *stmt, id int64, wait *waitAbort,
-	then func(*handoff[T], result, error) (T, error), after func()) (v T, err error, gaveUp bool) {
+	then func(*kit.Handoff[T], result, error) (T, error), after func()) (v T, err error, gaveUp bool) {
 	if !c.prepare {
 		// A query mode for a proxy that cannot keep prepared statements:
 		// pgx runs the statement, in a goroutine of the driver's whenever
 		// the caller may leave before it ends.
-		return runFor(d, ctx, linger, func(h *handoff[T]) (T, error) {
+		return splitGaveUp(kit.Run(&d.calls, ctx, linger, func(h *kit.Handoff[T]) (T, error) {
 			defer after()
 			var r result
 			var err error
@@ -272,9 +274,9 @@ func roundTrip[T any](d *Driver, ctx context.Context, linger time.Duration, c *l
 				r, err = c.exec(ctx, s, id)
 			}
 			return then(h, r, err)
-		})
+		}))
 	}
-	h := &handoff[T]{}
+	h := &kit.Handoff[T]{}
 	grace := d.grace
 	if wait != nil {
 		grace = 0
@@ -290,7 +292,6 @@ func roundTrip[T any](d *Driver, ctx context.Context, linger time.Duration, c *l
 		if d.closing.Err() != nil {
 			c.abort.Store(nil)
 			f.end(false)
-			h.state.Store(handDelivered)
 			v, err = then(h, result{}, errNotSent)
 			after()
 			return v, err, false
@@ -318,27 +319,29 @@ func roundTrip[T any](d *Driver, ctx context.Context, linger time.Duration, c *l
 		return v, err
 	}
 	if !f.interrupted(readErr) {
-		h.state.Store(handDelivered)
 		v, err = finish(readErr)
 		return v, err, false
 	}
-	// The caller's context ended with the answer still to come.
-	h.done = make(chan struct{})
-	rest := func() {
+	// The caller's context ended with the answer still to come: the rest
+	// goes on in a goroutine of the driver's (in the caller's once Close has
+	// begun, which cuts the socket, so that the rest ends at once).
+	return splitGaveUp(h.Continue(&d.calls, ctx, linger, func() (T, error) {
 		err := readErr
 		if f.resume() {
 			err = c.receive(a)
 		}
-		h.val, h.err = finish(err)
-		close(h.done)
+		return finish(err)
+	}))
+}
+
+// splitGaveUp turns kit's *kit.GaveUpError into ctx's error with gaveUp set, as
+// roundTrip's callers take it.
+func splitGaveUp[T any](v T, err error) (T, error, bool) {
+	var g *kit.GaveUpError
+	if errors.As(err, &g) {
+		return v, g.Err, true
 	}
-	if !d.goJob(rest) {
-		// Close has begun and cuts the socket: the rest ends at once.
-		h.state.Store(handDelivered)
-		rest()
-		return h.val, h.err, false
-	}
-	return h.await(ctx, linger)
+	return v, err, false
 }
 
 // errNotSent is roundTrip's error for a wait not sent because Close came first.

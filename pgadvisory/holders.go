@@ -553,7 +553,7 @@ func (d *Driver) evictionsMissed(ctx context.Context, conn *pgx.Conn) {
 		return
 	}
 	for _, e := range evs {
-		d.goJob(func() { d.evictLocal(e.id, e.pid) })
+		d.calls.Go(func() { d.evictLocal(e.id, e.pid) })
 	}
 }
 
@@ -568,7 +568,7 @@ func (d *Driver) evicted(payload string) {
 	if err1 != nil || err2 != nil {
 		return
 	}
-	d.goJob(func() { d.evictLocal(id, int32(pid)) })
+	d.calls.Go(func() { d.evictLocal(id, int32(pid)) })
 }
 
 // errForced is the loss cause of an evicted hold.

@@ -102,7 +102,7 @@ func (d *Driver) permitBellFor(ids []int64) (b *permitBell, listening bool) {
 func (d *Driver) startListenerLocked() *permitListener {
 	if d.listener == nil {
 		l := &permitListener{ready: make(chan struct{}), bells: map[int64]map[*permitBell]struct{}{}}
-		if !d.goJobLocked(func() { d.listen(l) }) {
+		if d.closed || !d.calls.Go(func() { d.listen(l) }) {
 			return nil
 		}
 		d.listener = l
@@ -169,7 +169,7 @@ func (d *Driver) listen(l *permitListener) {
 		if d.o.holders && len(d.byOwner) > 0 {
 			// Holds that may be evicted need a listener: start another after
 			// a pause (not in a tight loop against a server that is down).
-			d.goJobLocked(func() {
+			d.calls.Go(func() {
 				t := time.NewTimer(listenRetry)
 				defer t.Stop()
 				select {
@@ -227,17 +227,4 @@ func (d *Driver) listen(l *permitListener) {
 		l.announceLocked(id)
 		d.mu.Unlock()
 	}
-}
-
-// goJobLocked is goJob with d.mu held and Close not begun.
-func (d *Driver) goJobLocked(f func()) bool {
-	if d.closed {
-		return false
-	}
-	d.jobs.Add(1)
-	go func() {
-		defer d.jobs.Done()
-		f()
-	}()
-	return true
 }

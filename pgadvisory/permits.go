@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // PermitID returns the advisory lock id of slot i (0 <= i < n) of the
@@ -296,7 +297,7 @@ func (d *Driver) inUse(ctx context.Context, id int64) (bool, error) {
 			continue
 		}
 		used, err, _ := roundTrip(d, ctx, settleWait, c, inUseStmt, id, nil,
-			func(_ *handoff[bool], r result, err error) (bool, error) {
+			func(_ *kit.Handoff[bool], r result, err error) (bool, error) {
 				if err != nil {
 					if c.broken(err) {
 						cause := errSessionLost(err)

@@ -130,6 +130,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // ErrFenceSequence is wrapped by the error of an acquire when the fencing
@@ -165,7 +166,7 @@ type Driver struct {
 
 	closing context.Context // cancelled by Close, to end waits
 	stop    context.CancelFunc
-	jobs    sync.WaitGroup // work in flight in the driver's goroutines (see runFor)
+	calls   kit.Calls // work in flight in the driver's goroutines (see handoff.go); closed with d.closed
 
 	mu       sync.Mutex
 	closed   bool
@@ -264,6 +265,7 @@ func newDriver(cfg *pgxpool.Config, o options) (*Driver, error) {
 		aux:      newAuxConns(),
 	}
 	prefix := o.prefix
+	d.calls.RunAfterClose = true // Close cuts every socket: a call then ends at once
 	d.lockID = func(key string) int64 { return LockID(prefix, key) }
 	d.permitID = func(key string, i int) int64 { return PermitID(prefix, key, i) }
 	d.closing, d.stop = context.WithCancel(context.Background())
@@ -469,6 +471,7 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.calls.Close()
 	d.stop()
 	if d.sweeper != nil {
 		d.sweeper.Stop()
@@ -545,9 +548,9 @@ func (d *Driver) Close() error {
 		}
 	}
 	cancel()
-	// Work whose callers stopped waiting (see runFor) ends at once now that
-	// every socket is closed.
-	d.jobs.Wait()
+	// Work whose callers stopped waiting (see handoff.go) ends at once now
+	// that every socket is closed.
+	d.calls.Wait()
 	d.closeAux()
 	if watch != nil {
 		watch.close()

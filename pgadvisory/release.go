@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // Release gives the lock back with pg_advisory_unlock on the session that holds
@@ -99,7 +100,7 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		return err
 	}
 	_, err, gaveUp := roundTrip(d, ctx, 0, c, h.unlockStmt(), h.id, nil,
-		func(hand *handoff[struct{}], ok result, err error) (struct{}, error) {
+		func(hand *kit.Handoff[struct{}], ok result, err error) (struct{}, error) {
 			gone := true
 			var out error
 			switch {
@@ -149,10 +150,10 @@ func (h *holding) unlockStmt() *stmt {
 
 // settle enters the outcome of an unlock of h in the books (see unlock); hand
 // is nil when the caller is there to hear it.
-func (d *Driver) settle(hand *handoff[struct{}], h *holding, gone bool, out error) {
+func (d *Driver) settle(hand *kit.Handoff[struct{}], h *holding, gone bool, out error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delivered := hand == nil || hand.deliver()
+	delivered := hand == nil || hand.Deliver()
 	h.release = nil
 	if !gone {
 		return

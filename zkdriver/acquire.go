@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // The recipe is ZooKeeper's own (recipes.html, "Locks") in Curator's layout:
@@ -326,7 +327,7 @@ func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker 
 	}, func(path string, err error) {
 		d.createAbandoned(h, marker, session, path, err)
 	})
-	if !errors.As(err, new(abandonedError)) {
+	if !kit.GaveUp(err) {
 		d.mu.Lock()
 		h.a().sent = false // returned while we waited; else createAbandoned clears it
 		d.mu.Unlock()

@@ -7,126 +7,46 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // go-zookeeper's calls take no context: one blocks until the server answers,
 // the connection drops (after 2/3 of the session timeout without a word from a
-// hung server) or the connection is closed. call runs such a call on a worker
-// goroutine so the caller can give up when its context ends; the worker
-// finishes the call when go-zookeeper returns, and then runs abandoned, if the
-// caller had given up, so that a create that succeeded after all is not
-// forgotten.
+// hung server) or the connection is closed. call runs such a call on one of
+// the driver's workers (kit.Run) so the caller can give up when its context
+// ends; the worker finishes the call when go-zookeeper returns, and then runs
+// abandoned, if the caller had given up, so that a create that succeeded after
+// all is not forgotten.
 
-// result is what a go-zookeeper call returns.
-type result[T any] struct {
-	v   T
-	err error
-}
-
-const (
-	callRunning int32 = iota
-	callReturned
-	callAbandoned
-)
-
-// call runs op and returns its result, or ctx's error if ctx ends first. (An
-// answer is no evidence that the ensemble's leader heard of the session: a
-// server cut off from it answers reads for a while. Only the heartbeat chain
-// and handshakes move the session's credit; see session.go.)
+// call runs op and returns its result, or ctx's error (a *kit.GaveUpError
+// once op is under way) if ctx ends first; abandoned, if not nil, gets op's
+// result when its caller gave up. (An answer is no evidence that the
+// ensemble's leader heard of the session: a server cut off from it answers
+// reads for a while. Only the heartbeat chain and handshakes move the
+// session's credit; see session.go.)
 func call[T any](d *Driver, ctx context.Context, op func() (T, error), abandoned func(T, error)) (T, error) {
-	var zero T
 	if err := ctx.Err(); err != nil {
+		var zero T
 		return zero, err
 	}
-	if ctx.Done() == nil { // cannot end: no goroutine needed
-		return op()
-	}
-	d.opsMu.RLock()
-	if d.opsClosed {
-		d.opsMu.RUnlock()
-		return zero, driver.ErrClosed
-	}
-	d.ops.Add(1)
-	d.opsMu.RUnlock()
-	var state atomic.Int32
-	done := make(chan result[T], 1)
-	d.run(func() {
+	return kit.Run(&d.calls, ctx, 0, func(h *kit.Handoff[T]) (T, error) {
 		v, err := op()
-		if state.CompareAndSwap(callRunning, callReturned) {
-			done <- result[T]{v, err}
-			return
-		}
-		if abandoned != nil {
+		if !h.Deliver() && abandoned != nil {
 			abandoned(v, err)
 		}
+		return v, err
 	})
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		if state.CompareAndSwap(callRunning, callAbandoned) {
-			return zero, abandonedError{ctx.Err()}
-		}
-		r := <-done // it returned just now
-		return r.v, r.err
-	}
 }
 
-// maxWorkers bounds the goroutines kept for running calls. They live as long as
-// the driver, so a call costs a hand-over instead of a new goroutine (whose
-// stack would have to grow into go-zookeeper's on every call); calls beyond
-// this many at once get a goroutine of their own.
+// maxWorkers bounds the goroutines kept for running calls (kit.Calls.Workers).
+// They live as long as the driver, so a call costs a hand-over instead of a
+// new goroutine (whose stack would have to grow into go-zookeeper's on every
+// call); calls beyond this many at once get a goroutine of their own.
 const maxWorkers = 16
-
-// run runs job, counted in d.ops, on an idle worker, a new one, or a
-// goroutine of its own.
-func (d *Driver) run(job func()) {
-	select {
-	case d.jobs <- job:
-		return
-	default:
-	}
-	// Counted before the job can end: endCalls waits for the job, then for
-	// the goroutine.
-	d.workerWG.Add(1)
-	if d.workers.Add(1) <= maxWorkers {
-		go d.work(job)
-		return
-	}
-	d.workers.Add(-1)
-	go func() {
-		defer d.workerWG.Done()
-		defer d.ops.Done()
-		job()
-	}()
-}
-
-// work runs jobs until the driver is closed.
-func (d *Driver) work(job func()) {
-	defer d.workerWG.Done()
-	defer d.workers.Add(-1)
-	for {
-		job()
-		d.ops.Done()
-		select {
-		case job = <-d.jobs:
-		case <-d.done:
-			return
-		}
-	}
-}
-
-// abandonedError is ctx's error from a call given up while go-zookeeper still
-// had it: abandoned runs when it returns.
-type abandonedError struct{ err error }
-
-func (e abandonedError) Error() string { return e.err.Error() }
-func (e abandonedError) Unwrap() error { return e.err }
 
 // ambiguous reports whether a write that failed with err may nevertheless have
 // been applied: the request was sent and the connection dropped before the

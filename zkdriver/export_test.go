@@ -98,7 +98,5 @@ func (d *Driver) HeldForTest() (held, watched int) {
 // RoundOpenForTest reports whether a shared confirmation read is waiting to
 // be sent.
 func (d *Driver) RoundOpenForTest() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.round != nil
+	return d.rounds.Pending()
 }

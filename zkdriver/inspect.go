@@ -386,11 +386,11 @@ func unescapeName(name string) (string, bool) {
 // leaves its tombstones; its leading '.' keeps it apart from key nodes.
 const forcedNode = ".forced"
 
-// tombstoneLife is how long a tombstone its holder never read (the holder's
-// driver closed first) is kept; the next ForceRelease deletes older ones.
-// An evicted holder reads its tombstone as soon as its watch or its next
-// refresh finds its node gone: well within this.
-const tombstoneLife = 10 * time.Minute
+// A tombstone its holder never read (the holder's driver closed first) is
+// kept for d.tombLife, kit.TombstoneLife of a TTL the evicting driver cannot
+// know (a node does not record its holder's TTL); the next ForceRelease
+// deletes older ones. An evicted holder reads its tombstone as soon as its
+// watch or its next refresh finds its node gone: well within this.
 
 // tombstone is the path of the tombstone of the held node at path.
 func (d *Driver) tombstone(path string) string {
@@ -470,7 +470,7 @@ func (d *Driver) ensureForced(ctx context.Context) error {
 	return nil
 }
 
-// sweepTombstones deletes tombstones older than tombstoneLife (by the
+// sweepTombstones deletes tombstones older than d.tombLife (by the
 // server's clock, against the newest one's creation), best effort.
 func (d *Driver) sweepTombstones(ctx context.Context) {
 	dir := d.root + "/" + forcedNode

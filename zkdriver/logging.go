@@ -2,12 +2,10 @@ package zkdriver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strings"
-	"sync/atomic"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 var _ driver.LoggerUser = (*Driver)(nil)
@@ -18,42 +16,33 @@ var _ driver.LoggerUser = (*Driver)(nil)
 // before that or without one: go-zookeeper's default logger writes to the
 // standard logger, and a library must not print. Failures reach the caller as
 // errors either way.
-type zkLogger struct{ l atomic.Pointer[slog.Logger] }
+type zkLogger struct{ sink kit.LogSink }
 
-// Printf implements zk.Logger.
-func (z *zkLogger) Printf(format string, args ...any) {
-	l := z.l.Load()
-	if l == nil {
-		return
-	}
-	level := zkLevel(format)
-	// go-zookeeper gives no context: its lines come from its own loops.
-	ctx := context.Background()
-	if !l.Enabled(ctx, level) {
-		return
-	}
-	l.LogAttrs(ctx, level, fmt.Sprintf(format, args...), slog.String("client", "go-zookeeper"))
+func newZKLogger() *zkLogger {
+	return &zkLogger{sink: kit.LogSink{Client: "go-zookeeper", Levels: zkLevels, Default: slog.LevelDebug}}
 }
 
-// zkLevel ranks a go-zookeeper line by its format. A refused authentication
+// Printf implements zk.Logger. go-zookeeper gives no context: its lines come
+// from its own loops.
+func (z *zkLogger) Printf(format string, args ...any) {
+	z.sink.Printf(context.Background(), format, args...)
+}
+
+// zkLevels ranks a go-zookeeper line by its format. A refused authentication
 // is Warn (it will not fix itself); a failed connection attempt, a dropped
 // connection and a new session or reconnection are Info, since go-zookeeper
 // repeats the attempts while a server is away and the Locker already warns
 // once that the backend is unreachable; the rest is Debug.
-func zkLevel(format string) slog.Level {
-	switch {
-	case strings.HasPrefix(format, "authentication failed"):
-		return slog.LevelWarn
-	case strings.HasPrefix(format, "failed to connect"), strings.HasPrefix(format, "connected to"),
-		strings.HasPrefix(format, "authenticated"), strings.Contains(format, "loop terminated"):
-		return slog.LevelInfo
-	default:
-		return slog.LevelDebug
-	}
+var zkLevels = []kit.LevelRule{
+	{Prefix: "authentication failed", Level: slog.LevelWarn},
+	{Prefix: "failed to connect", Level: slog.LevelInfo},
+	{Prefix: "connected to", Level: slog.LevelInfo},
+	{Prefix: "authenticated", Level: slog.LevelInfo},
+	{Contains: "loop terminated", Level: slog.LevelInfo},
 }
 
 // UseLogger implements driver.LoggerUser: on a driver opened from a URL,
 // go-zookeeper's lines go to l (see zkLogger), with the attribute
 // client=go-zookeeper. A driver made by New with the program's own *zk.Conn
 // leaves that connection's logger alone.
-func (d *Driver) UseLogger(l *slog.Logger) { d.zkLog.l.Store(l) }
+func (d *Driver) UseLogger(l *slog.Logger) { d.zkLog.sink.Set(l) }

@@ -100,6 +100,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // Driver holds locks in one ZooKeeper session. Use it through lock.New or
@@ -114,7 +115,7 @@ type Driver struct {
 	acl       []zk.ACL
 	exclusive string        // the kind of an exclusive request's node: lockName, or writeName (WithWriteLockNodes)
 	declared  time.Duration // New: the session timeout given by WithSessionTimeout (0: unknown)
-	zkLog     zkLogger      // go-zookeeper's logger on a connection opened from a URL (logging.go)
+	zkLog     *zkLogger     // go-zookeeper's logger on a connection opened from a URL (logging.go)
 
 	epoch     time.Time    // lastTouch counts from here, on the monotonic clock
 	lastTouch atomic.Int64 // credit: the leader heard of the session at this time or later (session.go)
@@ -128,12 +129,8 @@ type Driver struct {
 	conns      connSet                       // own connection only: the sockets go-zookeeper uses
 	handshakes handshakes                    // own connection only: refused ConnectRequests
 	wg         sync.WaitGroup
-	ops        sync.WaitGroup // jobs of call, running or queued
-	workerWG   sync.WaitGroup // goroutines that run jobs
-	opsMu      sync.RWMutex   // orders ops.Add before the final ops.Wait
-	opsClosed  bool           // no more calls: the connection is closed
-	jobs       chan func()    // to idle workers
-	workers    atomic.Int32
+	calls      kit.Calls           // runs go-zookeeper's calls (call.go); closed with the connection
+	rounds     kit.Round[struct{}] // the shared read that RefreshBatch calls join (confirm.go)
 
 	mu      sync.Mutex
 	closed  bool
@@ -143,7 +140,6 @@ type Driver struct {
 	parents map[uint64]struct{} // key nodes known to exist, by parentHash
 	seed    maphash.Seed        // of parentHash
 	beating bool                // a heartbeat is in flight
-	round   *confirmRound       // the shared read that RefreshBatch calls join, until sent (confirm.go)
 
 	// The heartbeat chain (session.go): the send and answer times of its last
 	// answered link, not yet credited, and when the next may be sent after a
@@ -157,7 +153,7 @@ type Driver struct {
 	cleanAfter time.Time     // no cleaning before this, after a failed one
 	session    sessionInfo   // learnt by tapConn (own connection only)
 	pre        *tapConn      // Open's first session, until go-zookeeper dials it
-	tombLife   time.Duration // tombstoneLife; shorter in tests
+	tombLife   time.Duration // kit.TombstoneLife of an unknown TTL; shorter in tests
 	shareWait  time.Duration // maxShareWait; longer in tests
 }
 
@@ -320,12 +316,12 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		epoch:     time.Now(),
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
-		jobs:      make(chan func()),
+		zkLog:     newZKLogger(),
 		holds:     map[holdKey]*holding{},
 		byPath:    map[string]*holding{},
 		parents:   map[uint64]struct{}{},
 		seed:      maphash.MakeSeed(),
-		tombLife:  tombstoneLife,
+		tombLife:  kit.TombstoneLife(0),
 		shareWait: maxShareWait,
 	}
 	for i := 1; i < len(d.root); i++ {
@@ -334,6 +330,7 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		}
 	}
 	d.rootPath = append(d.rootPath, d.root)
+	d.calls.Workers = maxWorkers
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	ch := make(chan struct{})
 	d.state.Store(&ch)
@@ -376,7 +373,7 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 	}
 	d.pre = first
 	conn, events, err := zk.Connect(servers, c.sessionTimeout,
-		zk.WithLogger(&d.zkLog), zk.WithLogInfo(true), zk.WithHostProvider(&hostList{first: first.addr}),
+		zk.WithLogger(d.zkLog), zk.WithLogInfo(true), zk.WithHostProvider(&hostList{first: first.addr}),
 		zk.WithDialer(d.dialTap), zk.WithEventCallback(d.onEvent))
 	if err != nil {
 		d.cancel()
@@ -388,7 +385,7 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 		d.mu.Lock()
 		d.closed = true
 		d.mu.Unlock()
-		close(d.done) // workers end
+		close(d.done)
 		d.cancel()
 		// A session that answered is closed properly; after ctx ended, the
 		// server is not waited for.
@@ -537,6 +534,9 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	err := d.removeOnClose(nodes)
+	// The program's connection stays open: calls still under way end when
+	// it answers, and the idle workers now.
+	d.calls.Close()
 	d.wg.Wait()
 	return err
 }
@@ -587,14 +587,10 @@ func (d *Driver) endConn(waitAnswer bool) {
 var alreadyClosed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // endCalls refuses further calls and waits for those under way, and for the
-// goroutines that ran them (which end with d.done): on a closed connection
-// they all end at once.
+// goroutines that ran them: on a closed connection they all end at once.
 func (d *Driver) endCalls() {
-	d.opsMu.Lock()
-	d.opsClosed = true
-	d.opsMu.Unlock()
-	d.ops.Wait()
-	d.workerWG.Wait()
+	d.calls.Close()
+	d.calls.Wait()
 }
 
 // removeOnClose deletes the nodes of a Driver from New from the connection,
