@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/redislayout"
 )
 
@@ -140,10 +141,9 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]string, error) {
 	return listed, nil
 }
 
-// tombstoneMin is the least time a tombstone of ForceRelease lives; it lives
-// three times the evicted holds' remaining TTL beyond that, so that their
-// holders' refreshes, which come at least that often, read it.
-const tombstoneMin = 10 * time.Second
+// A ForceRelease tombstone lives kit.TombstoneLife of what was left of the
+// evicted holds' TTL: force.lua adds three times that to kit.TombstoneMin, so
+// that their holders' refreshes, which come at least that often, read it.
 
 var _ driver.Evictor = (*Driver)(nil)
 
@@ -158,7 +158,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	k := d.keys(key)
 	all := scriptKeysWithForced(k)
-	v, err := forceScript.Run(ctx, d.client, all, millis(tombstoneMin)).Int64Slice()
+	v, err := forceScript.Run(ctx, d.client, all, millis(kit.TombstoneMin)).Int64Slice()
 	if err != nil {
 		return 0, classify(err)
 	}

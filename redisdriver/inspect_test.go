@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/testserver"
 )
 
@@ -253,8 +254,8 @@ func TestForceReleaseTombstoneWaiterAndFence(t *testing.T) {
 		t.Errorf("lock = %q, %v; the evicted holder's Release freed the next holder's lock", v, err)
 	}
 	ttl, err := admin.PTTL(ctx, k.Forced).Result()
-	if err != nil || ttl <= 0 || ttl > tombstoneMin+3*held.TTL {
-		t.Errorf("tombstones' TTL %v (%v), want positive and at most %v", ttl, err, tombstoneMin+3*held.TTL)
+	if err != nil || ttl <= 0 || ttl > kit.TombstoneMin+3*held.TTL {
+		t.Errorf("tombstones' TTL %v (%v), want positive and at most %v", ttl, err, kit.TombstoneMin+3*held.TTL)
 	}
 
 	// An ordinary loss (the key deleted by hand) is not reported as forced.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/redislayout"
 )
 
@@ -20,11 +21,10 @@ import (
 // per-server timeout (see releaseWait).
 const operatorWait = releaseWait
 
-// tombstoneLife is the least time ForceRelease's tombstones live beyond three
-// times what was left of the evicted lock's TTL: the evicted holder's
-// refreshes, due every third of its TTL and retried until its validity
-// deadline, find them.
-const tombstoneLife = time.Second
+// A ForceRelease tombstone lives kit.TombstoneLife of what was left of the
+// evicted lock's TTL: force.lua adds three times that to kit.TombstoneMin, so
+// that the evicted holder's refreshes, due every third of its TTL and retried
+// until its validity deadline, find it.
 
 // ask runs one script on every server at once and gathers the answers until
 // every server answered, done (if not nil) says the outcome is decided, the
@@ -332,7 +332,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	defer d.calls.Done()
 	k := d.keys(key)
 	replies := d.ask(ctx, opForce, []string{k.Lock, k.Waiters, k.Holders, k.Grant, k.Labels, k.Forced},
-		[]any{millis(tombstoneLife)}, nil)
+		[]any{millis(kit.TombstoneMin)}, nil)
 	evicted := map[string]bool{}
 	wrong := 0
 	for i, rep := range replies {

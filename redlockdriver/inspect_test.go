@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/lock"
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/testserver"
 )
@@ -212,8 +213,8 @@ func TestForceReleaseTombstoneIsReadByRefreshAndExpires(t *testing.T) {
 	for i, a := range admin {
 		n, err := a.HLen(ctx, forced).Result()
 		pt := a.PTTL(ctx, forced).Val()
-		if err != nil || n != 1 || pt <= tombstoneLife || pt > 3*ttl+tombstoneLife {
-			t.Errorf("server %d: tombstones %d (%v), TTL %v; want one, for about 3 TTLs + %v", i+1, n, err, pt, tombstoneLife)
+		if err != nil || n != 1 || pt <= kit.TombstoneMin || pt > 3*ttl+kit.TombstoneMin {
+			t.Errorf("server %d: tombstones %d (%v), TTL %v; want one, for about 3 TTLs + %v", i+1, n, err, pt, kit.TombstoneMin)
 		}
 	}
 	if err := l.Refresh(ctx); !errors.Is(err, lock.ErrForceReleased) || !errors.Is(err, lock.ErrNotHeld) {
@@ -239,7 +240,7 @@ func TestForceReleaseTombstoneIsReadByRefreshAndExpires(t *testing.T) {
 		t.Errorf("its Err: %v, want ErrForceReleased", err)
 	}
 
-	wait := 3*ttl + tombstoneLife + 5*time.Second
+	wait := 3*ttl + kit.TombstoneMin + 5*time.Second
 	deadline := time.Now().Add(wait)
 	for admin[0].Exists(ctx, forced).Val() != 0 {
 		if time.Now().After(deadline) {
