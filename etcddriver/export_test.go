@@ -3,6 +3,8 @@ package etcddriver
 import (
 	"context"
 	"errors"
+
+	"github.com/distlock/lock/fence"
 )
 
 // MaxLeaseTTL is the longest lease the driver asks etcd for, etcd's own
@@ -60,9 +62,9 @@ func (d *Driver) AwaitRefreshWatch(ctx context.Context) error {
 // RefusedBy returns the stored token that refused a fenced write, from its
 // error.
 func RefusedBy(err error) (uint64, bool) {
-	var sw *staleWrite
-	if errors.As(err, &sw) {
-		return sw.held, true
+	var se *fence.StaleError
+	if errors.As(err, &se) {
+		return se.Highest, true
 	}
 	return 0, false
 }

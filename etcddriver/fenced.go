@@ -146,7 +146,7 @@ func (f Fenced) txn(ctx context.Context, op, resource string, token uint64, ops 
 	if err != nil {
 		return nil, err
 	}
-	return nil, &staleWrite{op: op, stale: &fence.StaleError{Resource: resource, Token: token}, held: held}
+	return nil, fmt.Errorf("etcddriver: fenced %s: %w", op, &fence.StaleError{Resource: resource, Token: token, Highest: held})
 }
 
 // checkFenced returns the error for bad arguments or a context already
@@ -166,20 +166,6 @@ func checkFenced(ctx context.Context, kv clientv3.KV, op, resource string, token
 	}
 	return nil
 }
-
-// staleWrite is the error of a write refused by a stored token: the
-// fence.StaleError, and the token that refused it.
-type staleWrite struct {
-	op    string
-	stale *fence.StaleError
-	held  uint64
-}
-
-func (e *staleWrite) Error() string {
-	return "etcddriver: fenced " + e.op + ": " + e.stale.Error() + " (the resource's token is " + strconv.FormatUint(e.held, 10) + ")"
-}
-
-func (e *staleWrite) Unwrap() error { return e.stale }
 
 // LockPrefix is Driver.LockPrefix for a driver on prefix (DefaultPrefix when
 // empty): the lock's name for TxnIfHeld, concurrency.NewMutex and etcdctl

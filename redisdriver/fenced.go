@@ -122,20 +122,6 @@ func clusterHashed(key string) (string, bool) {
 	return key, key != "" && !strings.Contains(key, "}")
 }
 
-// staleWrite is the error of a refused fenced write: the fence.StaleError,
-// and the key's token that refused it.
-type staleWrite struct {
-	op    string
-	stale *fence.StaleError
-	held  uint64
-}
-
-func (e *staleWrite) Error() string {
-	return "redisdriver: fenced " + e.op + ": " + e.stale.Error() + " (the key's token is " + strconv.FormatUint(e.held, 10) + ")"
-}
-
-func (e *staleWrite) Unwrap() error { return e.stale }
-
 // write runs fenced.lua for the write args on key.
 func (f Fenced) write(ctx context.Context, op, key string, token uint64, args ...any) error {
 	if f.Client == nil {
@@ -162,7 +148,7 @@ func (f Fenced) write(ctx context.Context, op, key string, token uint64, args ..
 	if len(res) == 2 && res[0] == int64(0) {
 		if s, ok := res[1].(string); ok {
 			if held, err := strconv.ParseUint(s, 10, 64); err == nil {
-				return &staleWrite{op: op, stale: &fence.StaleError{Resource: key, Token: token}, held: held}
+				return fmt.Errorf("redisdriver: fenced %s: %w", op, &fence.StaleError{Resource: key, Token: token, Highest: held})
 			}
 		}
 	}

@@ -32,8 +32,8 @@ func fencedKey(t *testing.T) string { return "fenced:" + t.Name() + ":" + random
 // wantStale fails t unless err is a refusal by the token by.
 func wantStale(t *testing.T, err error, by uint64) {
 	t.Helper()
-	var sw *staleWrite
-	if !errors.Is(err, fence.ErrStale) || !errors.As(err, &sw) || sw.held != by {
+	var se *fence.StaleError
+	if !errors.Is(err, fence.ErrStale) || !errors.As(err, &se) || se.Highest != by {
 		t.Fatalf("err = %v, want a refusal matching fence.ErrStale by token %d", err, by)
 	}
 }
@@ -285,9 +285,9 @@ func interleavedFencedWrites(t *testing.T, ctx context.Context, f Fenced, c redi
 		Read:    read,
 		Deletes: op == "del",
 		RefusedBy: func(err error) (uint64, bool) {
-			var sw *staleWrite
-			if errors.As(err, &sw) {
-				return sw.held, true
+			var se *fence.StaleError
+			if errors.As(err, &se) {
+				return se.Highest, true
 			}
 			return 0, false
 		},
