@@ -123,7 +123,7 @@ type holding struct {
 	token uint64
 	start time.Time // when the flock that took it was attempted
 
-	// The hold's holder file (see inspect.go), flocked while it holds; nil
+	// The hold's holder file (see holders.go), flocked while it holds; nil
 	// until published.
 	pub  *os.File
 	dir  string // the key's holders directory

@@ -192,7 +192,7 @@ type holding struct {
 	session int64
 	start   int64 // the grant's Start, on the driver's clock (Driver.at)
 
-	verdict *verdict // why the node went, once someone else deleted it (inspect.go)
+	verdict *verdict // why the node went, once someone else deleted it (evict.go)
 
 	state   holdState
 	watched bool // a watch on the node reports its deletion (own connection)
