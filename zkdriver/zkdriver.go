@@ -130,7 +130,7 @@ type Driver struct {
 	handshakes handshakes                    // own connection only: refused ConnectRequests
 	wg         sync.WaitGroup
 	calls      kit.Calls           // runs go-zookeeper's calls (call.go); closed with the connection
-	rounds     kit.Round[struct{}] // the shared read that RefreshBatch calls join (confirm.go)
+	rounds     kit.Round[struct{}] // the shared read that RefreshBatch calls join (refresh.go)
 
 	mu      sync.Mutex
 	closed  bool

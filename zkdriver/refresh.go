@@ -53,8 +53,8 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	var st *zk.Stat
 	var err error
 	if watched {
-		// The watch reports a deletion; confirm.go says why a shared read
-		// is enough.
+		// The watch reports a deletion; the comment before confirmShared
+		// says why a shared read is enough.
 		if err = d.confirm(ctx); err == nil {
 			recheck, err := d.confirmedByWatch(ctx, h, session)
 			if !recheck {
@@ -140,7 +140,7 @@ func (d *Driver) lose(ctx context.Context, h *holding, cause error) error {
 const batchParallel = 16
 
 // RefreshBatch refreshes several locks: those whose nodes carry a watch with
-// one shared read (confirm.go), the others pipelined, up to batchParallel in
+// one shared read (confirmShared), the others pipelined, up to batchParallel in
 // flight.
 func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []error {
 	errs := make([]error, len(reqs))
@@ -188,7 +188,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 }
 
 // shareBy is when a shared read must go out at the latest to confirm reqs:
-// half a refresh interval of the shortest TTL among them (see confirm.go),
+// half a refresh interval of the shortest TTL among them (see confirmShared),
 // at most d.shareWait, and no later than a third of the way to ctx's
 // deadline.
 func (d *Driver) shareBy(ctx context.Context, reqs []*driver.Request) time.Time {
@@ -203,111 +203,75 @@ func (d *Driver) shareBy(ctx context.Context, reqs []*driver.Request) time.Time 
 	return now.Add(max(wait, 0))
 }
 
-// Release deletes req.Owner's node. For a held lock that hands the lock to the
-// next in the queue; for a request still waiting it leaves the queue. It
-// returns driver.ErrNotHeld if the lock was not held (gone with an expired
-// session, deleted, or never granted), and never touches another owner's node:
-// every node's name is unique to the request that made it. While disconnected
-// it waits for the connection to come back, within ctx; if ctx ends first, or
-// the delete fails (returned marked driver.ErrUnavailable when transient), the
-// lock stays held and the error is returned.
-func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
-	}
-	h := d.holds[holdKey{req.Key, req.Owner}]
-	if h == nil {
-		d.mu.Unlock()
-		return driver.ErrNotHeld
-	}
-	if h.state == stateWaiting {
-		return d.leaveQueue(ctx, h) // unlocks d.mu
-	}
-	h.state = stateReleasing // its deletion is not a loss
-	path, session := h.path(), h.session
-	d.mu.Unlock()
+// A held node that carries a watch needs no read of its own to be confirmed:
+// ZooKeeper delivers a watch event before the answer to any later request on the
+// same session, and go-zookeeper hands events to the driver (onEvent) before it
+// hands over later answers. So any answer to a request sent after a refresh
+// began proves that, as of that request, the session was alive and no deletion
+// of the node had been reported; had one been, the lock would already be
+// removed. One such read confirms every watched lock of a batch at once
+// (RefreshBatch), so the refresh traffic of many held locks is not one
+// request per lock.
 
-	err := d.awaitSession(ctx)
-	if err == nil && d.conn.SessionID() != session {
-		err = zk.ErrSessionExpired
-	}
-	if err == nil {
-		err = d.deleteNode(ctx, path)
-	}
-	return d.released(ctx, h, err)
-}
+// Automatic refresh confirms locks in batches of those due together (the
+// portable layer gathers what falls due within a few milliseconds), so locks
+// taken over a second make a hundred batches a refresh interval, each of
+// which would cost a read of its own. RefreshBatch shares the read instead
+// (kit.Round): a batch joins the next read not yet sent, and the first batch
+// to find none schedules one half a refresh interval (RefreshInterval of its
+// TTL) later, or maxShareWait later if that is sooner; a batch that joins
+// with a sooner deadline brings the read forward. Every batch that arrived before
+// the read was sent is confirmed by its answer, so the reads come at most
+// once per maxShareWait, however many locks and batches there are. The cap
+// keeps few batches waiting at once: each waits in a goroutine of the
+// portable layer, and locks taken over a second on a Locker of many shards
+// make hundreds of batches a refresh interval. A batch's confirmation arrives
+// that much later, which takes nothing from its validity: the portable layer
+// measures the new deadline from the moment it called RefreshBatch, before
+// the read was sent, and the old deadline, a TTL after the previous refresh,
+// is two thirds of a TTL after this one began.
 
-// released records the outcome of Release's delete.
-func (d *Driver) released(ctx context.Context, h *holding, err error) error {
-	if errors.Is(err, zk.ErrNoNode) {
-		// Deleted by someone else: perhaps evicted, which goneCause tells
-		// (a round trip, outside d.mu).
-		d.mu.Lock()
-		ours := !d.closed && h.state == stateReleasing
-		if ours {
-			d.removeLocked(h)
-		}
-		path := h.path()
-		d.mu.Unlock()
-		if !ours {
-			return d.releasedElse()
-		}
-		return d.goneCause(ctx, h, path)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.closed:
-		return driver.ErrClosed
-	case h.state != stateReleasing: // lost meanwhile
-		return driver.ErrNotHeld
-	case err == nil:
-		d.removeLocked(h)
-		h.state = stateReleased
-		return nil
-	case errors.Is(err, zk.ErrSessionExpired):
-		d.removeLocked(h)
-		return errSessionEnded
-	default:
-		h.state = stateGranted // still ours, as far as we know
-		return unavailable(err)
-	}
-}
+// maxShareWait is the longest a batch waits for a shared read to go out: at
+// most 40 reads a second for any number of held locks, and a batch's
+// goroutine free again within that.
+const maxShareWait = 25 * time.Millisecond
 
-// releasedElse is released's answer when the driver closed, or the lock was
-// lost, while its delete was under way.
-func (d *Driver) releasedElse() error {
+// confirmShared returns nil once the session has answered a read sent after
+// confirmShared was called, and no later than by unless ctx ends first; reads
+// of calls that overlap are shared (d.rounds, see above): a batch joins the
+// read not yet sent, which goes out at the earliest by of those that joined.
+func (d *Driver) confirmShared(ctx context.Context, by time.Time) error {
 	if d.isClosed() {
 		return driver.ErrClosed
 	}
-	return driver.ErrNotHeld
+	_, err := d.rounds.Share(ctx, time.Now(), by, func(ctx context.Context, sent func()) (struct{}, error) {
+		if d.isClosed() {
+			return struct{}{}, driver.ErrClosed
+		}
+		sent()
+		return struct{}{}, d.confirm(ctx)
+	})
+	return err
 }
 
-// leaveQueue forgets a request that was never granted and deletes whatever node
-// it may have made. d.mu is held, and released.
-func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
-	d.removeLocked(h)
-	var o orphan
-	switch {
-	case h.a().sent:
-		// A create is still in flight (its Acquire gave up waiting for it):
-		// createAbandoned deletes what it makes, once it returns.
-		d.mu.Unlock()
-		return driver.ErrNotHeld
-	case h.name() != "":
-		o = orphan{path: h.path()}
-	case h.a().unsure:
-		o = orphan{parent: h.parent, marker: h.a().marker}
-	default:
-		d.mu.Unlock()
-		return driver.ErrNotHeld
+// confirm sends a read on the session and returns its error: nil means the
+// session answered a request sent after confirm was called.
+func (d *Driver) confirm(ctx context.Context) error {
+	_, err := call(d, ctx, func() (bool, error) {
+		ok, _, err := d.conn.Exists(d.root)
+		return ok, err
+	}, nil)
+	return err
+}
+
+// watchedHold returns the lock of req if it is held with a watch on its node
+// and the session that made it is the live one, and that session.
+func (d *Driver) watchedHold(req *driver.Request) (*holding, int64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.holds[holdKey{req.Key, req.Owner}]
+	if d.closed || !d.ownConn || h == nil || h.state != stateGranted || !h.watched || h.session != d.conn.SessionID() {
+		return nil, 0, false
 	}
-	o.session = h.ownerOrCreator()
-	d.mu.Unlock()
-	if err := d.removeOrphan(ctx, o); err != nil {
-		d.addOrphan(o) // deleted once the connection is back
-	}
-	return driver.ErrNotHeld
+	return h, h.session, true
 }
