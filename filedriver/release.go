@@ -1,0 +1,39 @@
+package filedriver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/distlock/lock/driver"
+)
+
+// Release closes req.Owner's descriptor on the key's lock file, which drops the
+// flock. It returns driver.ErrNotHeld if req.Owner holds no lock on req.Key, or if
+// the lock file had been deleted or replaced so the lock no longer excluded
+// anyone; it never touches another owner's descriptor.
+func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
+	k := holdKey{req.Key, req.Owner}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.ErrClosed
+	}
+	h := d.held[k]
+	if h == nil {
+		d.mu.Unlock()
+		return driver.ErrNotHeld
+	}
+	delete(d.held, k)
+	f := h.f
+	files := h.detach()
+	d.mu.Unlock()
+	if files == nil {
+		return errSevered
+	}
+	same, err := samePath(f, h.path)
+	h.end(files, err == nil && !same) // closing the last descriptor of an open file drops its flock
+	if err == nil && !same {
+		return fmt.Errorf("%w: lock file %s was deleted or replaced", driver.ErrNotHeld, h.path)
+	}
+	return nil
+}
