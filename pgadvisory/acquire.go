@@ -96,7 +96,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 	}
 
 	start := time.Now()
-	g, err, _ = roundTrip(d, ctx, settleWait, c, st.tryFor(req.Shared), id, nil,
+	g, err, _ = roundTrip(d, ctx, trip{c: c, s: st.tryFor(req.Shared), id: id, linger: settleWait},
 		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			switch {
 			case err != nil:
@@ -287,12 +287,12 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	}
 	start := time.Now()
 	a := &waitAbort{c: w, returned: make(chan struct{})}
-	g, err, gaveUp := roundTrip(d, ctx, settleWait, w, st.waitFor(req.Shared), id, a,
+	g, err, gaveUp := roundTrip(d, ctx, trip{c: w, s: st.waitFor(req.Shared), id: id, wait: a, linger: settleWait},
 		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			if err == errNotSent {
 				return driver.Grant{}, d.waitEnded(ctx)
 			}
-			return d.waited(ctx, hand, w, req, id, start, tok, err, claim)
+			return d.waited(ctx, hand, waitedCall{w: w, req: req, id: id, start: start, claim: claim}, tok, err)
 		}, done)
 	if gaveUp {
 		return driver.Grant{}, d.waitEnded(ctx)
@@ -305,8 +305,19 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	return g, err
 }
 
-// waited acts on the answer to a wait on w (w.mu held).
-func (d *Driver) waited(ctx context.Context, hand *kit.Handoff[driver.Grant], w *lockConn, req *driver.Request, id int64, start time.Time, tok result, err error, claim *atomic.Bool) (driver.Grant, error) {
+// waitedCall is the wait whose answer waited acts on: req's id waited for on
+// w from start, with register's claim.
+type waitedCall struct {
+	w     *lockConn
+	req   *driver.Request
+	id    int64
+	start time.Time
+	claim *atomic.Bool
+}
+
+// waited acts on the answer to a wait on c.w (c.w.mu held).
+func (d *Driver) waited(ctx context.Context, hand *kit.Handoff[driver.Grant], c waitedCall, tok result, err error) (driver.Grant, error) {
+	w, req, id, start, claim := c.w, c.req, c.id, c.start, c.claim
 	received := time.Now()
 	ended := ctx.Err() != nil || d.closing.Err() != nil
 	if err == nil && !tok.null && !ended {

@@ -348,7 +348,7 @@ func (c *lockConn) sendPing(ctx context.Context, sent func()) error {
 		c.unlock()
 		return err
 	}
-	_, err, gaveUp := roundTrip(c.d, ctx, 0, c, pingStmt, 0, nil,
+	_, err, gaveUp := roundTrip(c.d, ctx, trip{c: c, s: pingStmt},
 		func(_ *kit.Handoff[struct{}], r result, err error) (struct{}, error) {
 			return struct{}{}, c.pinged(r, err)
 		},

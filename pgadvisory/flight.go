@@ -248,6 +248,17 @@ func (c *lockConn) conclude(s *stmt, a *answer, err error) (result, error) {
 	return a.r, nil
 }
 
+// trip is one statement for roundTrip: s with id on c; wait, for a statement
+// that blocks in the server's lock queue, cancels it there; linger is how long
+// a caller whose context ended waits for the answer before it leaves.
+type trip struct {
+	c      *lockConn
+	s      *stmt
+	id     int64
+	wait   *waitAbort
+	linger time.Duration
+}
+
 // roundTrip runs s with id on c for a caller whose context is ctx, then hands
 // the statement's value (or error) to then, and at last calls after, which
 // lets go of c. The caller holds c.mu and has checked that c is usable and ctx
@@ -258,8 +269,9 @@ func (c *lockConn) conclude(s *stmt, a *answer, err error) (result, error) {
 // goes on in a goroutine of the driver's; the caller waits linger more for it,
 // then returns ctx's error with gaveUp set. then learns from its handoff
 // whether the caller will receive its outcome (kit.Handoff.Deliver).
-func roundTrip[T any](d *Driver, ctx context.Context, linger time.Duration, c *lockConn, s *stmt, id int64, wait *waitAbort,
+func roundTrip[T any](d *Driver, ctx context.Context, t trip,
 	then func(*kit.Handoff[T], result, error) (T, error), after func()) (v T, err error, gaveUp bool) {
+	c, s, id, wait, linger := t.c, t.s, t.id, t.wait, t.linger
 	if !c.prepare {
 		// A query mode for a proxy that cannot keep prepared statements:
 		// pgx runs the statement, in a goroutine of the driver's whenever

@@ -296,7 +296,7 @@ func (d *Driver) inUse(ctx context.Context, id int64) (bool, error) {
 			done()
 			continue
 		}
-		used, err, _ := roundTrip(d, ctx, settleWait, c, inUseStmt, id, nil,
+		used, err, _ := roundTrip(d, ctx, trip{c: c, s: inUseStmt, id: id, linger: settleWait},
 			func(_ *kit.Handoff[bool], r result, err error) (bool, error) {
 				if err != nil {
 					if c.broken(err) {

@@ -99,7 +99,7 @@ func (d *Driver) unlock(ctx context.Context, h *holding, p *pendingRelease) erro
 		done()
 		return err
 	}
-	_, err, gaveUp := roundTrip(d, ctx, 0, c, h.unlockStmt(), h.id, nil,
+	_, err, gaveUp := roundTrip(d, ctx, trip{c: c, s: h.unlockStmt(), id: h.id},
 		func(hand *kit.Handoff[struct{}], ok result, err error) (struct{}, error) {
 			gone := true
 			var out error
