@@ -92,16 +92,22 @@ func FromContext(ctx context.Context) (*Lock, bool) {
 // doLockKey is the context key under which Do's context answers with its Lock.
 type doLockKey struct{}
 
-// doContext is Do's context: fn's cancellable context, answering
-// FromContext's question itself; one small allocation per Do.
+// doContext is Do's context (with l) or DoAll's (with s): fn's cancellable
+// context, answering FromContext's or SetFromContext's question itself; one
+// small allocation per call. The other question goes to the parent, so a Do
+// inside a DoAll (or the reverse) finds both.
 type doContext struct {
 	context.Context
 	l *Lock
+	s *LockSet
 }
 
 func (c *doContext) Value(key any) any {
-	if key == (doLockKey{}) {
+	switch {
+	case key == (doLockKey{}) && c.l != nil:
 		return c.l
+	case key == (doAllSetKey{}) && c.s != nil:
+		return c.s
 	}
 	return c.Context.Value(key)
 }

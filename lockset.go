@@ -77,7 +77,7 @@ func (lk *Locker) DoAll(ctx context.Context, keys []string, fn func(context.Cont
 		relErr := releaseAfterDo(ctx, s.Release)
 		err = doOutcome(err, s.lossErr(), relErr)
 	}()
-	return fn(&doAllContext{Context: fctx, s: s})
+	return fn(&doContext{Context: fctx, s: s})
 }
 
 // SetFromContext returns the LockSet whose DoAll made ctx (or a context
@@ -93,20 +93,6 @@ func SetFromContext(ctx context.Context) (*LockSet, bool) {
 
 // doAllSetKey is the context key under which DoAll's context answers with its set.
 type doAllSetKey struct{}
-
-// doAllContext is DoAll's context: fn's cancellable context, answering
-// doAllSetKey with the set.
-type doAllContext struct {
-	context.Context
-	s *LockSet
-}
-
-func (c *doAllContext) Value(key any) any {
-	if key == (doAllSetKey{}) {
-		return c.s
-	}
-	return c.Context.Value(key)
-}
 
 // setKeys checks keys and returns them de-duplicated in canonical order, or
 // the error that changes nothing.

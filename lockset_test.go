@@ -276,6 +276,23 @@ func TestDoAllCancelsFnWhenAMemberIsLostAndReportsIt(t *testing.T) {
 	if _, ok := lock.SetFromContext(ctx); ok {
 		t.Error("SetFromContext of a context DoAll did not make = true")
 	}
+	// Inside a DoAll FromContext finds no Lock; a Do nested in it finds both.
+	err = a.DoAll(ctx, []string{"x"}, func(sctx context.Context) error {
+		if l, ok := lock.FromContext(sctx); ok {
+			t.Errorf("FromContext inside DoAll = %v, true; want false", l)
+		}
+		return a.Do(sctx, "z", func(dctx context.Context) error {
+			l, lok := lock.FromContext(dctx)
+			s, sok := lock.SetFromContext(dctx)
+			if !lok || l.Key() != "z" || !sok || s.Lock("x") == nil {
+				t.Errorf("inside Do inside DoAll: FromContext %v %v, SetFromContext %v %v", l, lok, s, sok)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Errorf("Do nested in DoAll: %v", err)
+	}
 }
 
 // countingDriver counts the requests of each kind a memdriver gets.
