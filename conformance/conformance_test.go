@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,13 +406,13 @@ func (b *broken) Refresh(ctx context.Context, req *driver.Request) error {
 // driver under them is sound.
 var brokenSets = map[string]func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error){
 	"set-in-given-order": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
-		return takeEach(ctx, lk, keys, try, true)
+		return takeEach(ctx, lk, keys, try, true, meetAfterFirstKey)
 	},
 	"set-keeps-partial": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
-		return takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, false)
+		return takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, false, nil)
 	},
 	"set-blind-to-loss": func(ctx context.Context, lk *lock.Locker, keys []string, try bool) (conformance.LockSet, error) {
-		s, err := takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, true)
+		s, err := takeEach(ctx, lk, slices.Sorted(slices.Values(keys)), try, true, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -419,11 +420,29 @@ var brokenSets = map[string]func(ctx context.Context, lk *lock.Locker, keys []st
 	},
 }
 
-// takeEach takes keys one by one in the order given; on a failure it gives
-// back what it took only if giveBack.
-func takeEach(ctx context.Context, lk *lock.Locker, keys []string, try, giveBack bool) (*eachSet, error) {
+// firstKeys counts, for set-in-given-order, the sets that took their first key.
+var firstKeys atomic.Int32
+
+// meetAfterFirstKey holds a set that took its first key until another set
+// has taken its own (up to a second), so that two sets named in opposite
+// orders each hold what the other waits for: the deadlock then happens on a
+// machine of any speed, not only when the scheduler interleaves them.
+func meetAfterFirstKey() {
+	firstKeys.Add(1)
+	for deadline := time.Now().Add(time.Second); firstKeys.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// takeEach takes keys one by one in the order given, calling afterFirst (if
+// not nil) once the first is taken; on a failure it gives back what it took
+// only if giveBack.
+func takeEach(ctx context.Context, lk *lock.Locker, keys []string, try, giveBack bool, afterFirst func()) (*eachSet, error) {
 	s := &eachSet{released: make(chan struct{})}
-	for _, k := range keys {
+	for i, k := range keys {
+		if i == 1 && afterFirst != nil {
+			afterFirst()
+		}
 		var (
 			l   *lock.Lock
 			err error
