@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/go-redsync/redsync/v4 v4.17.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
@@ -36,12 +36,12 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/distlock/lock/etcddriver v0.1.0
-	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
-	github.com/distlock/lock/pgadvisory v0.1.0
-	github.com/distlock/lock/redisdriver v0.1.0
-	github.com/distlock/lock/redlockdriver v0.1.0
-	github.com/distlock/lock/zkdriver v0.1.0
+	github.com/distlock/lock/etcddriver v0.2.0
+	github.com/distlock/lock/internal/redisproto v0.2.0 // indirect
+	github.com/distlock/lock/pgadvisory v0.2.0
+	github.com/distlock/lock/redisdriver v0.2.0
+	github.com/distlock/lock/redlockdriver v0.2.0
+	github.com/distlock/lock/zkdriver v0.2.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect

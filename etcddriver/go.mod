@@ -3,7 +3,7 @@ module github.com/distlock/lock/etcddriver
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	go.etcd.io/etcd/api/v3 v3.6.14
 	go.etcd.io/etcd/client/v3 v3.6.14
 	go.uber.org/zap v1.27.0

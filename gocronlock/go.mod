@@ -3,7 +3,7 @@ module github.com/distlock/lock/gocronlock
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 )

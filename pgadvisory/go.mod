@@ -3,7 +3,7 @@ module github.com/distlock/lock/pgadvisory
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

@@ -3,8 +3,8 @@ module github.com/distlock/lock/redisdriver
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
-	github.com/distlock/lock/internal/redisproto v0.1.0
+	github.com/distlock/lock v0.2.0
+	github.com/distlock/lock/internal/redisproto v0.2.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 

@@ -3,9 +3,9 @@ module github.com/distlock/lock/redlockdriver
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
-	github.com/distlock/lock/internal/redisproto v0.1.0
-	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock v0.2.0
+	github.com/distlock/lock/internal/redisproto v0.2.0
+	github.com/distlock/lock/redisdriver v0.2.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 

@@ -3,7 +3,7 @@ module github.com/distlock/lock/zkdriver
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/go-zookeeper/zk v1.0.4
 )
 

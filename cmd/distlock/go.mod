@@ -3,12 +3,12 @@ module github.com/distlock/lock/cmd/distlock
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
-	github.com/distlock/lock/etcddriver v0.1.0
-	github.com/distlock/lock/pgadvisory v0.1.0
-	github.com/distlock/lock/redisdriver v0.1.0
-	github.com/distlock/lock/redlockdriver v0.1.0
-	github.com/distlock/lock/zkdriver v0.1.0
+	github.com/distlock/lock v0.2.0
+	github.com/distlock/lock/etcddriver v0.2.0
+	github.com/distlock/lock/pgadvisory v0.2.0
+	github.com/distlock/lock/redisdriver v0.2.0
+	github.com/distlock/lock/redlockdriver v0.2.0
+	github.com/distlock/lock/zkdriver v0.2.0
 	golang.org/x/sys v0.47.0
 )
 
@@ -16,7 +16,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
+	github.com/distlock/lock/internal/redisproto v0.2.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect

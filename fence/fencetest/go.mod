@@ -3,7 +3,7 @@ module github.com/distlock/lock/fence/fencetest
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/go-sql-driver/mysql v1.10.1
 	modernc.org/sqlite v1.59.0
 )

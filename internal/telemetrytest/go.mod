@@ -3,7 +3,7 @@ module github.com/distlock/lock/internal/telemetrytest
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
+	github.com/distlock/lock v0.2.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/redis/go-redis/v9 v9.22.0
 	go.opentelemetry.io/otel v1.46.0
@@ -14,7 +14,7 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
+	github.com/distlock/lock/internal/redisproto v0.2.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.1 // indirect
@@ -26,7 +26,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock/redisdriver v0.2.0
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -3,14 +3,14 @@ module github.com/distlock/lock/gocronlock/internal/redistest
 go 1.25.0
 
 require (
-	github.com/distlock/lock v0.1.0
-	github.com/distlock/lock/gocronlock v0.1.0
-	github.com/distlock/lock/redisdriver v0.1.0
+	github.com/distlock/lock v0.2.0
+	github.com/distlock/lock/gocronlock v0.2.0
+	github.com/distlock/lock/redisdriver v0.2.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/distlock/lock/internal/redisproto v0.1.0 // indirect
+	github.com/distlock/lock/internal/redisproto v0.2.0 // indirect
 	github.com/go-co-op/gocron/v2 v2.21.2 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
