@@ -6,15 +6,17 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/distlock/lock"
 )
 
-// runHolding runs the command while l is held, and releases l when the command
-// exits. It returns the command's exit status, or exitLost if the lock was lost
+// runHolding runs the command, with env, while l is held, and releases l when
+// the command exits. It returns the command's exit status, or exitLost if the lock was lost
 // at any time before the release.
 //
 // On a loss the order is: SIGTERM, up to --grace for the command to exit,
@@ -22,18 +24,7 @@ import (
 // still holds the lock for distlock's session (PostgreSQL, ZooKeeper, file: the
 // loss was distlock's own deadline, say after it was paused), nobody else can
 // take it while the command runs.
-func (r *runner) runHolding(l holding) int {
-	env := append(os.Environ(), "DISTLOCK_KEY="+r.cfg.key)
-	if r.cfg.elect {
-		env = append(env, "DISTLOCK_LEADER_VALUE="+r.cfg.value)
-	}
-	if r.locker.Capabilities().Fencing {
-		tok := strconv.FormatUint(l.Token(), 10)
-		env = append(env, "DISTLOCK_TOKEN="+tok)
-		r.verbosef("holding the %s %q on %s, token %s", r.what(), r.cfg.key, r.locker, tok)
-	} else {
-		r.verbosef("holding the %s %q on %s (no fencing token on this backend)", r.what(), r.cfg.key, r.locker)
-	}
+func (r *runner) runHolding(l holding, env []string) int {
 	// A signal that arrived between the grant and the start ends the run here.
 	select {
 	case s := <-r.sigs:
@@ -64,7 +55,7 @@ func (r *runner) runHolding(l holding) int {
 		case s := <-r.sigs:
 			c.signal(s)
 		case <-lost:
-			r.errorf("lost the %s %q (cause: %s) on %s: %v; terminating %s", r.what(), r.cfg.key, lossCause(l.Err()), r.locker, l.Err(), r.cfg.argv[0])
+			r.errorf("lost the %s %q (cause: %s) on %s: %v; terminating %s", r.what(), blockingKey(l.Err(), r.cfg.key), lossCause(l.Err()), r.locker, l.Err(), r.cfg.argv[0])
 			wasLost = true
 			c.signal(syscall.SIGTERM)
 			st = stopping{termSent: true, kill: time.After(r.grace)}
@@ -84,7 +75,7 @@ func (r *runner) runHolding(l holding) int {
 	if err := r.release(l); err != nil {
 		if errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrLost) {
 			if !wasLost {
-				r.errorf("the %s %q was lost (cause: %s) before %s exited: %v", r.what(), r.cfg.key, lossCause(err), r.cfg.argv[0], err)
+				r.errorf("the %s %q was lost (cause: %s) before %s exited: %v", r.what(), blockingKey(err, r.cfg.key), lossCause(err), r.cfg.argv[0], err)
 			}
 			wasLost = true
 		} else {
@@ -97,13 +88,42 @@ func (r *runner) runHolding(l holding) int {
 	return status
 }
 
-// holding is what a command runs under: a lock, or a leadership (whose
-// Release resigns).
+// holding is what a command runs under: a lock, a set of locks, or a
+// leadership (whose Release resigns).
 type holding interface {
 	Lost() <-chan struct{}
 	Err() error
-	Token() uint64
 	Release(ctx context.Context) error
+}
+
+// environment are the variables distlock gives CMD; an outer distlock's are
+// dropped from CMD's environment, so a set's CMD sees no DISTLOCK_KEY.
+var environment = []string{"DISTLOCK_KEY", "DISTLOCK_TOKEN", "DISTLOCK_KEYS", "DISTLOCK_TOKENS", "DISTLOCK_LEADER_VALUE"}
+
+// baseEnv is distlock's environment without the variables it sets for CMD.
+func (r *runner) baseEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(environment, name)
+	})
+}
+
+// env is CMD's environment under one lock (or leadership) whose fencing token
+// is token() (asked only where the backend has them), and says what is held
+// when --verbose.
+func (r *runner) env(token func() uint64) []string {
+	env := append(r.baseEnv(), "DISTLOCK_KEY="+r.cfg.key)
+	if r.cfg.elect {
+		env = append(env, "DISTLOCK_LEADER_VALUE="+r.cfg.value)
+	}
+	if r.locker.Capabilities().Fencing {
+		tok := strconv.FormatUint(token(), 10)
+		env = append(env, "DISTLOCK_TOKEN="+tok)
+		r.verbosef("holding the %s %q on %s, token %s", r.what(), r.cfg.key, r.locker, tok)
+	} else {
+		r.verbosef("holding the %s %q on %s (no fencing token on this backend)", r.what(), r.cfg.key, r.locker)
+	}
+	return env
 }
 
 // leading is a leadership as a holding.

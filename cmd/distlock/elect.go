@@ -16,7 +16,7 @@ func (r *runner) lead() int {
 		if ld == nil {
 			return status
 		}
-		status = r.runHolding(leading{ld})
+		status = r.runHolding(leading{ld}, r.env(ld.Token))
 		if status != exitLost || r.cfg.once {
 			return status
 		}

@@ -2,6 +2,7 @@
 // or etcdctl lock, on any distlock backend.
 //
 //	distlock run [--url URL] [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --permits N] [--signal-child-only] [--verbose] [--log-level L] [--log-format F] KEY [--] CMD [ARGS...]
+//	distlock run [flags] KEY1 KEY2 ... -- CMD [ARGS...]
 //	distlock elect [--url URL] [--ttl D] [--grace D] [--value V] [--once] [--signal-child-only] [--verbose] [--log-level L] [--log-format F] NAME [--] CMD [ARGS...]
 //	distlock status [--url URL] [--json] KEY
 //	distlock list [--url URL] [--json] [PREFIX]
@@ -16,6 +17,13 @@
 // CMD is killed if distlock itself dies, since the lock dies with distlock. Pass
 // DISTLOCK_TOKEN to the resource CMD changes, so the resource can reject a stale
 // holder.
+//
+// Given several keys (before "--", or each with --key), run holds them all
+// together: it takes them as lock.Locker.AcquireAll does (all or nothing, in
+// byte order, so runs naming the same keys in other orders cannot deadlock),
+// gives CMD DISTLOCK_KEYS (the keys in byte order, one per line) and
+// DISTLOCK_TOKENS (their tokens, in that order, separated by spaces) instead of
+// DISTLOCK_KEY and DISTLOCK_TOKEN, and stops CMD when any one of them is lost.
 //
 // By default the lock is exclusive. With --shared it is a read lock: runs with
 // --shared on KEY hold it together, and a run without it waits until they are
@@ -193,6 +201,7 @@ const (
 )
 
 const usage = `usage: distlock run [flags] KEY [--] CMD [ARGS...]
+       distlock run [flags] KEY1 KEY2 ... -- CMD [ARGS...]
        distlock elect [flags] NAME [--] CMD [ARGS...]
        distlock status [--url URL] [--json] KEY
        distlock list [--url URL] [--json] [PREFIX]
@@ -206,9 +215,12 @@ and SIGQUIT are forwarded to it. If the lock is lost CMD gets SIGTERM, then
 SIGKILL after --grace, and the lock is released only once CMD has exited. On
 backends whose locks expire (Redis, Redlock, etcd) distlock sends the SIGTERM
 TTL - grace after the last confirmed refresh, so that CMD is gone before the
-lock can expire. Signals go to CMD's process group, so what CMD started stops
-with it; what CMD leaves running when it exits is stopped the same way before
-the release; if distlock dies, a watcher process kills the group.
+lock can expire. Given several keys (before "--", or each with --key) run holds
+them all, taken together without deadlock; CMD gets DISTLOCK_KEYS (one per
+line, in byte order) and DISTLOCK_TOKENS, and any key's loss stops it. Signals
+go to CMD's process group, so what CMD started stops with it; what CMD leaves
+running when it exits is stopped the same way before the release; if distlock
+dies, a watcher process kills the group.
 
 elect: campaign for the leadership of NAME and run CMD only while leading
 (DISTLOCK_TOKEN is the term, DISTLOCK_LEADER_VALUE the --value); on a loss CMD
@@ -242,6 +254,7 @@ Flags of run:
                 a run without --shared holds it alone
   --permits N   KEY is a semaphore of N permits: at most N runs hold it at once
                 (every run on KEY must give the same N)
+  --key KEY     a key to hold; repeat it for several (then every argument is CMD)
 Flags of elect:
   --value V     the value published with the leadership (an address, a host)
   --once        exit after losing the leadership instead of campaigning again

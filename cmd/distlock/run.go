@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,8 +41,9 @@ type runConfig struct {
 	shared    bool   // --shared: a read lock, held beside other --shared runs
 	// --signal-child-only: signal the command alone, not its process group
 	signalChildOnly bool
-	permits         int // --permits N: one of N permits of a semaphore; 0: not given
-	key             string
+	permits         int      // --permits N: one of N permits of a semaphore; 0: not given
+	key             string   // the key (run) or election name (elect); keys[0] for a set
+	keys            []string // run: every key, as given (several: taken together)
 	argv            []string
 
 	// elect only
@@ -73,6 +77,10 @@ func parseRun(args []string, stdout, stderr io.Writer, elect bool) (cfg runConfi
 		fs.BoolVar(&cfg.noWait, "no-wait", false, "make one attempt")
 		fs.BoolVar(&cfg.shared, "shared", false, "take a shared (read) lock")
 		fs.IntVar(&cfg.permits, "permits", 0, "take one of N permits of a semaphore")
+		fs.Func("key", "a key to hold (repeatable; then every argument is CMD)", func(k string) error {
+			cfg.keys = append(cfg.keys, k)
+			return nil
+		})
 	}
 	if status, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return cfg, status, false
@@ -105,24 +113,58 @@ func parseRun(args []string, stdout, stderr io.Writer, elect bool) (cfg runConfi
 		return bad("--shared and --permits exclude each other: a key is either a read-write lock or a semaphore")
 	}
 	rest := fs.Args()
-	if len(rest) == 0 {
-		if elect {
-			return bad("missing NAME and CMD")
+	switch {
+	case len(cfg.keys) > 0: // --key: every argument is CMD
+		if len(rest) > 0 && rest[0] == "--" {
+			rest = rest[1:]
 		}
+	case len(rest) == 0 && elect:
+		return bad("missing NAME and CMD")
+	case len(rest) == 0:
 		return bad("missing KEY and CMD")
+	default:
+		cfg.keys, rest = splitKeys(rest, elect)
 	}
-	cfg.key, rest = rest[0], rest[1:]
-	if len(rest) > 0 && rest[0] == "--" {
-		rest = rest[1:]
-	}
+	cfg.key = cfg.keys[0]
 	if len(rest) == 0 {
-		return bad("missing CMD to run while holding %q", cfg.key)
+		return bad("missing CMD to run while holding %s", quoteKeys(cfg.keys))
+	}
+	if len(cfg.keys) > 1 {
+		for _, k := range cfg.keys {
+			if strings.ContainsAny(k, "\n\x00") {
+				return bad("key %q: a key of a set must not contain a newline, which separates the keys in DISTLOCK_KEYS", k)
+			}
+		}
 	}
 	cfg.argv = rest
 	if cfg.url == "" {
 		cfg.url = defaultURL()
 	}
 	return cfg, 0, true
+}
+
+// splitKeys splits run's arguments into its keys and CMD: the arguments before
+// the first "--" are keys when there are several of them ("KEY1 KEY2 -- CMD");
+// otherwise the first argument is the one key (or elect's name) and the rest,
+// after an optional "--", is CMD, as it always was.
+func splitKeys(args []string, elect bool) (keys, cmd []string) {
+	if i := slices.Index(args, "--"); i > 1 && !elect {
+		return args[:i], args[i+1:]
+	}
+	keys, cmd = args[:1], args[1:]
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	return keys, cmd
+}
+
+// quoteKeys names keys in messages: "a", or "a", "b" for a set.
+func quoteKeys(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	return strings.Join(q, ", ")
 }
 
 // defaultURL is $DISTLOCK_URL, else a lock directory under the OS temp directory,
@@ -243,22 +285,25 @@ func (r *runner) run() int {
 	if r.cfg.elect {
 		return r.lead()
 	}
-	l, status := r.acquire()
-	if l == nil {
+	h, env, status := r.acquire()
+	if h == nil {
 		return status
 	}
-	return r.runHolding(l)
+	return r.runHolding(h, env)
 }
 
-// acquire takes the lock as the flags say, or returns nil and the exit status.
-func (r *runner) acquire() (*lock.Lock, int) {
+// acquire takes the lock (or, for several keys, every one of them together)
+// as the flags say, and returns it with CMD's environment, or nil and the exit
+// status.
+func (r *runner) acquire() (holding, []string, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	if r.cfg.wait > 0 {
 		ctx, cancel = context.WithTimeout(context.Background(), r.cfg.wait)
 	}
 	defer cancel()
 	type result struct {
-		l   *lock.Lock
+		h   holding
+		env []string
 		err error
 	}
 	// The TTL is a per-call option, so --ttl wins over the URL's ttl parameter,
@@ -277,12 +322,12 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := r.locker.TryAcquire(ctx, r.cfg.key, opts...)
+		h, env, err := r.take(ctx, true, opts)
 		if errors.Is(err, lock.ErrLocked) && !r.cfg.noWait {
-			r.verbosef("waiting for the lock %q on %s", r.cfg.key, r.locker)
-			l, err = r.locker.Acquire(ctx, r.cfg.key, opts...)
+			r.verbosef("waiting for the %s %s on %s", r.what(), quoteKeys(r.cfg.keys), r.locker)
+			h, env, err = r.take(ctx, false, opts)
 		}
-		done <- result{l, err}
+		done <- result{h, env, err}
 	}()
 	var res result
 	select {
@@ -290,27 +335,75 @@ func (r *runner) acquire() (*lock.Lock, int) {
 	case s := <-r.sigs:
 		cancel()
 		if res = <-done; res.err == nil {
-			r.release(res.l)
+			r.release(res.h)
 		}
-		r.errorf("%v while waiting for the lock %q", s, r.cfg.key)
-		return nil, exitSignalBase + signum(s)
+		r.errorf("%v while waiting for the %s %s", s, r.what(), quoteKeys(r.cfg.keys))
+		return nil, nil, exitSignalBase + signum(s)
 	}
 	err := res.err
 	switch {
 	case err == nil:
-		return res.l, 0
+		return res.h, res.env, 0
 	case errors.Is(err, lock.ErrLocked):
-		r.errorf("the lock %q is held elsewhere (%s)", r.cfg.key, r.locker)
-		return nil, exitHeld
+		r.errorf("the lock %q is held elsewhere (%s)", blockingKey(err, r.cfg.key), r.locker)
+		return nil, nil, exitHeld
 	case errors.Is(err, context.DeadlineExceeded):
-		r.errorf("the lock %q is still held elsewhere after --wait %v (%s)", r.cfg.key, r.cfg.wait, r.locker)
-		return nil, exitHeld
+		r.errorf("the lock %q is still held elsewhere after --wait %v (%s)", blockingKey(err, r.cfg.key), r.cfg.wait, r.locker)
+		return nil, nil, exitHeld
 	case errors.Is(err, lock.ErrInvalidKey), errors.Is(err, lock.ErrInvalidArgument), errors.Is(err, lock.ErrUnsupported):
-		return nil, usageError(r.stderr, "distlock", "%v", err)
+		return nil, nil, usageError(r.stderr, "distlock", "%v", err)
 	default:
 		r.errorf("%v", err)
-		return nil, exitUnavailable
+		return nil, nil, exitUnavailable
 	}
+}
+
+// take makes one TryAcquire (try) or one Acquire of the key, or of every key
+// of a set together (AcquireAll: all or nothing, in one order whatever order
+// they were named in, so two runs naming the same keys cannot deadlock).
+func (r *runner) take(ctx context.Context, try bool, opts []lock.AcquireOption) (holding, []string, error) {
+	if len(r.cfg.keys) == 1 {
+		get := r.locker.Acquire
+		if try {
+			get = r.locker.TryAcquire
+		}
+		l, err := get(ctx, r.cfg.key, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, r.env(l.Token), nil
+	}
+	get := r.locker.AcquireAll
+	if try {
+		get = r.locker.TryAcquireAll
+	}
+	s, err := get(ctx, r.cfg.keys, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys := s.Keys()
+	env := append(r.baseEnv(), "DISTLOCK_KEYS="+strings.Join(keys, "\n"))
+	if r.locker.Capabilities().Fencing {
+		tokens := make([]string, len(keys))
+		for i, k := range keys {
+			tokens[i] = strconv.FormatUint(s.Lock(k).Token(), 10)
+		}
+		env = append(env, "DISTLOCK_TOKENS="+strings.Join(tokens, " "))
+		r.verbosef("holding the locks %s on %s, tokens %s", quoteKeys(keys), r.locker, strings.Join(tokens, " "))
+	} else {
+		r.verbosef("holding the locks %s on %s (no fencing tokens on this backend)", quoteKeys(keys), r.locker)
+	}
+	return s, env, nil
+}
+
+// blockingKey is the key an acquire's error names (for a set, the member that
+// stopped it), else key.
+func blockingKey(err error, key string) string {
+	var le *lock.Error
+	if errors.As(err, &le) && le.Key != "" {
+		return le.Key
+	}
+	return key
 }
 
 // release gives the lock up after the command, and returns the error. Where
@@ -325,7 +418,7 @@ func (r *runner) release(l holding) error {
 	defer cancel()
 	err := l.Release(ctx)
 	if err == nil {
-		r.verbosef("released the %s %q", r.what(), r.cfg.key)
+		r.verbosef("released the %s %s", r.what(), quoteKeys(r.cfg.keys))
 	}
 	return err
 }
