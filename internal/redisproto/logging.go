@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 
+	"github.com/distlock/lock/driver/kit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,18 +32,8 @@ func RouteGoRedis() { redis.SetLogger(router{}) }
 
 // A LogSink is where one driver's lines go: a *slog.Logger set at any time
 // (by the driver's UseLogger), nil for none. The zero value logs nothing.
-type LogSink struct{ l atomic.Pointer[slog.Logger] }
-
-// Set makes the sink log to l (nil: to nothing).
-func (s *LogSink) Set(l *slog.Logger) { s.l.Store(l) }
-
-// Logger is the sink's logger, nil when none is set.
-func (s *LogSink) Logger() *slog.Logger {
-	if s == nil {
-		return nil
-	}
-	return s.l.Load()
-}
+// It is the kit's sink; which level a go-redis line gets is goRedisLevels'.
+type LogSink = kit.LogSink
 
 type sinkKey struct{}
 
@@ -67,29 +57,27 @@ func (router) Printf(ctx context.Context, format string, args ...any) {
 	if l == nil {
 		return
 	}
-	level := levelOf(format)
+	level := goRedisLevels.Level(slog.LevelInfo, format)
 	if !l.Enabled(ctx, level) {
 		return
 	}
 	l.LogAttrs(ctx, level, strings.TrimPrefix(fmt.Sprintf(format, args...), "redis: "), slog.String("client", "go-redis"))
 }
 
-// levelOf ranks a go-redis line by its format. Lost data and a change of
+// goRedisLevels ranks a go-redis line by its format (its logger is never
+// set: each line goes to its own driver's sink). Lost data and a change of
 // primary are what an operator must see (Warn); failures of a connection or
 // a node are Info, since go-redis repeats them on every attempt while a server
 // is away, and the Locker already warns once that the backend is unreachable;
 // the rest (push notifications, hooks, rounding of durations) is Debug.
-func levelOf(format string) slog.Level {
-	switch {
-	case strings.Contains(format, "dropped"), strings.Contains(format, "new master"):
-		return slog.LevelWarn
-	case strings.Contains(format, "failed"), strings.Contains(format, "failing"),
-		strings.Contains(format, "reconnecting"), strings.Contains(format, "reloading"):
-		return slog.LevelInfo
-	default:
-		return slog.LevelDebug
-	}
-}
+var goRedisLevels = &kit.LogSink{Default: slog.LevelDebug, Levels: []kit.LevelRule{
+	{Contains: "dropped", Level: slog.LevelWarn},
+	{Contains: "new master", Level: slog.LevelWarn},
+	{Contains: "failed", Level: slog.LevelInfo},
+	{Contains: "failing", Level: slog.LevelInfo},
+	{Contains: "reconnecting", Level: slog.LevelInfo},
+	{Contains: "reloading", Level: slog.LevelInfo},
+}}
 
 // dialResult logs a failed dial to addr on the sink's logger, once per run of
 // failures to that address (Warn: the server at addr does not answer), and
