@@ -31,3 +31,12 @@ func TestConformance(t *testing.T) {
 		URL: "file://" + dir,
 	})
 }
+
+// Sets of keys (conformance.BenchmarkSets): the file driver takes them one at
+// a time (a flock is one file's).
+func BenchmarkSets(b *testing.B) {
+	dir := b.TempDir()
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(context.Context) (driver.Driver, error) { return filedriver.New(dir) },
+	})
+}

@@ -32,3 +32,11 @@ func FuzzTTL(f *testing.F) {
 		Sever:     func(_ context.Context, d driver.Driver) error { d.(*memdriver.Driver).Sever(); return nil },
 	})
 }
+
+// Sets of keys (conformance.BenchmarkSets): memdriver takes free keys in one
+// step (driver.SetAcquirer), the unit the server drivers' figures compare to.
+func BenchmarkSets(b *testing.B) {
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(context.Context) (driver.Driver, error) { return memdriver.New(b.Name()), nil },
+	})
+}

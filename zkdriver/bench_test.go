@@ -11,6 +11,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/zkdriver"
 )
@@ -167,5 +169,14 @@ func BenchmarkHotKey(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// Sets of keys (conformance.BenchmarkSets): ZooKeeper takes them one at a
+// time (each key's queue is a node of its own).
+func BenchmarkSets(b *testing.B) {
+	url := testserver.ZooKeeper(b) + "?prefix=" + fmt.Sprintf("bench-sets-%d", benchRun)
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openDriver(ctx, url) },
 	})
 }

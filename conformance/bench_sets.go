@@ -1,0 +1,145 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distlock/lock"
+)
+
+// setBenchDeadline bounds each AcquireAll of BenchmarkSets' contended run: a
+// set that reaches it has waited far longer than any handoff takes, which is
+// a deadlock (or a livelock) the benchmark fails on.
+const setBenchDeadline = 10 * time.Second
+
+// BenchmarkSets measures sets of keys (lock.Locker.AcquireAll) on the
+// harness's driver, each as a sub-benchmark of one operation:
+//
+//   - one-key: Acquire and Release of one free key, the unit to compare with;
+//   - set-of-4: AcquireAll and Release of 4 free keys (in one request where the
+//     driver implements driver.SetAcquirer);
+//   - one-by-one: the same 4 keys taken by Acquire in order and released, the
+//     path AcquireAll falls back to;
+//   - opposite-orders: two Lockers (separate clients), two goroutines each,
+//     taking 2 overlapping keys named in opposite orders; it fails if any
+//     AcquireAll reaches its 10 s deadline.
+//
+// The keys share a Redis hash tag ("{set}"), so a Cluster keeps them in one
+// slot. Only NewDriver and Options of h are used.
+func BenchmarkSets(b *testing.B, h Harness) {
+	keys := func(prefix string, n int) []string {
+		ks := make([]string, n)
+		for i := range ks {
+			ks[i] = fmt.Sprintf("{set}/%s/%d", prefix, i)
+		}
+		return ks
+	}
+	b.Run("one-key", func(b *testing.B) {
+		lk := benchLocker(b, h)
+		ctx := context.Background()
+		for b.Loop() {
+			l, err := lk.Acquire(ctx, "{set}/one")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("set-of-4", func(b *testing.B) {
+		lk, ks := benchLocker(b, h), keys("four", 4)
+		ctx := context.Background()
+		for b.Loop() {
+			s, err := lk.AcquireAll(ctx, ks)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("one-by-one", func(b *testing.B) {
+		lk, ks := benchLocker(b, h), keys("each", 4)
+		ctx := context.Background()
+		held := make([]*lock.Lock, len(ks))
+		for b.Loop() {
+			for i, k := range ks {
+				l, err := lk.Acquire(ctx, k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				held[i] = l
+			}
+			for i := len(held) - 1; i >= 0; i-- {
+				if err := held[i].Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("opposite-orders", func(b *testing.B) {
+		benchOppositeOrders(b, [2]*lock.Locker{benchLocker(b, h), benchLocker(b, h)}, keys("pair", 2))
+	})
+}
+
+// benchOppositeOrders runs b.N AcquireAll/Release pairs spread over two
+// goroutines per Locker, the Lockers naming ks in opposite orders.
+func benchOppositeOrders(b *testing.B, lks [2]*lock.Locker, ks []string) {
+	orders := [2][]string{ks, {ks[1], ks[0]}}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	b.ResetTimer()
+	for g := range 4 {
+		lk, order := lks[g%2], orders[g%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), setBenchDeadline)
+				s, err := lk.AcquireAll(ctx, order)
+				if err == nil {
+					err = s.Release(ctx)
+				}
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					err = fmt.Errorf("an AcquireAll of %q waited %v: deadlocked: %w", order, setBenchDeadline, err)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Error(err)
+	}
+}
+
+// benchLocker is a Locker on a new client of h's backend, closed when b ends.
+func benchLocker(b *testing.B, h Harness) *lock.Locker {
+	b.Helper()
+	d, err := h.NewDriver(context.Background())
+	if err != nil {
+		b.Fatalf("Harness.NewDriver: %v", err)
+	}
+	lk := lock.New(d, h.Options...)
+	b.Cleanup(func() {
+		if err := lk.Close(); err != nil {
+			b.Errorf("Close: %v", err)
+		}
+	})
+	return lk
+}
