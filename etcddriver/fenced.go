@@ -112,7 +112,7 @@ func decodeToken(resource string, v []byte) (uint64, error) {
 }
 
 func (f Fenced) txn(ctx context.Context, op, resource string, token uint64, ops []clientv3.Op) ([]*pb.ResponseOp, error) {
-	if err := checkFenced(ctx, f.KV, op, resource, token, len(ops)); err != nil {
+	if err := f.check(ctx, op, resource, token, len(ops)); err != nil {
 		return nil, err
 	}
 	tk, enc := TokenKey(resource), encodeToken(token)
@@ -149,11 +149,11 @@ func (f Fenced) txn(ctx context.Context, op, resource string, token uint64, ops 
 	return nil, fmt.Errorf("etcddriver: fenced %s: %w", op, &fence.StaleError{Resource: resource, Token: token, Highest: held})
 }
 
-// checkFenced returns the error for bad arguments or a context already
-// done, before anything is sent.
-func checkFenced(ctx context.Context, kv clientv3.KV, op, resource string, token uint64, nops int) error {
+// check returns the error for bad arguments (or an f without KV) or a
+// context already done, before anything is sent.
+func (f Fenced) check(ctx context.Context, op, resource string, token uint64, nops int) error {
 	switch {
-	case kv == nil:
+	case f.KV == nil:
 		return fmt.Errorf("etcddriver: fenced %s %q: %w: Fenced has no KV", op, resource, driver.ErrInvalidArgument)
 	case token == 0:
 		return fmt.Errorf("etcddriver: fenced %s %q: %w", op, resource, fence.ErrZeroToken)
@@ -181,7 +181,7 @@ func LockPrefix(prefix, key string) string { return lockPrefix(normalizePrefix(p
 // create revision in the transaction (concurrency.Mutex.IsOwner's compare),
 // so a key deleted between the two fails the compare.
 func (f Fenced) TxnIfHeld(ctx context.Context, lockPrefix string, token uint64, ops ...clientv3.Op) ([]*pb.ResponseOp, error) {
-	if err := checkFenced(ctx, f.KV, "txn if held", lockPrefix, token, len(ops)); err != nil {
+	if err := f.check(ctx, "txn if held", lockPrefix, token, len(ops)); err != nil {
 		return nil, err
 	}
 	if token > 1<<63-1 {

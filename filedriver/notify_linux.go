@@ -120,7 +120,7 @@ func (d *Driver) acquireShared(ctx context.Context, req *driver.Request, w *wait
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path, kindShared)
+	return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, kindShared)
 }
 
 // acquirePermit joins the semaphore, then, if others wait, queues behind
@@ -176,7 +176,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, w *wait
 		return driver.Grant{}, err
 	}
 	h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
-	return d.grantGuarded(ctx, req, h, f, path, kindPermit)
+	return d.grantGuarded(ctx, req, h, kindPermit)
 }
 
 // waitFile opens path and waits until it holds a flock on it in mode, and

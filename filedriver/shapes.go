@@ -56,7 +56,7 @@ func (d *Driver) tryShared(ctx context.Context, req *driver.Request) (driver.Gra
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, f, path, kindShared)
+		return d.grantGuarded(ctx, req, &holding{f: f, path: path, start: start}, kindShared)
 	})
 }
 
@@ -96,7 +96,7 @@ func (d *Driver) tryPermit(ctx context.Context, req *driver.Request) (driver.Gra
 			return driver.Grant{}, err
 		}
 		h := &holding{f: slot, path: slotPath, extra: []*os.File{f, meta}, start: start}
-		return d.grantGuarded(ctx, req, h, f, path, kindPermit)
+		return d.grantGuarded(ctx, req, h, kindPermit)
 	})
 }
 
@@ -183,8 +183,9 @@ func (d *Driver) enterPermits(ctx context.Context, f *os.File, n int) (int, erro
 	return got, nil
 }
 
-// grantGuarded bumps the fencing counter in counter (the key's lock file at
-// path, flocked shared by h) under the key's counter guard, and records h.
+// grantGuarded bumps the fencing counter in the key's lock file (which h, of
+// kind, holds flocked shared: see keyFile) under the key's counter guard, and
+// records h.
 // Exclusive holders bump it under their exclusive flock instead, which the
 // shared flock of h excludes, so every bump of a key's counter is alone.
 //
@@ -193,15 +194,25 @@ func (d *Driver) enterPermits(ctx context.Context, f *os.File, n int) (int, erro
 // locked are still the ones at their paths: so either ForceRelease finds h's
 // holder file and evicts h, or h finds its files replaced (errReplaced, and
 // the token is never handed out).
-func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) (driver.Grant, error) {
-	if err := d.guarded(ctx, req, h, counter, path, kind); err != nil {
+func (d *Driver) grantGuarded(ctx context.Context, req *driver.Request, h *holding, kind string) (driver.Grant, error) {
+	if err := d.guarded(ctx, req, h, kind); err != nil {
 		h.end(h.detach(), false)
 		return driver.Grant{}, err
 	}
 	return d.grant(req, h)
 }
 
-func (d *Driver) guarded(ctx context.Context, req *driver.Request, h *holding, counter *os.File, path, kind string) error {
+// keyFile is the key's lock file that h, of kind, holds flocked shared: h.f
+// for a reader, the first of h.extra for a permit (whose h.f is its slot).
+func (h *holding) keyFile(kind string) *os.File {
+	if kind == kindPermit {
+		return h.extra[0]
+	}
+	return h.f
+}
+
+func (d *Driver) guarded(ctx context.Context, req *driver.Request, h *holding, kind string) error {
+	counter, path := h.keyFile(kind), d.path(req.Key)
 	if d.testHookGranting != nil {
 		d.testHookGranting(req.Key)
 	}

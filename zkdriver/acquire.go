@@ -255,24 +255,24 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		}
 
 		var (
-			path       string
-			lst        *listing
-			err        error
-			parentErr  error
-			known      = d.knownParent(parent)
-			session    = d.conn.SessionID()
-			createPath = parent + "/" + nodePrefix(marker, h.kind)
+			path      string
+			lst       *listing
+			err       error
+			parentErr error
+			known     = d.knownParent(parent)
+			session   = d.conn.SessionID()
+			c         = nodeCreate{parent + "/" + nodePrefix(marker, h.kind), marker, session}
 		)
 		switch {
 		case known:
-			path, err = d.createNode(ctx, h, createPath, marker, session)
+			path, err = d.createNode(ctx, h, c)
 		case d.ownConn:
-			path, lst, parentErr, err = d.createFresh(ctx, h, parent, createPath, marker, session)
+			path, lst, parentErr, err = d.createFresh(ctx, h, parent, c)
 		default:
 			if err = d.ensureParent(ctx, parent); err != nil {
 				return nil, d.closedOr(err)
 			}
-			path, err = d.createNode(ctx, h, createPath, marker, session)
+			path, err = d.createNode(ctx, h, c)
 		}
 		switch {
 		case errors.Is(err, errNotSent):
@@ -309,10 +309,16 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 	}
 }
 
-// createNode creates h's lock node at createPath (ZooKeeper appends the
-// sequence number). If the caller gives up first, createAbandoned settles what
-// the create did.
-func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker string, session int64) (string, error) {
+// nodeCreate is one create of a lock node: at path (ZooKeeper appends the
+// sequence number), named with marker, sent in session.
+type nodeCreate struct {
+	path, marker string
+	session      int64
+}
+
+// createNode creates h's lock node as c says. If the caller gives up first,
+// createAbandoned settles what the create did.
+func (d *Driver) createNode(ctx context.Context, h *holding, c nodeCreate) (string, error) {
 	d.mu.Lock()
 	h.a().sent = true
 	var data []byte
@@ -323,9 +329,9 @@ func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker 
 	}
 	d.mu.Unlock()
 	path, err := call(d, ctx, func() (string, error) {
-		return d.conn.Create(createPath, data, zk.FlagEphemeral|zk.FlagSequence, d.acl)
+		return d.conn.Create(c.path, data, zk.FlagEphemeral|zk.FlagSequence, d.acl)
 	}, func(path string, err error) {
-		d.createAbandoned(h, marker, session, path, err)
+		d.createAbandoned(h, c.marker, c.session, path, err)
 	})
 	if !kit.GaveUp(err) {
 		d.mu.Lock()
@@ -340,7 +346,7 @@ func (d *Driver) createNode(ctx context.Context, h *holding, createPath, marker 
 // before is on the wire, and the server applies a session's requests in the
 // order they arrive. parentErr is the key node's create's error (nil if it was
 // made or existed).
-func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath, marker string, session int64) (path string, lst *listing, parentErr, err error) {
+func (d *Driver) createFresh(ctx context.Context, h *holding, parent string, c nodeCreate) (path string, lst *listing, parentErr, err error) {
 	parentDone, createDone := make(chan struct{}), make(chan struct{})
 	written := d.wire.expect(opCreateContainer, parent)
 	go func() {
@@ -355,12 +361,12 @@ func (d *Driver) createFresh(ctx context.Context, h *holding, parent, createPath
 		return "", nil, parentErr, errNotSent
 	}
 
-	written = d.wire.expect(opCreate, createPath)
+	written = d.wire.expect(opCreate, c.path)
 	go func() {
 		defer close(createDone)
-		path, err = d.createNode(ctx, h, createPath, marker, session)
+		path, err = d.createNode(ctx, h, c)
 	}()
-	if d.sent(written, createDone, opCreate, createPath) || err == nil {
+	if d.sent(written, createDone, opCreate, c.path) || err == nil {
 		lst = d.list(ctx, parent)
 	}
 	<-parentDone
