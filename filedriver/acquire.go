@@ -42,18 +42,18 @@ func (d *Driver) TryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 
 // heldBy reports the grant of req.Owner if it already holds req.Key.
 func (d *Driver) heldBy(req *driver.Request) (driver.Grant, bool, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return driver.Grant{}, false, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return driver.Grant{}, false, err
 	}
 	k := holdKey{req.Key, req.Owner}
-	h := d.held[k]
+	h := d.held.GetLocked(k)
 	if h == nil {
 		return driver.Grant{}, false, nil
 	}
 	if h.f == nil { // severed: the lock is gone, take it afresh
-		delete(d.held, k)
+		d.held.TakeLocked(k)
 		return driver.Grant{}, false, nil
 	}
 	return driver.Grant{Token: h.token, Start: h.start}, true, nil
@@ -138,12 +138,11 @@ func checkSame(f *os.File, path string) error {
 // grant records h, whose token is set, as req's lock; if the driver was closed
 // meanwhile it closes h's descriptors instead.
 func (d *Driver) grant(req *driver.Request, h *holding) (driver.Grant, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.PutLocked(holdKey{req.Key, req.Owner}, h); err != nil {
 		h.end(h.detach(), false)
-		return driver.Grant{}, driver.ErrClosed
+		return driver.Grant{}, err
 	}
-	d.held[holdKey{req.Key, req.Owner}] = h
 	return driver.Grant{Token: h.token, Start: h.start}, nil
 }

@@ -72,10 +72,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 // DefaultPrefix names the subdirectory for lock files when no prefix is given.
@@ -96,12 +96,11 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 // Driver locks keys with flock(2) on files in one directory. Use it through
 // lock.New or lock.Open; its methods implement driver.Driver.
 type Driver struct {
-	dir  string        // where the lock files are: the directory plus the prefix
-	done chan struct{} // closed by Close, to end waiting Acquire calls
+	dir string // where the lock files are: the directory plus the prefix
 
-	mu     sync.Mutex
-	closed bool
-	held   map[holdKey]*holding
+	// held is the driver's mutex, its held locks and its closed gate (Done
+	// ends waiting Acquire calls); it guards notify and each holding's f.
+	held   *kit.Book[holdKey, *holding]
 	notify notifier // the inotify reader on Linux, started by the first waiter
 
 	// testHookWait, if set, runs each time a waiting Acquire is about to block.
@@ -116,7 +115,7 @@ type holdKey struct{ key, owner string }
 // holding is one held lock: an open, flocked descriptor on its lock file (or,
 // for a permit, on its slot file), and the other descriptors the hold keeps.
 type holding struct {
-	f     *os.File // nil once severed; guarded by Driver.mu
+	f     *os.File // nil once severed; guarded by Driver.held
 	path  string   // the file f has open, checked by Refresh
 	extra []*os.File
 	token uint64
@@ -131,7 +130,7 @@ type holding struct {
 }
 
 // detach returns the hold's descriptors, f first, and forgets them; the caller
-// closes them in that order. It must be called with Driver.mu held.
+// closes them in that order. It must be called with Driver.held locked.
 func (h *holding) detach() []*os.File {
 	if h.f == nil {
 		return nil
@@ -201,7 +200,7 @@ func New(dir string, opts ...Option) (*Driver, error) {
 	if err := os.MkdirAll(full, 0o755); err != nil {
 		return nil, fmt.Errorf("filedriver: create lock directory: %w", err)
 	}
-	return &Driver{dir: full, done: make(chan struct{}), held: map[holdKey]*holding{}}, nil
+	return &Driver{dir: full, held: kit.NewBook[holdKey, *holding]()}, nil
 }
 
 // Capabilities reports the driver's guarantees; see the package documentation.
@@ -222,12 +221,10 @@ func (d *Driver) path(key string) string { return filepath.Join(d.dir, fileName(
 // conformance suite's Harness.Sever): in a live process nothing else closes a
 // lock's descriptor.
 func (d *Driver) sever() {
-	d.mu.Lock()
+	d.held.Lock()
 	var files []*os.File
-	for _, h := range d.held {
-		files = append(files, h.detach()...)
-	}
-	d.mu.Unlock()
+	d.held.EachLocked(func(_ holdKey, h *holding) { files = append(files, h.detach()...) })
+	d.held.Unlock()
 	closeAll(files)
 }
 
@@ -236,24 +233,22 @@ func (d *Driver) sever() {
 // driver.ErrClosed, and stops the inotify reader. Later calls return
 // driver.ErrClosed; closing twice returns nil.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	held, first := d.held.CloseLocked()
+	if !first {
+		d.held.Unlock()
 		return nil
 	}
-	d.closed = true
-	close(d.done)
 	type ending struct {
 		h     *holding
 		files []*os.File
 	}
 	var ends []ending
-	for _, h := range d.held {
+	for _, h := range held {
 		ends = append(ends, ending{h, h.detach()})
 	}
-	d.held = nil
 	n := d.notify
-	d.mu.Unlock()
+	d.held.Unlock()
 	for _, e := range ends {
 		e.h.end(e.files, false)
 	}

@@ -95,15 +95,7 @@ func readNumber(p string) (uint64, error) {
 
 // check returns the error of a call made after Close or with ctx done.
 func (d *Driver) check(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return driver.ErrClosed
-	}
-	return nil
+	return d.held.Check(ctx)
 }
 
 var _ driver.Lister = (*Driver)(nil)
@@ -146,12 +138,12 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.held[holdKey{req.Key, req.Owner}]
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
 	var pub, f *os.File
 	var kind string
 	if h != nil {
@@ -165,7 +157,7 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 			kind = kindExclusive
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if pub == nil || f == nil {
 		return driver.ErrNotHeld
 	}

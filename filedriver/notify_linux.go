@@ -247,7 +247,7 @@ func (d *Driver) waitUntil(ctx context.Context, w *waiting, watchPath string, tr
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.done:
+		case <-d.held.Done():
 			return driver.ErrClosed
 		case <-wake:
 			settle = 0
@@ -279,7 +279,7 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// notifier is the Driver's inotify state, guarded by Driver.mu.
+// notifier is the Driver's inotify state, guarded by Driver.held.
 type notifier struct {
 	w   *watcher
 	err error // why inotify is unavailable; waiters then poll
@@ -295,9 +295,9 @@ func (n notifier) close() {
 // returns nil, on which watch fails, if the driver is closed or inotify is
 // unavailable (for example fs.inotify.max_user_instances reached).
 func (d *Driver) watcher() *watcher {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	d.held.Lock()
+	defer d.held.Unlock()
+	if d.held.OpenLocked() != nil {
 		return nil
 	}
 	if d.notify.w == nil && d.notify.err == nil {
@@ -458,7 +458,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-d.done:
+		case <-d.held.Done():
 		}
 		unwatch() // no send on ch after it returns
 		close(ch)

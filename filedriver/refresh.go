@@ -18,17 +18,17 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 		return err
 	}
 	k := holdKey{req.Key, req.Owner}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.held[k]
+	h := d.held.GetLocked(k)
 	var f *os.File
 	if h != nil {
 		f = h.f
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if h == nil {
 		return driver.ErrNotHeld
 	}
@@ -61,11 +61,9 @@ var errSevered = fmt.Errorf("%w: %w: the lock file descriptor was closed", drive
 // drop forgets h and closes its descriptor, if it is still the lock of k;
 // replaced: its lock file was found replaced.
 func (d *Driver) drop(k holdKey, h *holding, replaced bool) {
-	d.mu.Lock()
-	if d.held[k] == h {
-		delete(d.held, k)
-	}
+	d.held.Lock()
+	d.held.ForgetLocked(k, h)
 	files := h.detach()
-	d.mu.Unlock()
+	d.held.Unlock()
 	h.end(files, replaced)
 }

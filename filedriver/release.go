@@ -13,20 +13,19 @@ import (
 // anyone; it never touches another owner's descriptor.
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 	k := holdKey{req.Key, req.Owner}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.held[k]
-	if h == nil {
-		d.mu.Unlock()
+	h, ok := d.held.TakeLocked(k)
+	if !ok {
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
-	delete(d.held, k)
 	f := h.f
 	files := h.detach()
-	d.mu.Unlock()
+	d.held.Unlock()
 	if files == nil {
 		return errSevered
 	}

@@ -271,7 +271,7 @@ func (d *Driver) lockWhile(ctx context.Context, f *os.File, mode int, check func
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.done:
+		case <-d.held.Done():
 			return driver.ErrClosed
 		case <-t.C:
 		}

@@ -23,9 +23,9 @@ func TestWatchedWaiterReportsTheCloseEventAsNotification(t *testing.T) {
 func TestUnwatchedWaiterReportsItsPollsAsTimer(t *testing.T) {
 	dir := t.TempDir()
 	d1, d2 := newDriver(t, dir), newDriver(t, dir)
-	d2.mu.Lock()
+	d2.held.Lock()
 	d2.notify.err = errors.New("inotify unavailable (test)") // as newWatcher fails at the limit
-	d2.mu.Unlock()
+	d2.held.Unlock()
 	handOffWakes(t, d1, d2).Only(t, driver.WakeTimer, "nothing can notify an unwatched waiter")
 }
 

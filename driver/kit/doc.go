@@ -11,4 +11,6 @@
 //   - [LogSink] passes a client library's log lines to a *slog.Logger, at a
 //     level chosen from a table the driver gives.
 //   - [TombstoneLife] is how long a ForceRelease tombstone lives.
+//   - [Book] is a driver's table of held locks and its closed gate, and the
+//     mutex that guards them with the driver's own state.
 package kit
