@@ -1,6 +1,7 @@
 package etcddriver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,13 +105,95 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	return d.enqueue(ctx, e)
 }
 
+// TryAcquireSet implements driver.SetAcquirer with one transaction: it writes
+// every request's key, on one lease, only if every lock passes try's test
+// (freeCmps: nobody holds or waits, or for a reader no writer does), so all are
+// taken or none and a refused set writes nothing. Each token is the create
+// revision of its key, the transaction's revision, as try's is. Permits are
+// ErrUnsupported (etcd cannot compare a count: a permit is written and then
+// counted), and so is a set longer than the server's --max-txn-ops.
+func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]driver.Grant, error) {
+	for attempt := 1; ; attempt++ {
+		grants, wrote, err := d.trySet(requireLeader(ctx), reqs)
+		if !wrote && errors.Is(err, errSessionEnded) && attempt < sessionAttempts {
+			continue // a cached lease that had ended: nothing was written
+		}
+		return grants, d.report(ctx, err)
+	}
+}
+
+// trySet is one attempt of TryAcquireSet; wrote tells that its transaction
+// wrote the keys (a lease found ended then is not tried again).
+func (d *Driver) trySet(ctx context.Context, reqs []*driver.Request) (grants []driver.Grant, wrote bool, err error) {
+	for i, req := range reqs {
+		if req.Permits >= 2 || req.TTL != reqs[0].TTL {
+			return nil, false, driver.ErrUnsupported
+		}
+		if i > 0 && req.Key <= reqs[i-1].Key {
+			return nil, false, fmt.Errorf("%w: etcddriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
+		}
+	}
+	s, err := d.session(ctx, reqs[0].TTL)
+	if err != nil {
+		return nil, false, err
+	}
+	es := make([]*entry, 0, len(reqs))
+	var cmps []clientv3.Cmp
+	puts := make([]clientv3.Op, len(reqs))
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		err = driver.ErrClosed
+	case s.dead != nil:
+		err = errSessionEnded
+	}
+	for i, req := range reqs {
+		if err != nil || d.lookupLocked(req) != nil { // a retry: TryAcquire finds its key again
+			for _, e := range es {
+				d.removeLocked(e)
+			}
+			d.mu.Unlock()
+			return nil, false, cmp.Or(err, driver.ErrUnsupported)
+		}
+		es = append(es, d.enterLocked(s, req))
+		cmps = append(cmps, freeCmps(es[i])...)
+		puts[i] = clientv3.OpPut(es[i].key, es[i].value, clientv3.WithLease(s.id))
+	}
+	d.mu.Unlock()
+	sent := time.Now()
+	resp, err := d.c.Txn(ctx).If(cmps...).Then(puts...).Commit()
+	if err != nil && !errors.Is(err, rpctypes.ErrTooManyOps) {
+		cause := err
+		for _, e := range es {
+			err = d.failed(e, cause)
+		}
+		return nil, false, err
+	}
+	if err != nil || !resp.Succeeded { // refused whole: nothing was written
+		for _, e := range es {
+			d.forget(e)
+		}
+		if err != nil {
+			return nil, false, driver.ErrUnsupported
+		}
+		return nil, false, driver.ErrLocked
+	}
+	grants = make([]driver.Grant, len(es))
+	for i, e := range es {
+		if grants[i], err = d.hold(e, resp.Header.Revision, sent); err != nil {
+			return nil, true, err // the portable layer releases every request
+		}
+	}
+	return grants, true, nil
+}
+
 // try is TryAcquire's transaction: if the lock's range is empty, write our key;
 // otherwise read our key (a retry may have written it) and the holder's.
 func (d *Driver) try(ctx context.Context, e *entry) (driver.Grant, error) {
 	for round := 0; ; round++ {
 		sent := time.Now()
 		resp, err := d.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()).
+			If(freeCmps(e)...).
 			Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))).
 			Else(clientv3.OpGet(e.key), clientv3.OpGet(e.rng(), firstKey...)).
 			Commit()

@@ -132,9 +132,9 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 func WithMinTTL(d time.Duration) Option { return func(o *options) { o.minTTL = d } }
 
 // Driver takes locks in etcd. Use it through lock.New or lock.Open; its methods
-// implement driver.Driver, driver.Acquirer and driver.BatchRefresher, and the
-// inspection and operator interfaces (see Inspection, eviction and leader
-// election).
+// implement driver.Driver, driver.Acquirer, driver.SetAcquirer and
+// driver.BatchRefresher, and the inspection and operator interfaces (see
+// Inspection, eviction and leader election).
 type Driver struct {
 	c      *clientv3.Client
 	owned  bool // Close closes c
@@ -162,6 +162,7 @@ var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
 	_ driver.BatchRefresher = (*Driver)(nil)
+	_ driver.SetAcquirer    = (*Driver)(nil)
 )
 
 // probeTimeout bounds New's checks of the server: access to the prefix and the

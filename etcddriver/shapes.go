@@ -120,6 +120,18 @@ func readerRanges(rng string) (start1, end1, start2, end2 string) {
 	return rng, rng + readName, clientv3.GetPrefixRangeEnd(rng + readName), clientv3.GetPrefixRangeEnd(rng)
 }
 
+// freeCmps are true when e's exclusive or shared request may take its lock at
+// once, with no one to pass: nobody in the lock's range, or, for a reader, no
+// exclusive key (a waiting writer holds back new readers).
+func freeCmps(e *entry) []clientv3.Cmp {
+	if !e.req.Shared {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.rng()), "=", 0).WithPrefix()}
+	}
+	s1, e1, s2, e2 := readerRanges(e.rng())
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s1), "=", 0).WithRange(e1),
+		clientv3.Compare(clientv3.CreateRevision(s2), "=", 0).WithRange(e2)}
+}
+
 // blockerOps read what a request of e's shape waits for, among the keys created
 // before rev (every key but ours when rev is 0, in the transaction that writes
 // ours): for a reader the last key of each non-reader range, for a permit every
@@ -189,9 +201,7 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 		put := clientv3.OpPut(e.key, e.value, clientv3.WithLease(e.s.id))
 		txn := d.c.Txn(ctx)
 		if shape == shapeShared {
-			s1, e1, s2, e2 := readerRanges(e.rng())
-			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s1), "=", 0).WithRange(e1),
-				clientv3.Compare(clientv3.CreateRevision(s2), "=", 0).WithRange(e2)).
+			txn = txn.If(freeCmps(e)...).
 				Then(put).
 				Else(append([]clientv3.Op{clientv3.OpGet(e.key)}, blockerOps(e, shape, 0, false)...)...)
 		} else {
