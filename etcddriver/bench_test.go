@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/etcddriver"
 	"github.com/distlock/lock/internal/testserver"
@@ -198,77 +199,17 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// BenchmarkAcquireAll compares AcquireAll of four free keys (one transaction,
-// TryAcquireSet) with one key's Acquire and with the four taken one by one,
-// the path a driver without TryAcquireSet takes:
+// BenchmarkSets is conformance.BenchmarkSets on etcd, whose driver takes free
+// keys in one transaction (TryAcquireSet):
 //
-//	go test -run '^$' -bench BenchmarkAcquireAll -count 6 ./etcddriver
-//
-// ns/op includes the releases, one Delete per key in every case; acquire-ns/op
-// is the acquisition alone, what issue 41's target (set-of-4 at most 1.5 times
-// one-key) is about.
-func BenchmarkAcquireAll(b *testing.B) {
-	url := testserver.Etcd(b)
-	ctx := context.Background()
-	run := func(b *testing.B, acquire func(lk *lock.Locker, keys []string) (release func(context.Context) error, err error)) {
-		lk, _ := newLocker(b, url, lock.WithTTL(10*time.Second))
-		k := benchKey()
-		keys := []string{k + "/0", k + "/1", k + "/2", k + "/3"}
-		var acquiring time.Duration
-		for i := -1; i < b.N; i++ { // round -1 has the lease granted, untimed
-			if i == 0 {
-				b.ResetTimer()
-				acquiring = 0
-			}
-			start := time.Now()
-			release, err := acquire(lk, keys)
-			acquiring += time.Since(start)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(acquiring.Nanoseconds())/float64(b.N), "acquire-ns/op")
-	}
-	b.Run("one-key", func(b *testing.B) {
-		run(b, func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
-			l, err := lk.Acquire(ctx, keys[0])
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		})
-	})
-	b.Run("set-of-4", func(b *testing.B) {
-		run(b, func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
-			s, err := lk.AcquireAll(ctx, keys)
-			if err != nil {
-				return nil, err
-			}
-			return s.Release, nil
-		})
-	})
-	b.Run("one-by-one", func(b *testing.B) {
-		run(b, func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
-			var held []*lock.Lock
-			for _, k := range keys {
-				l, err := lk.Acquire(ctx, k)
-				if err != nil {
-					return nil, err
-				}
-				held = append(held, l)
-			}
-			return func(ctx context.Context) error {
-				for i := len(held) - 1; i >= 0; i-- {
-					if err := held[i].Release(ctx); err != nil {
-						return err
-					}
-				}
-				return nil
-			}, nil
-		})
+//	go test -run '^$' -bench BenchmarkSets -count 6 ./etcddriver
+func BenchmarkSets(b *testing.B) {
+	url, prefix := testserver.Etcd(b), "/distlock-bench/"+benchKey()
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(context.Context) (driver.Driver, error) {
+			return newDriver(b, url, etcddriver.WithPrefix(prefix)), nil
+		},
+		Options: []lock.Option{lock.WithTTL(10 * time.Second)},
 	})
 }
 
