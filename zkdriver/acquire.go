@@ -72,9 +72,9 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 // (try), or waits for the node ahead of it to go. It returns errVanished to be
 // called again.
 func (d *Driver) step(ctx context.Context, h *holding, wait bool) (driver.Grant, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	hasNode := h.name() != ""
-	d.mu.Unlock()
+	d.held.Unlock()
 	var lst *listing
 	start := time.Now()
 	if !hasNode {
@@ -132,9 +132,9 @@ func (d *Driver) list(ctx context.Context, parent string) *listing {
 // is ahead). If h's node was created in the session that answered the listing
 // (no session change in between), that session owns it.
 func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
-	d.mu.Lock()
+	d.held.Lock()
 	name, createdIn := h.name(), h.a().createdIn
-	d.mu.Unlock()
+	d.held.Unlock()
 	if errors.Is(lst.err, zk.ErrNoNode) {
 		d.forget(h, name) // gone with its key node, or deleted
 		return "", errVanished
@@ -153,7 +153,7 @@ func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 		d.forget(h, name)
 		return "", errVanished
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	if h.name() == name {
 		if createdIn != 0 && lst.session == createdIn {
 			h.a().owner = createdIn
@@ -162,7 +162,7 @@ func (d *Driver) read(h *holding, lst *listing) (pred string, err error) {
 			h.a().pzxid, h.a().viewed = lst.stat.Pzxid, true
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	return pred, nil
 }
 
@@ -178,24 +178,24 @@ func (d *Driver) readOwner(ctx context.Context, h *holding, name string) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	if h.name() == name {
 		h.a().owner = st.EphemeralOwner
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	return nil
 }
 
 // holding returns req's holding, making it if new. held is true, with the
 // grant, when req already holds the lock (a retry after a lost reply).
 func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held bool, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, driver.Grant{}, false, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return nil, driver.Grant{}, false, err
 	}
 	k := holdKey{req.Key, req.Owner}
-	if h := d.holds[k]; h != nil {
+	if h := d.held.GetLocked(k); h != nil {
 		h.req = req
 		if h.state == stateGranted || h.state == stateReleasing {
 			return h, driver.Grant{Token: h.token, Start: d.timeAt(h.start)}, true, nil
@@ -210,7 +210,7 @@ func (d *Driver) holding(req *driver.Request) (h *holding, g driver.Grant, held 
 		h.kind = leaseName
 		h.parent += "/" + leasesNode
 	}
-	d.holds[k] = h
+	_ = d.held.PutLocked(k, h) // OpenLocked was checked under this lock
 	return h, driver.Grant{}, false, nil
 }
 
@@ -228,30 +228,30 @@ const maxCreateAttempts = 8
 // than orphaned.
 func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 	for attempt := 1; ; attempt++ {
-		d.mu.Lock()
+		d.held.Lock()
 		parent, marker, unsure := h.parent, h.a().marker, h.a().unsure
-		d.mu.Unlock()
+		d.held.Unlock()
 		if unsure {
 			name, err := d.findMarked(ctx, parent, marker)
 			if err != nil {
 				return nil, d.closedOr(err)
 			}
-			d.mu.Lock()
+			d.held.Lock()
 			h.a().unsure = false
 			if name != "" {
 				h.setName(name)
 				a := h.a()
 				a.createdIn, a.owner, a.viewed, a.fence = 0, 0, false, 0 // its owner is unknown: read it
-				d.mu.Unlock()
+				d.held.Unlock()
 				return nil, nil
 			}
-			d.mu.Unlock()
+			d.held.Unlock()
 			// Never made: create again under the same marker, as Curator does.
 		} else {
 			marker = newMarker()
-			d.mu.Lock()
+			d.held.Lock()
 			h.a().marker = marker
-			d.mu.Unlock()
+			d.held.Unlock()
 		}
 
 		var (
@@ -278,11 +278,11 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 		case errors.Is(err, errNotSent):
 			return nil, d.closedOr(fmt.Errorf("zkdriver: create key node: %w", parentErr))
 		case err == nil:
-			d.mu.Lock()
+			d.held.Lock()
 			h.setNode(path)
 			a := h.a()
 			a.createdIn, a.owner, a.viewed, a.fence = session, 0, false, 0
-			d.mu.Unlock()
+			d.held.Unlock()
 			d.rememberParent(parent)
 			return lst, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < maxCreateAttempts:
@@ -296,9 +296,9 @@ func (d *Driver) create(ctx context.Context, h *holding) (*listing, error) {
 				}
 			}
 		case ambiguous(err):
-			d.mu.Lock()
+			d.held.Lock()
 			h.a().unsure = true
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil, d.closedOr(err)
 		default:
 			if parentErr != nil {
@@ -319,7 +319,7 @@ type nodeCreate struct {
 // createNode creates h's lock node as c says. If the caller gives up first,
 // createAbandoned settles what the create did.
 func (d *Driver) createNode(ctx context.Context, h *holding, c nodeCreate) (string, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	h.a().sent = true
 	var data []byte
 	if h.req.Label != "" {
@@ -327,16 +327,16 @@ func (d *Driver) createNode(ctx context.Context, h *holding, c nodeCreate) (stri
 		// address here, zk.Lock nothing.
 		data = []byte(h.req.Label)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	path, err := call(d, ctx, func() (string, error) {
 		return d.conn.Create(c.path, data, zk.FlagEphemeral|zk.FlagSequence, d.acl)
 	}, func(path string, err error) {
 		d.createAbandoned(h, c.marker, c.session, path, err)
 	})
 	if !kit.GaveUp(err) {
-		d.mu.Lock()
+		d.held.Lock()
 		h.a().sent = false // returned while we waited; else createAbandoned clears it
-		d.mu.Unlock()
+		d.held.Unlock()
 	}
 	return path, err
 }
@@ -406,13 +406,13 @@ var errNotSent = errors.New("zkdriver: lock node create not sent")
 // context ended). A node it made belongs to h if h still wants it, and is an
 // orphan otherwise.
 func (d *Driver) createAbandoned(h *holding, marker string, session int64, path string, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	h.a().sent = false
-	if d.closed {
+	if d.held.ClosedLocked() {
 		return // the session ends, or Close deleted what it could
 	}
-	wanted := d.holds[holdKey{h.req.Key, h.req.Owner}] == h && h.a().marker == marker && h.name() == ""
+	wanted := d.held.GetLocked(holdKey{h.req.Key, h.req.Owner}) == h && h.a().marker == marker && h.name() == ""
 	switch {
 	case err == nil && wanted:
 		h.setNode(path)
@@ -514,9 +514,9 @@ func (d *Driver) ensureRoot(ctx context.Context) error {
 // made again, where sequence numbers restart. Reading it costs nothing: the
 // listing returns it.
 func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver.Grant, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	name, known := h.name(), h.a().owner != 0
-	d.mu.Unlock()
+	d.held.Unlock()
 	if !known {
 		err := d.readOwner(ctx, h, name)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -528,10 +528,10 @@ func (d *Driver) grant(ctx context.Context, h *holding, start time.Time) (driver
 		}
 	}
 	live := d.conn.SessionID()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return driver.Grant{}, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return driver.Grant{}, err
 	}
 	if h.name() != name || !h.a().viewed {
 		return driver.Grant{}, errVanished
@@ -587,28 +587,28 @@ func (d *Driver) waitFor(ctx context.Context, h *holding, pred string) error {
 		return errVanished
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-d.done:
+	case <-d.held.Done():
 		return driver.ErrClosed
 	}
 }
 
 // forget notes that h's node name is gone, so the next step queues again.
 func (d *Driver) forget(h *holding, name string) {
-	d.mu.Lock()
+	d.held.Lock()
 	if h.name() == name {
 		h.setName("")
 		a := h.a()
 		*a = acquiring{sent: a.sent}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // drop deletes h's node after a TryAcquire found others ahead, and forgets h.
 func (d *Driver) drop(ctx context.Context, h *holding) {
-	d.mu.Lock()
+	d.held.Lock()
 	path := h.path()
 	d.removeLocked(h)
-	d.mu.Unlock()
+	d.held.Unlock()
 	if err := d.deleteNode(ctx, path); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		d.addOrphan(orphan{path: path, session: d.conn.SessionID()})
 	}
@@ -620,12 +620,10 @@ func (d *Driver) deleteNode(ctx context.Context, path string) error {
 	return err
 }
 
-// removeLocked forgets h. d.mu is held.
+// removeLocked forgets h. d.held is locked.
 func (d *Driver) removeLocked(h *holding) {
 	k := holdKey{h.req.Key, h.req.Owner}
-	if d.holds[k] == h {
-		delete(d.holds, k)
-	}
+	d.held.ForgetLocked(k, h)
 	if h.name() != "" && d.byPath[h.path()] == h {
 		delete(d.byPath, h.path())
 	}
@@ -645,16 +643,16 @@ func (d *Driver) parentHash(parent string) uint64 { return maphash.String(d.seed
 // create can go straight to the lock node (the common case for a busy key).
 func (d *Driver) knownParent(parent string) bool {
 	k := d.parentHash(parent)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	_, ok := d.parents[k]
 	return ok
 }
 
 func (d *Driver) rememberParent(parent string) {
 	k := d.parentHash(parent)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	if len(d.parents) >= maxKnownParents {
 		clear(d.parents) // crude, but bounded; a miss costs one round trip
 	}
@@ -663,15 +661,15 @@ func (d *Driver) rememberParent(parent string) {
 
 func (d *Driver) forgetParent(parent string) {
 	k := d.parentHash(parent)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	delete(d.parents, k)
 }
 
 func (d *Driver) isClosed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closed
+	d.held.Lock()
+	defer d.held.Unlock()
+	return d.held.ClosedLocked()
 }
 
 // closedOr returns driver.ErrClosed if the driver was closed (go-zookeeper then

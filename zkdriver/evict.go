@@ -138,13 +138,13 @@ const verdictTimeout = 2 * time.Second
 // deleted (by someone else: a Release marks its node first). ctx bounds
 // only the wait of a caller who did not start the settling.
 func (d *Driver) goneCause(ctx context.Context, h *holding, path string) error {
-	d.mu.Lock()
+	d.held.Lock()
 	v, first := h.verdict, false
 	if v == nil {
 		v, first = &verdict{done: make(chan struct{}), err: errNodeDeleted}, true
 		h.verdict = v
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if first {
 		d.settle(v, path)
 	}

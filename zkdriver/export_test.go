@@ -25,8 +25,8 @@ func (d *Driver) Root() string { return d.root }
 // SessionForTest returns the live session's id, password and negotiated
 // timeout, as the last connect handshake gave them (Open only).
 func (d *Driver) SessionForTest() (id int64, passwd []byte, timeout time.Duration) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	return d.session.id, d.session.passwd, d.session.timeout
 }
 
@@ -44,8 +44,8 @@ func (c urlConfig) SessionTimeout() time.Duration { return c.sessionTimeout }
 func SessionTap() (dial func(network, address string, timeout time.Duration) (net.Conn, error), session func() (int64, []byte, time.Duration)) {
 	d := newDriver("", DefaultPrefix, nil)
 	return d.dialTap, func() (int64, []byte, time.Duration) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
+		d.held.Lock()
+		defer d.held.Unlock()
 		return d.session.id, d.session.passwd, d.session.timeout
 	}
 }
@@ -56,9 +56,9 @@ func (d *Driver) RequestsForTest() int64 { return d.wire.requests.Load() }
 
 // WatchedForTest reports whether req's lock is held with a watch on its node.
 func (d *Driver) WatchedForTest(req *driver.Request) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h := d.holds[holdKey{req.Key, req.Owner}]
+	d.held.Lock()
+	defer d.held.Unlock()
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
 	return h != nil && h.state == stateGranted && h.watched
 }
 
@@ -82,8 +82,8 @@ var (
 // HeldForTest counts the locks held, and of them those with a watch on their
 // node.
 func (d *Driver) HeldForTest() (held, watched int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, h := range d.byPath {
 		if h.state == stateGranted {
 			held++

@@ -385,18 +385,18 @@ func unescapeName(name string) (string, bool) {
 // token (withToken), into the holder's own node (one setData). A node gone
 // is driver.ErrNotHeld, and the lock is lost.
 func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.holds[holdKey{req.Key, req.Owner}]
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
 	if h == nil || h.state != stateGranted {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
 	path, session, token := h.path(), h.session, h.token
-	d.mu.Unlock()
+	d.held.Unlock()
 	if err := d.awaitSession(ctx); err != nil {
 		return d.closedOr(err)
 	}
@@ -423,13 +423,13 @@ func (d *Driver) Relabel(ctx context.Context, req *driver.Request, label string)
 // expired session fires them all). A watch set just before ctx ends stays
 // registered in go-zookeeper until its next event; it costs no goroutine.
 func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil, driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return nil, err
 	}
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.held.Unlock()
 	keyNode := d.LockPath(key)
 	events, err := d.armWatch(ctx, keyNode)
 	if err != nil {
@@ -469,7 +469,7 @@ func (d *Driver) watchLoop(ctx context.Context, keyNode string, events []<-chan 
 			case <-retry.C:
 			case <-ctx.Done():
 				return
-			case <-d.done:
+			case <-d.held.Done():
 				return
 			}
 		}
@@ -491,7 +491,7 @@ func (d *Driver) waitEvent(ctx context.Context, chans []<-chan zk.Event) bool {
 	case <-c[2]:
 	case <-ctx.Done():
 		return false
-	case <-d.done:
+	case <-d.held.Done():
 		return false
 	}
 	return true

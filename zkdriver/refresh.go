@@ -20,22 +20,22 @@ import (
 // the lock's validity deadline), and then makes its one request in the session
 // it finds. A failure of that request is returned marked driver.ErrUnavailable.
 func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.holds[holdKey{req.Key, req.Owner}]
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
 	if h == nil || h.state == stateWaiting {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
 	if h.state == stateReleasing {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return nil // ours until Release's delete lands
 	}
 	path, session := h.path(), h.session
-	d.mu.Unlock()
+	d.held.Unlock()
 
 	if err := d.awaitSession(ctx); err != nil {
 		return d.closedOr(err)
@@ -43,13 +43,13 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if d.conn.SessionID() != session {
 		return d.lose(ctx, h, errSessionEnded)
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	arm := d.ownConn && !h.watched && !h.arming
 	if arm {
 		h.arming = true
 	}
 	watched := d.ownConn && h.watched
-	d.mu.Unlock()
+	d.held.Unlock()
 	var st *zk.Stat
 	var err error
 	if watched {
@@ -97,9 +97,9 @@ func (d *Driver) confirmedByWatch(ctx context.Context, h *holding, session int64
 	if d.conn.SessionID() != session {
 		return false, d.lose(ctx, h, errSessionEnded)
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	state, watched := h.state, h.watched
-	d.mu.Unlock()
+	d.held.Unlock()
 	switch {
 	case state == stateDone:
 		return false, d.lose(ctx, h, errNodeDeleted)
@@ -115,20 +115,20 @@ func (d *Driver) confirmedByWatch(ctx context.Context, h *holding, session int64
 // ended took the node whether or not a Release was under way.) A node deleted
 // by someone else may have been evicted by ForceRelease: goneCause tells.
 func (d *Driver) lose(ctx context.Context, h *holding, cause error) error {
-	d.mu.Lock()
+	d.held.Lock()
 	switch {
 	case h.state == stateReleased,
 		h.state == stateReleasing && cause == errNodeDeleted:
-		d.mu.Unlock()
+		d.held.Unlock()
 		return nil
 	case h.state == stateGranted:
 		d.removeLocked(h)
 	case h.verdict == nil:
-		d.mu.Unlock()
+		d.held.Unlock()
 		return cause // ended otherwise (its session), and told so
 	}
 	path := h.path()
-	d.mu.Unlock()
+	d.held.Unlock()
 	if cause == errNodeDeleted {
 		return d.goneCause(ctx, h, path)
 	}
@@ -267,10 +267,10 @@ func (d *Driver) confirm(ctx context.Context) error {
 // watchedHold returns the lock of req if it is held with a watch on its node
 // and the session that made it is the live one, and that session.
 func (d *Driver) watchedHold(req *driver.Request) (*holding, int64, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h := d.holds[holdKey{req.Key, req.Owner}]
-	if d.closed || !d.ownConn || h == nil || h.state != stateGranted || !h.watched || h.session != d.conn.SessionID() {
+	d.held.Lock()
+	defer d.held.Unlock()
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
+	if d.held.ClosedLocked() || !d.ownConn || h == nil || h.state != stateGranted || !h.watched || h.session != d.conn.SessionID() {
 		return nil, 0, false
 	}
 	return h, h.session, true

@@ -18,22 +18,22 @@ import (
 // the delete fails (returned marked driver.ErrUnavailable when transient), the
 // lock stays held and the error is returned.
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
-	h := d.holds[holdKey{req.Key, req.Owner}]
+	h := d.held.GetLocked(holdKey{req.Key, req.Owner})
 	if h == nil {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
 	if h.state == stateWaiting {
-		return d.leaveQueue(ctx, h) // unlocks d.mu
+		return d.leaveQueue(ctx, h) // unlocks d.held
 	}
 	h.state = stateReleasing // its deletion is not a loss
 	path, session := h.path(), h.session
-	d.mu.Unlock()
+	d.held.Unlock()
 
 	err := d.awaitSession(ctx)
 	if err == nil && d.conn.SessionID() != session {
@@ -49,23 +49,23 @@ func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
 func (d *Driver) released(ctx context.Context, h *holding, err error) error {
 	if errors.Is(err, zk.ErrNoNode) {
 		// Deleted by someone else: perhaps evicted, which goneCause tells
-		// (a round trip, outside d.mu).
-		d.mu.Lock()
-		ours := !d.closed && h.state == stateReleasing
+		// (a round trip, outside d.held).
+		d.held.Lock()
+		ours := !d.held.ClosedLocked() && h.state == stateReleasing
 		if ours {
 			d.removeLocked(h)
 		}
 		path := h.path()
-		d.mu.Unlock()
+		d.held.Unlock()
 		if !ours {
 			return d.releasedElse()
 		}
 		return d.goneCause(ctx, h, path)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	switch {
-	case d.closed:
+	case d.held.ClosedLocked():
 		return driver.ErrClosed
 	case h.state != stateReleasing: // lost meanwhile
 		return driver.ErrNotHeld
@@ -92,7 +92,7 @@ func (d *Driver) releasedElse() error {
 }
 
 // leaveQueue forgets a request that was never granted and deletes whatever node
-// it may have made. d.mu is held, and released.
+// it may have made. d.held is locked, and released.
 func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 	d.removeLocked(h)
 	var o orphan
@@ -100,18 +100,18 @@ func (d *Driver) leaveQueue(ctx context.Context, h *holding) error {
 	case h.a().sent:
 		// A create is still in flight (its Acquire gave up waiting for it):
 		// createAbandoned deletes what it makes, once it returns.
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	case h.name() != "":
 		o = orphan{path: h.path()}
 	case h.a().unsure:
 		o = orphan{parent: h.parent, marker: h.a().marker}
 	default:
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
 	o.session = h.ownerOrCreator()
-	d.mu.Unlock()
+	d.held.Unlock()
 	if err := d.removeOrphan(ctx, o); err != nil {
 		d.addOrphan(o) // deleted once the connection is back
 	}

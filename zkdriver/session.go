@@ -84,11 +84,11 @@ func (d *Driver) nudge() {
 }
 
 func (d *Driver) addOrphan(o orphan) {
-	d.mu.Lock()
-	if !d.closed {
+	d.held.Lock()
+	if !d.held.ClosedLocked() {
 		d.orphans = append(d.orphans, o)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.nudge()
 }
 
@@ -112,9 +112,9 @@ func (d *Driver) sessionEstablished(id int64, timeout time.Duration, passwd []by
 		d.nudge()
 		return
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	d.session = sessionInfo{id: id, timeout: timeout, passwd: passwd}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.credit(sent) // the leader created or revalidated the session after sent
 	d.nudge()
 }
@@ -123,8 +123,8 @@ func (d *Driver) sessionEstablished(id int64, timeout time.Duration, passwd []by
 // connection the driver made; as declared by WithSessionTimeout otherwise (0:
 // unknown).
 func (d *Driver) sessionTimeout() time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	if d.ownConn {
 		return d.session.timeout
 	}
@@ -173,7 +173,7 @@ func (d *Driver) awaitSession(ctx context.Context) error {
 		case <-tick:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.done:
+		case <-d.held.Done():
 			return driver.ErrClosed
 		}
 	}
@@ -183,10 +183,10 @@ func (d *Driver) awaitSession(ctx context.Context) error {
 // someone else (a Release marks its node first), with driver.ErrForceReleased
 // when ForceRelease left a tombstone for it.
 func (d *Driver) nodeGone(path string) {
-	d.mu.Lock()
+	d.held.Lock()
 	h := d.byPath[path]
 	if h == nil || h.state != stateGranted {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return
 	}
 	d.removeLocked(h)
@@ -195,7 +195,7 @@ func (d *Driver) nodeGone(path string) {
 	v := &verdict{done: make(chan struct{}), err: errNodeDeleted}
 	h.verdict = v
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.held.Unlock()
 	go func() {
 		defer d.wg.Done()
 		d.settle(v, path)
@@ -207,11 +207,11 @@ func (d *Driver) nodeGone(path string) {
 // (a Curator client asking for revocation writes to it); the next refresh sets
 // it again.
 func (d *Driver) rewatch(path string) {
-	d.mu.Lock()
+	d.held.Lock()
 	if h := d.byPath[path]; h != nil {
 		h.watched = false
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 func (d *Driver) monitor() {
@@ -228,7 +228,7 @@ func (d *Driver) monitor() {
 		}
 		timer.Reset(wait)
 		select {
-		case <-d.done:
+		case <-d.held.Done():
 			return
 		case <-d.wake:
 		case <-timer.C:
@@ -236,7 +236,7 @@ func (d *Driver) monitor() {
 	}
 }
 
-// lostLock is a loss to report once d.mu is released.
+// lostLock is a loss to report once d.held is unlocked.
 type lostLock struct {
 	req   *driver.Request
 	cause error
@@ -261,9 +261,9 @@ func (d *Driver) check(now time.Time) time.Duration {
 	}
 
 	var lost []lostLock
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.ClosedLocked() {
+		d.held.Unlock()
 		return wait
 	}
 	held := 0
@@ -341,7 +341,7 @@ func (d *Driver) check(now time.Time) time.Duration {
 			soon(now.Add(pollInterval)) // no event will say we are back
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	for _, l := range lost {
 		l.req.Lost.Lost(l.cause)
 	}
@@ -374,19 +374,19 @@ func (d *Driver) arm(hs []*holding) {
 // watchNode sets a watch on a held node (a data watch: it also reports the
 // node's deletion) and reports whether it was there.
 func (d *Driver) watchNode(ctx context.Context, h *holding) (*zk.Stat, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	path := h.path()
-	d.mu.Unlock()
+	d.held.Unlock()
 	st, err := call(d, ctx, func() (*zk.Stat, error) {
 		_, st, _, err := d.conn.GetW(path)
 		return st, err
 	}, nil)
-	d.mu.Lock()
+	d.held.Lock()
 	h.arming = false
 	if err == nil {
 		h.watched = true
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if errors.Is(err, zk.ErrNoNode) {
 		d.nodeGone(path)
 	}
@@ -405,7 +405,7 @@ func (d *Driver) heartbeat(timeout time.Duration) {
 		return d.conn.Sync(d.root)
 	}, nil)
 	answeredAt := time.Now()
-	d.mu.Lock()
+	d.held.Lock()
 	d.beating = false
 	if err != nil {
 		// No link: try again soon, without hammering a server that fails
@@ -418,7 +418,7 @@ func (d *Driver) heartbeat(timeout time.Duration) {
 		}
 		d.link, d.linkAnswered = sent, answeredAt
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.nudge()
 }
 
@@ -433,14 +433,14 @@ func (d *Driver) heartbeat(timeout time.Duration) {
 func (d *Driver) seenHandshake(state zk.State, now time.Time) {
 	switch state {
 	case zk.StateDisconnected, zk.StateConnecting, zk.StateExpired:
-		d.mu.Lock()
+		d.held.Lock()
 		d.sawDown = now
-		d.mu.Unlock()
+		d.held.Unlock()
 	case zk.StateHasSession:
-		d.mu.Lock()
+		d.held.Lock()
 		down := d.sawDown
 		d.sawDown = time.Time{}
-		d.mu.Unlock()
+		d.held.Unlock()
 		if !down.IsZero() {
 			d.credit(down)
 		}
@@ -462,10 +462,10 @@ const cleanTimeout = 10 * time.Second
 // went with it.
 func (d *Driver) clean(live int64) {
 	defer d.wg.Done()
-	d.mu.Lock()
+	d.held.Lock()
 	work := d.orphans
 	d.orphans = nil
-	d.mu.Unlock()
+	d.held.Unlock()
 	var keep []orphan
 	for _, o := range work {
 		if o.session != 0 && o.session != live {
@@ -478,13 +478,13 @@ func (d *Driver) clean(live int64) {
 			keep = append(keep, o)
 		}
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	d.cleaning = false
-	if len(keep) > 0 && !d.closed {
+	if len(keep) > 0 && !d.held.ClosedLocked() {
 		d.orphans = append(d.orphans, keep...)
 		d.cleanAfter = time.Now().Add(cleanRetry)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.nudge()
 }
 

@@ -96,18 +96,18 @@ func (d *Driver) acquirePermit(ctx context.Context, h *holding, wait bool) (driv
 
 // gate returns the holding of h's locks-mutex node, making it if new.
 func (d *Driver) gate(h *holding) (*holding, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return nil, err
 	}
 	k := holdKey{h.req.Key + gateSuffix, h.req.Owner}
-	if m := d.holds[k]; m != nil {
+	if m := d.held.GetLocked(k); m != nil {
 		return m, nil
 	}
 	req := &driver.Request{Key: k.key, Owner: k.owner, TTL: h.req.TTL, Lost: driver.LostFunc(func(error) {})}
 	m := &holding{req: req, parent: path.Dir(h.parent) + "/" + locksNode, kind: lockName}
-	d.holds[k] = m
+	_ = d.held.PutLocked(k, m) // OpenLocked was checked under this lock
 	return m, nil
 }
 
@@ -124,14 +124,14 @@ func (d *Driver) openGate(m *holding) {
 	if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrClosed) {
 		return
 	}
-	d.mu.Lock()
-	if d.holds[holdKey{m.req.Key, m.req.Owner}] != m || m.name() == "" {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.GetLocked(holdKey{m.req.Key, m.req.Owner}) != m || m.name() == "" {
+		d.held.Unlock()
 		return
 	}
 	o := orphan{path: m.path(), session: m.ownerOrCreator()}
 	d.removeLocked(m)
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.addOrphan(o) // deleted once the connection is back
 }
 
@@ -140,9 +140,9 @@ func (d *Driver) openGate(m *holding) {
 // Acquire, which holds the locks mutex gate, waits for the leases to change.
 // It returns errVanished to be called again.
 func (d *Driver) leaseStep(ctx context.Context, h *holding, gate *holding) (driver.Grant, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	hasNode := h.name() != ""
-	d.mu.Unlock()
+	d.held.Unlock()
 	start := time.Now()
 	var lst *listing
 	if !hasNode {
@@ -175,7 +175,7 @@ func (d *Driver) leaseStep(ctx context.Context, h *holding, gate *holding) (driv
 		return driver.Grant{}, errVanished // look again
 	case <-ctx.Done():
 		return driver.Grant{}, ctx.Err()
-	case <-d.done:
+	case <-d.held.Done():
 		return driver.Grant{}, driver.ErrClosed
 	}
 }
@@ -208,9 +208,9 @@ func (d *Driver) listWatch(ctx context.Context, parent string, watch bool) (*lis
 // driver.ErrInvalidArgument while the semaphore is in use, and its lease
 // goes.
 func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
-	d.mu.Lock()
+	d.held.Lock()
 	name, keyNode := h.name(), h.parent
-	d.mu.Unlock()
+	d.held.Unlock()
 	if h.permits() > 1 {
 		keyNode = path.Dir(h.parent)
 	}
@@ -242,11 +242,11 @@ func (d *Driver) fence(ctx context.Context, h *holding, leases []string) error {
 		if err != nil {
 			return d.fenceError(h, name, err)
 		}
-		d.mu.Lock()
+		d.held.Lock()
 		if h.name() == name {
 			h.a().fence = st.Mzxid
 		}
-		d.mu.Unlock()
+		d.held.Unlock()
 		return nil
 	}
 }

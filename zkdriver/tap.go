@@ -41,14 +41,14 @@ type tapConn struct {
 // dialTap is the go-zookeeper Dialer of connections the driver owns. Dials end
 // when the driver closes, and none starts after that.
 func (d *Driver) dialTap(network, address string, timeout time.Duration) (net.Conn, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	pre := d.pre
 	if pre != nil && pre.addr == address {
 		d.pre = nil
 	} else {
 		pre = nil
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if pre != nil { // the connection of Open's own handshake (handshake.go)
 		if !d.conns.add(pre) {
 			pre.Conn.Close()

@@ -122,7 +122,6 @@ type Driver struct {
 
 	ctx        context.Context // cancelled by Close; bounds background work
 	cancel     context.CancelFunc
-	done       chan struct{}                 // closed by Close
 	wake       chan struct{}                 // nudges the monitor
 	state      atomic.Pointer[chan struct{}] // closed (and replaced) at each session event
 	wire       wire                          // requests written, as tapConn sees them
@@ -132,9 +131,9 @@ type Driver struct {
 	calls      kit.Calls           // runs go-zookeeper's calls (call.go); closed with the connection
 	rounds     kit.Round[struct{}] // the shared read that RefreshBatch calls join (refresh.go)
 
-	mu      sync.Mutex
-	closed  bool
-	holds   map[holdKey]*holding
+	// held is the driver's mutex, its locks by key and owner, and its closed
+	// gate (Done is closed by Close); it guards the fields below.
+	held    *kit.Book[holdKey, *holding]
 	byPath  map[string]*holding // granted locks by node path
 	orphans []orphan            // nodes of ours nobody wants, to delete once possible
 	parents map[uint64]struct{} // key nodes known to exist, by parentHash
@@ -211,8 +210,8 @@ type acquiring struct {
 	sent      bool   // a create is in flight; createAbandoned settles it if its caller left
 }
 
-// a returns h's acquisition state, made anew if it was dropped. d.mu is
-// held.
+// a returns h's acquisition state, made anew if it was dropped. d.held is
+// locked.
 func (h *holding) a() *acquiring {
 	if h.acq == nil {
 		h.acq = &acquiring{}
@@ -314,10 +313,9 @@ func newDriver(chroot, prefix string, acl []zk.ACL) *Driver {
 		exclusive: lockName,
 		acl:       acl,
 		epoch:     time.Now(),
-		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		zkLog:     newZKLogger(),
-		holds:     map[holdKey]*holding{},
+		held:      kit.NewBook[holdKey, *holding](),
 		byPath:    map[string]*holding{},
 		parents:   map[uint64]struct{}{},
 		seed:      maphash.MakeSeed(),
@@ -382,10 +380,9 @@ func dial(ctx context.Context, c urlConfig, prefix string) (*Driver, error) {
 	}
 	d.conn, d.events = conn, events
 	fail := func(err error) (*Driver, error) {
-		d.mu.Lock()
-		d.closed = true
-		d.mu.Unlock()
-		close(d.done)
+		d.held.Lock()
+		d.held.CloseLocked()
+		d.held.Unlock()
 		d.cancel()
 		// A session that answered is closed properly; after ctx ended, the
 		// server is not waited for.
@@ -497,17 +494,16 @@ const closeGrace = 500 * time.Millisecond
 // two when sixteen requests already wait for a reconnection), and no goroutine
 // of the driver or of go-zookeeper outlives it.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	held, first := d.held.CloseLocked()
+	if !first {
+		d.held.Unlock()
 		return nil
 	}
-	d.closed = true
-	close(d.done)
 	d.cancel()
 	var lost []*driver.Request
 	var nodes []orphan
-	for _, h := range d.holds {
+	for _, h := range held {
 		if h.state == stateGranted || h.state == stateReleasing {
 			lost = append(lost, h.req)
 		}
@@ -520,8 +516,8 @@ func (d *Driver) Close() error {
 		h.state = stateDone
 	}
 	nodes = append(nodes, d.orphans...)
-	d.holds, d.byPath, d.orphans = map[holdKey]*holding{}, map[string]*holding{}, nil
-	d.mu.Unlock()
+	d.byPath, d.orphans = map[string]*holding{}, nil
+	d.held.Unlock()
 
 	// Before the nodes go, so that Lost closes before anyone else can hold.
 	for _, r := range lost {
@@ -570,10 +566,10 @@ func (d *Driver) endConn(waitAnswer bool) {
 	}
 	t.Stop()
 	d.conns.abort()
-	d.mu.Lock()
+	d.held.Lock()
 	pre := d.pre
 	d.pre = nil
-	d.mu.Unlock()
+	d.held.Unlock()
 	if pre != nil { // go-zookeeper never took it
 		_ = pre.Conn.Close()
 	}

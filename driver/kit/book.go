@@ -50,6 +50,9 @@ func (b *Book[K, H]) OpenLocked() error {
 	return nil
 }
 
+// ClosedLocked reports whether Close has begun.
+func (b *Book[K, H]) ClosedLocked() bool { return b.closed }
+
 // GetLocked returns k's hold, or the zero H if there is none.
 func (b *Book[K, H]) GetLocked(k K) H { return b.held[k] }
 

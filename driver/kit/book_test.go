@@ -49,6 +49,9 @@ func TestBookCloseHandsBackEveryHoldOnceAndShutsTheGate(t *testing.T) {
 	if h := b.GetLocked("a"); h != nil {
 		t.Fatalf("a hold handed back by Close is still in the table: %v", h)
 	}
+	if !b.ClosedLocked() {
+		t.Fatal("ClosedLocked is false after Close")
+	}
 	if err := b.OpenLocked(); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("OpenLocked after Close: %v, want ErrClosed", err)
 	}
