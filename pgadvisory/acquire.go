@@ -1,9 +1,11 @@
 package pgadvisory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +45,48 @@ func (d *Driver) tryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 	return g, classify(ctx, err)
 }
 
+// TryAcquireSet implements driver.SetAcquirer: every key is tried in one
+// statement (trySetSQL) on one connection that holds none of them, which
+// keeps the locks only if it took them all. The server applies its queue
+// rule to each try as to TryAcquire's (a shared request does not pass a
+// waiting exclusive one), and keys another owner here holds are refused
+// before the statement, as by TryAcquire. The set shares one fencing
+// token, drawn once every lock is held. Permits (a slot to find per key),
+// a set of mixed shapes, a key already held by its request's owner and two
+// keys on one lock id are driver.ErrUnsupported: one by one handles them.
+func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) (gs []driver.Grant, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, done := d.attempt(ctx)
+	defer func() { err = done(classify(ctx, err)) }()
+	ids := make([]int64, len(reqs))
+	for i, req := range reqs {
+		if _, ok, err := d.heldBy(req); ok || err != nil || req.Permits >= 2 || req.Shared != reqs[0].Shared {
+			return nil, cmp.Or(err, errSetUnsupported)
+		}
+		ids[i] = d.lockID(req.Key)
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) < len(ids) {
+		return nil, errSetUnsupported
+	}
+	st, err := d.statements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := d.tryAll(ctx, tryCall{reqs: reqs, ids: ids, s: st.setFor(reqs[0].Shared)})
+	gs = make([]driver.Grant, len(reqs))
+	for i, req := range reqs {
+		if gs[i], err = d.recorded(ctx, req, g, err); err != nil {
+			return nil, err
+		}
+	}
+	return gs, nil
+}
+
+// errSetUnsupported is TryAcquireSet's driver.ErrUnsupported.
+var errSetUnsupported = fmt.Errorf("%w: pgadvisory: these requests are taken one at a time", driver.ErrUnsupported)
+
 // try makes one attempt at id on a connection shared with other locks. When
 // ctx ends before the answer, try returns ctx's error soon after (settleWait at
 // most), and a lock granted after that is given back (see roundTrip). With a
@@ -50,21 +94,39 @@ func (d *Driver) tryAcquire(ctx context.Context, req *driver.Request) (driver.Gr
 // request claimed it is given back too (see giveBackPermit), and try returns
 // errClaimed.
 func (d *Driver) try(ctx context.Context, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
+	return d.tryAll(ctx, tryCall{reqs: []*driver.Request{req}, ids: []int64{id}, s: st.tryFor(req.Shared), claim: claim})
+}
+
+// tryCall is one attempt of tryAll: the ids of reqs (one each, all of one
+// shape), tried with s (a set's statement for more than one), and register's
+// claim.
+type tryCall struct {
+	reqs  []*driver.Request
+	ids   []int64
+	s     *stmt
+	claim *atomic.Bool
+}
+
+// tryAll makes one attempt at every id of t in one statement on one
+// connection shared with other locks, as try does for one; the grant is
+// every request's.
+func (d *Driver) tryAll(ctx context.Context, t tryCall) (driver.Grant, error) {
 	for {
-		c, err := d.connForTry(ctx, id, req.Shared)
+		c, err := d.connForTry(ctx, t.reqs[0].Shared, t.ids...)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		g, again, err := d.tryOn(ctx, c, req, st, id, claim)
+		g, again, err := d.tryOn(ctx, c, t)
 		if !again {
 			return g, err
 		}
 	}
 }
 
-// tryOn tries to take id on c, and lets go of c. again reports that c turned
-// out unusable for id and another connection should be picked.
-func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (g driver.Grant, again bool, err error) {
+// tryOn tries to take t's ids on c, and lets go of c. again reports that c
+// turned out unusable for them and another connection should be picked.
+func (d *Driver) tryOn(ctx context.Context, c *lockConn, t tryCall) (g driver.Grant, again bool, err error) {
+	shared := t.reqs[0].Shared
 	if err := c.mu.LockContext(ctx); err != nil {
 		d.letGo(c)
 		return driver.Grant{}, false, err
@@ -79,15 +141,17 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 		done()
 		return driver.Grant{}, true, nil
 	}
-	if h := c.locks[id]; h != nil {
-		// Taken on c by another owner since c was picked. The session would
-		// grant it again (session locks count), so never ask it.
-		d.mu.Unlock()
-		done()
-		if !h.shared || !req.Shared {
-			return driver.Grant{}, false, errHeldHere
+	for _, id := range t.ids {
+		if h := c.locks[id]; h != nil {
+			// Taken on c by another owner since c was picked. The session
+			// would grant it again (session locks count), so never ask it.
+			d.mu.Unlock()
+			done()
+			if !h.shared || !shared {
+				return driver.Grant{}, false, errHeldHere
+			}
+			return driver.Grant{}, true, nil
 		}
-		return driver.Grant{}, true, nil
 	}
 	d.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -96,11 +160,11 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 	}
 
 	start := time.Now()
-	g, err, _ = roundTrip(d, ctx, trip{c: c, s: st.tryFor(req.Shared), id: id, linger: settleWait},
+	g, err, _ = roundTrip(d, ctx, trip{c: c, s: t.s, id: t.ids[0], ids: t.ids, linger: settleWait},
 		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			switch {
 			case err != nil:
-				return driver.Grant{}, d.failed(ctx, c, id, req.Shared, err)
+				return driver.Grant{}, d.failed(ctx, c, t.ids, shared, err)
 			case tok.null:
 				cause := d.pooled(c, 0)
 				d.kill(c, cause)
@@ -109,23 +173,28 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, req *driver.Request, st
 				return driver.Grant{}, driver.ErrLocked
 			case !hand.Deliver():
 				// The caller stopped waiting and will never know of this lock.
-				d.giveBack(c, id, req.Shared)
+				d.giveBack(c, t.ids, shared)
 				return driver.Grant{}, ctx.Err()
 			}
-			g, err := d.register(c, req, id, uint64(tok.v), start, claim)
-			if err == errClaimed {
-				d.giveBackPermit(c, id)
+			var g driver.Grant
+			for i, req := range t.reqs {
+				if g, err = d.register(c, req, t.ids[i], uint64(tok.v), start, t.claim); err == errClaimed {
+					d.giveBackPermit(c, t.ids[i])
+				}
+				if err != nil {
+					break
+				}
 			}
 			return g, err
 		}, done)
 	return g, false, err
 }
 
-// failed handles an error of a lock statement for id on c (c.mu held): a broken
-// session is given up; on a live one the statement may have taken the lock before
-// failing (in nextval, say), so the lock is given back. c held no lock on id
+// failed handles an error of a lock statement for ids on c (c.mu held): a broken
+// session is given up; on a live one the statement may have taken the locks before
+// failing (in nextval, say), so they are given back. c held no lock on them
 // before, so the unlock cannot drop anyone else's.
-func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool, err error) error {
+func (d *Driver) failed(ctx context.Context, c *lockConn, ids []int64, shared bool, err error) error {
 	if c.broken(err) {
 		cause := errSessionLost(err)
 		d.kill(c, cause)
@@ -134,22 +203,24 @@ func (d *Driver) failed(ctx context.Context, c *lockConn, id int64, shared bool,
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // not sent
 	}
-	d.giveBack(c, id, shared)
+	d.giveBack(c, ids, shared)
 	if fenceGone(err) {
 		return d.errFenceGone(err)
 	}
 	return fmt.Errorf("pgadvisory: lock statement: %w", err)
 }
 
-// giveBack unlocks id on c (c.mu held), which c held for no one before the
-// statement that may have taken it, so the unlock cannot drop anyone else's
+// giveBack unlocks ids on c (c.mu held), which c held for no one before the
+// statement that may have taken them, so the unlock cannot drop anyone else's
 // lock. If that fails, c is given up: its session may hold a lock nobody knows.
-func (d *Driver) giveBack(c *lockConn, id int64, shared bool) {
+func (d *Driver) giveBack(c *lockConn, ids []int64, shared bool) {
 	uctx, cancel := context.WithTimeout(context.Background(), stmtGrace)
-	ok, uerr := c.exec(uctx, unlockFor(shared), id)
-	cancel()
-	if uerr != nil || ok.null {
-		d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+	defer cancel()
+	for _, id := range ids {
+		if ok, uerr := c.exec(uctx, unlockFor(shared), id); uerr != nil || ok.null {
+			d.kill(c, errSessionLost(fmt.Errorf("undoing a lock statement: %v", uerr)))
+			return
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/distlock/lock/driver/kit"
 )
@@ -176,7 +177,12 @@ func (c *lockConn) send(s *stmt, id int64, a *answer) error {
 	if n == 3 {
 		binary.BigEndian.PutUint32(c.fenceArg[:], c.d.fence)
 	}
-	f.SendBind(&pgproto3.Bind{PreparedStatement: s.name, ParameterFormatCodes: binaryFormat[:n], Parameters: c.params[:n], ResultFormatCodes: binaryFormat[:1]})
+	params := c.params[:n]
+	if s.set {
+		ids, _ := c.conn.TypeMap().Encode(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, c.ids, nil) // cannot fail for []int64
+		params = append([][]byte{ids}, params[1:]...)
+	}
+	f.SendBind(&pgproto3.Bind{PreparedStatement: s.name, ParameterFormatCodes: binaryFormat[:n], Parameters: params, ResultFormatCodes: binaryFormat[:1]})
 	f.SendDescribe(&pgproto3.Describe{ObjectType: 'P'})
 	f.SendExecute(&pgproto3.Execute{})
 	f.SendSync(&pgproto3.Sync{})
@@ -255,6 +261,7 @@ type trip struct {
 	c      *lockConn
 	s      *stmt
 	id     int64
+	ids    []int64 // a set statement's (see stmt.set)
 	wait   *waitAbort
 	linger time.Duration
 }
@@ -272,6 +279,7 @@ type trip struct {
 func roundTrip[T any](d *Driver, ctx context.Context, t trip,
 	then func(*kit.Handoff[T], result, error) (T, error), after func()) (v T, err error, gaveUp bool) {
 	c, s, id, wait, linger := t.c, t.s, t.id, t.wait, t.linger
+	c.ids = t.ids
 	if !c.prepare {
 		// A query mode for a proxy that cannot keep prepared statements:
 		// pgx runs the statement, in a goroutine of the driver's whenever

@@ -277,7 +277,7 @@ func (d *Driver) checkShape(ctx context.Context, req *driver.Request, st *lockSt
 // advisory lock id (pg_locks).
 func (d *Driver) inUse(ctx context.Context, id int64) (bool, error) {
 	for {
-		c, err := d.connForTry(ctx, id, true)
+		c, err := d.connForTry(ctx, true, id)
 		if errors.Is(err, driver.ErrLocked) {
 			return true, nil // held here, exclusively
 		}

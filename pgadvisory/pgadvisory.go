@@ -81,7 +81,10 @@
 // holds it. A blocking Acquire waits in the server's queue on a connection of
 // its own; at most max_lock_conns-1 wait at once, and further waiters retry
 // after their backoff. A statement still unanswered when its caller gives up
-// goes on in the background, owned by the driver.
+// goes on in the background, owned by the driver. AcquireAll and
+// TryAcquireAll take free keys in one statement on one connection, all or
+// nothing, under one fencing token; a key held or queued for, and
+// semaphores, send them one at a time.
 //
 // # Read-write locks and semaphores
 //
@@ -148,9 +151,9 @@ var ErrTransactionPooler = fmt.Errorf("pgadvisory: statements of one connection 
 
 // Driver takes PostgreSQL session advisory locks. Use it through lock.New or
 // lock.Open; its methods implement driver.Driver, driver.Acquirer,
-// driver.BatchRefresher, driver.Inspector, driver.Lister, driver.Evictor and
-// driver.Labeler (the last three, and Inspect's owners, labels and tokens,
-// need WithHolders).
+// driver.SetAcquirer, driver.BatchRefresher, driver.Inspector, driver.Lister,
+// driver.Evictor and driver.Labeler (the last three, and Inspect's owners,
+// labels and tokens, need WithHolders).
 type Driver struct {
 	cfg      *pgxpool.Config // sessions are opened with its ConnConfig and hooks
 	sockets  sockets         // every connection dialed, closed by Close
@@ -225,6 +228,7 @@ type pendingRelease struct{ done chan struct{} }
 var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.Acquirer       = (*Driver)(nil)
+	_ driver.SetAcquirer    = (*Driver)(nil)
 	_ driver.BatchRefresher = (*Driver)(nil)
 	_ driver.Inspector      = (*Driver)(nil)
 	_ driver.Lister         = (*Driver)(nil)

@@ -82,6 +82,7 @@ type withoutHolders struct {
 type basicDriver interface {
 	driver.Driver
 	driver.Acquirer
+	driver.SetAcquirer
 	driver.BatchRefresher
 }
 

@@ -7,6 +7,7 @@ package pgadvisory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -148,18 +149,18 @@ func (d *Driver) sweep() {
 	}
 }
 
-// connForTry picks a connection to send a non-blocking statement about id on,
-// opening one if all are busy and the cap allows, or waiting until one is
-// usable. It returns driver.ErrLocked without a round trip when another owner in
-// this process holds id in a conflicting mode.
-func (d *Driver) connForTry(ctx context.Context, id int64, shared bool) (*lockConn, error) {
+// connForTry picks a connection to send a non-blocking statement about ids on
+// (one lock's, or a set's), opening one if all are busy and the cap allows, or
+// waiting until one is usable. It returns driver.ErrLocked without a round trip
+// when another owner in this process holds one of ids in a conflicting mode.
+func (d *Driver) connForTry(ctx context.Context, shared bool, ids ...int64) (*lockConn, error) {
 	for {
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
 			return nil, errClosed
 		}
-		if d.conflicts(id, shared) {
+		if slices.ContainsFunc(ids, func(id int64) bool { return d.conflicts(id, shared) }) {
 			d.mu.Unlock()
 			return nil, errHeldHere
 		}
@@ -177,7 +178,7 @@ func (d *Driver) connForTry(ctx context.Context, id int64, shared bool) (*lockCo
 			return len(c.locks) > len(best.locks)
 		}
 		for _, c := range d.conns {
-			if c.waiting || c.locks[id] != nil {
+			if c.waiting || slices.ContainsFunc(ids, func(id int64) bool { return c.locks[id] != nil }) {
 				continue
 			}
 			if best == nil || better(c) {

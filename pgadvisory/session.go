@@ -40,6 +40,7 @@ type lockConn struct {
 	prepare  bool      // statements are prepared on the session (see run)
 	prepared uint16    // the stmt bits of those prepared so far
 	params   [3][]byte // the binary arguments: lock id, pid, fencing sequence
+	ids      []int64   // a set statement's lock ids (see stmt.set)
 	idArg    [8]byte
 	pidArg   [4]byte
 	fenceArg [4]byte
@@ -292,6 +293,9 @@ func decode(oid uint32, b []byte) (result, error) {
 // runUnprepared is run in the query mode the connection string chose.
 func (c *lockConn) runUnprepared(s *stmt, id int64) (result, error) {
 	args := []any{id, c.pid, c.d.fence}[:len(s.oids)]
+	if s.set {
+		args[0] = c.ids
+	}
 	var v any
 	if err := c.conn.QueryRow(context.Background(), s.sql, args...).Scan(&v); err != nil {
 		return result{}, err

@@ -32,6 +32,16 @@ import (
 const (
 	// tryLockSQL returns NULL (wrong session), 0 (held elsewhere) or the token.
 	tryLockSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_try_advisory_lock($1) THEN {token} ELSE 0 END`
+	// trySetSQL tries every id of the bigint[] $1 (one key each of a set),
+	// gives back the ones it took unless it took them all, and returns NULL
+	// (wrong session), 0 (one was held: nothing is kept) or one token for
+	// the whole set, drawn after the last lock was taken (a token drawn
+	// later than every earlier grant of each key is greater than theirs).
+	// Every try runs once (OFFSET 0 keeps t a subquery of its own) and
+	// before the outcome is judged; CASE runs only the branch it takes.
+	trySetSQL = `SELECT CASE WHEN ok THEN {token} WHEN NOT ok THEN (SELECT 0 * count(pg_advisory_unlock(id)) FROM unnest(taken) AS id) END
+	FROM (SELECT bool_and(ok) AS ok, array_agg(id) FILTER (WHERE ok) AS taken FROM (SELECT id, pg_try_advisory_lock(id) AS ok
+	FROM unnest($1::bigint[]) AS id WHERE pg_backend_pid() = $2 OFFSET 0) AS t) AS s`
 	// waitLockSQL blocks in PostgreSQL's lock queue and returns NULL (wrong
 	// session) or the token.
 	waitLockSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_lock($1) IS NOT NULL THEN {token} END`
@@ -85,6 +95,7 @@ type stmt struct {
 	name string // the prepared statement's name
 	sql  string
 	oids []uint32 // parameter types: a prefix of lockParamOIDs
+	set  bool     // $1 is a set's lock ids (bigint[], lockConn.ids), not one id
 }
 
 // lockParamOIDs are the types of a statement's parameters $1, $2, $3: the lock
@@ -105,6 +116,7 @@ var (
 // sequence (or none).
 type lockStatements struct {
 	try, tryShared   *stmt
+	set, setShared   *stmt // trySetSQL
 	wait, waitShared *stmt
 }
 
@@ -116,14 +128,21 @@ func newLockStatements(fencing bool) *lockStatements {
 	}
 	build := func(bit uint16, name, sql string, shared bool) *stmt {
 		if shared {
-			sql = strings.Replace(sql, "advisory_lock($1)", "advisory_lock_shared($1)", 1)
+			sql = sharedSQL.Replace(sql)
 			name += "_shared"
 		}
 		return &stmt{bit: bit, name: name, sql: strings.Replace(sql, "{token}", token, 1), oids: params}
 	}
+	set := func(bit uint16, shared bool) *stmt {
+		s := build(bit, "distlock_try_set", trySetSQL, shared)
+		s.oids, s.set = append([]uint32{pgtype.Int8ArrayOID}, params[1:]...), true
+		return s
+	}
 	return &lockStatements{
 		try:        build(1<<4, "distlock_try", tryLockSQL, false),
 		tryShared:  build(1<<5, "distlock_try", tryLockSQL, true),
+		set:        set(1<<10, false),
+		setShared:  set(1<<11, true),
 		wait:       build(1<<6, "distlock_wait", waitLockSQL, false),
 		waitShared: build(1<<7, "distlock_wait", waitLockSQL, true),
 	}
@@ -134,6 +153,16 @@ func (s *lockStatements) tryFor(shared bool) *stmt {
 		return s.tryShared
 	}
 	return s.try
+}
+
+// sharedSQL turns a statement on exclusive locks into one on shared locks.
+var sharedSQL = strings.NewReplacer("advisory_lock(", "advisory_lock_shared(", "advisory_unlock(", "advisory_unlock_shared(")
+
+func (s *lockStatements) setFor(shared bool) *stmt {
+	if shared {
+		return s.setShared
+	}
+	return s.set
 }
 
 func (s *lockStatements) waitFor(shared bool) *stmt {
