@@ -25,6 +25,9 @@ const setBenchDeadline = 10 * time.Second
 //     driver implements driver.SetAcquirer);
 //   - one-by-one: the same 4 keys taken by Acquire in order and released, the
 //     path AcquireAll falls back to;
+//   - interleaved: the three above op by op, so that a machine whose load
+//     drifts meets them alike; it reports each one's acquire-ns/op and their
+//     ratios to one-key's;
 //   - opposite-orders: two Lockers (separate clients), two goroutines each,
 //     taking 2 overlapping keys named in opposite orders; it fails if any
 //     AcquireAll reaches its 10 s deadline.
@@ -36,51 +39,22 @@ const setBenchDeadline = 10 * time.Second
 // ("{set}"), so a Cluster keeps them in one slot. Only NewDriver and Options of
 // h are used.
 func BenchmarkSets(b *testing.B, h Harness) {
-	ctx := context.Background()
-	run := func(b *testing.B, name string, acquire func(lk *lock.Locker, keys []string) (release func(context.Context) error, err error)) {
-		lk := benchLocker(b, h)
-		keys := make([]string, 4)
-		for i := range keys {
-			keys[i] = fmt.Sprintf("{set}/%s/%d", name, i)
-		}
-		var acquiring time.Duration
-		for i := -1; i < b.N; i++ {
-			if i == 0 {
-				b.ResetTimer()
-				acquiring = 0
-			}
-			start := time.Now()
-			release, err := acquire(lk, keys)
-			acquiring += time.Since(start)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(acquiring.Nanoseconds())/float64(b.N), "acquire-ns/op")
-	}
-	b.Run("one-key", func(b *testing.B) {
-		run(b, "one", func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
+	ways := []setWay{
+		{"one-key", func(ctx context.Context, lk *lock.Locker, keys []string) (func(context.Context) error, error) {
 			l, err := lk.Acquire(ctx, keys[0])
 			if err != nil {
 				return nil, err
 			}
 			return l.Release, nil
-		})
-	})
-	b.Run("set-of-4", func(b *testing.B) {
-		run(b, "four", func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
+		}},
+		{"set-of-4", func(ctx context.Context, lk *lock.Locker, keys []string) (func(context.Context) error, error) {
 			s, err := lk.AcquireAll(ctx, keys)
 			if err != nil {
 				return nil, err
 			}
 			return s.Release, nil
-		})
-	})
-	b.Run("one-by-one", func(b *testing.B) {
-		run(b, "each", func(lk *lock.Locker, keys []string) (func(context.Context) error, error) {
+		}},
+		{"one-by-one", func(ctx context.Context, lk *lock.Locker, keys []string) (func(context.Context) error, error) {
 			var held []*lock.Lock
 			release := func(ctx context.Context) error {
 				for i := len(held) - 1; i >= 0; i-- {
@@ -99,11 +73,63 @@ func BenchmarkSets(b *testing.B, h Harness) {
 				held = append(held, l)
 			}
 			return release, nil
-		})
-	})
+		}},
+	}
+	for _, w := range ways {
+		b.Run(w.name, func(b *testing.B) { benchSetWays(b, h, w) })
+	}
+	b.Run("interleaved", func(b *testing.B) { benchSetWays(b, h, ways...) })
 	b.Run("opposite-orders", func(b *testing.B) {
 		benchOppositeOrders(b, [2]*lock.Locker{benchLocker(b, h), benchLocker(b, h)}, []string{"{set}/pair/0", "{set}/pair/1"})
 	})
+}
+
+// setWay is one way of taking 4 keys, returning what gives them back.
+type setWay struct {
+	name string
+	take func(ctx context.Context, lk *lock.Locker, keys []string) (release func(context.Context) error, err error)
+}
+
+// benchSetWays runs b.N rounds of ways, each taking and giving back keys of
+// its own, after an untimed round, and reports the acquisition's time per op
+// (and, for several ways, each one's ratio to the first's).
+func benchSetWays(b *testing.B, h Harness, ways ...setWay) {
+	ctx := context.Background()
+	lk := benchLocker(b, h)
+	keys := make([][]string, len(ways))
+	for j, w := range ways {
+		for i := range 4 {
+			keys[j] = append(keys[j], fmt.Sprintf("{set}/%s/%d", w.name, i))
+		}
+	}
+	acquiring := make([]time.Duration, len(ways))
+	for i := -1; i < b.N; i++ {
+		if i == 0 {
+			b.ResetTimer()
+			clear(acquiring)
+		}
+		for j, w := range ways {
+			start := time.Now()
+			release, err := w.take(ctx, lk, keys[j])
+			acquiring[j] += time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if len(ways) == 1 {
+		b.ReportMetric(float64(acquiring[0].Nanoseconds())/float64(b.N), "acquire-ns/op")
+		return
+	}
+	for j, w := range ways {
+		b.ReportMetric(float64(acquiring[j].Nanoseconds())/float64(b.N), w.name+"-acquire-ns/op")
+		if j > 0 {
+			b.ReportMetric(float64(acquiring[j])/float64(acquiring[0]), w.name+"/"+ways[0].name)
+		}
+	}
 }
 
 // benchOppositeOrders runs b.N AcquireAll/Release pairs spread over two

@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/pgadvisory"
 )
@@ -183,86 +185,16 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
-// BenchmarkAcquireAll: one goroutine takes free keys and gives them back.
-// one-key: Acquire and Release of one key; set-of-4: AcquireAll of 4 keys
-// (one statement, see TryAcquireSet) and the set's Release; one-by-one: the
-// 4 keys taken by Acquire in order (the path AcquireAll falls back to) and
-// released. ns/op includes the releases, one statement per key in every
-// contestant; acquire-ns/op is the time to take the keys alone, the figure
-// the set's one statement is about. interleaved runs the three op by op
-// (the machine's load drifts) and reports each one's acquire-ns/op and
-// their ratios to one-key's.
-func BenchmarkAcquireAll(b *testing.B) {
+// BenchmarkSets is conformance.BenchmarkSets on PostgreSQL, whose driver
+// takes free keys in one statement (TryAcquireSet); interleaved is the figure
+// to read on a loaded machine:
+//
+//	go test -run '^$' -bench BenchmarkSets -count 6 ./pgadvisory
+func BenchmarkSets(b *testing.B) {
 	dsn := testserver.Postgres(b)
-	ctx := context.Background()
-	contestants := []string{"one-key", "set-of-4", "one-by-one"}
-	for _, impl := range append(contestants, "interleaved") {
-		b.Run(impl, func(b *testing.B) {
-			locker := benchLocker(b, dsn, "driver")
-			keys := []string{b.Name() + "/0", b.Name() + "/1", b.Name() + "/2", b.Name() + "/3"}
-			take := func(impl string) (release func(context.Context) error, err error) {
-				switch impl {
-				case "one-key":
-					l, err := locker.Acquire(ctx, keys[0])
-					if err != nil {
-						return nil, err
-					}
-					return l.Release, nil
-				case "set-of-4":
-					s, err := locker.AcquireAll(ctx, keys)
-					if err != nil {
-						return nil, err
-					}
-					return s.Release, nil
-				}
-				held := make([]*lock.Lock, 0, len(keys))
-				for _, k := range keys {
-					l, err := locker.Acquire(ctx, k)
-					if err != nil {
-						return nil, err
-					}
-					held = append(held, l)
-				}
-				return func(ctx context.Context) error {
-					for i := len(held) - 1; i >= 0; i-- {
-						if err := held[i].Release(ctx); err != nil {
-							return err
-						}
-					}
-					return nil
-				}, nil
-			}
-			runs := []string{impl}
-			if impl == "interleaved" {
-				runs = contestants
-			}
-			acquiring := make([]time.Duration, len(runs))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				for j, run := range runs {
-					start := time.Now()
-					release, err := take(run)
-					if err != nil {
-						b.Fatal(err)
-					}
-					acquiring[j] += time.Since(start)
-					if err := release(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			for j, run := range runs {
-				name := "acquire-ns/op"
-				if len(runs) > 1 {
-					name = run + "-acquire-ns/op"
-				}
-				if j > 0 {
-					b.ReportMetric(float64(acquiring[j])/float64(acquiring[0]), run+"/one-key")
-				}
-				b.ReportMetric(float64(acquiring[j].Nanoseconds())/float64(b.N), name)
-			}
-		})
-	}
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return pgadvisory.OpenForTest(ctx, dsn) },
+	})
 }
 
 // BenchmarkHold10000Locks takes 10,000 keys from one goroutine and from 8, and
