@@ -60,6 +60,14 @@
 // the key's one queue, in arrival order. A key is one shape while anyone holds
 // it: another shape or another n is driver.ErrInvalidArgument.
 //
+// # Sets of keys
+//
+// AcquireAll and TryAcquireAll take free keys in one round trip
+// (driver.SetAcquirer): one script checks every key as Acquire's first try
+// does and takes all of them or none. A key held or waited for, or keys in
+// several Cluster hash slots (each key is a slot of its own, so almost any
+// set on a Cluster), make package lock take them one at a time.
+//
 // # Inspection, eviction and leader election
 //
 // The driver implements driver.Inspector, Lister, Evictor, Labeler and
@@ -191,7 +199,8 @@ func withOwnedClient() Option { return func(o *options) { o.owned = true } }
 
 // Driver locks keys on a Redis or Valkey server, a Sentinel-managed primary or
 // a Cluster. Use it through lock.New or lock.Open; its methods implement
-// driver.Driver, driver.Acquirer and driver.BatchRefresher, and (see
+// driver.Driver, driver.Acquirer, driver.BatchRefresher and
+// driver.SetAcquirer, and (see
 // Inspection, eviction and leader election) driver.Inspector,
 // driver.Lister, driver.Evictor, driver.Labeler and driver.Watcher.
 type Driver struct {

@@ -43,6 +43,8 @@ var (
 	relabelLua string
 	//go:embed watch.lua
 	watchLua string
+	//go:embed set.lua
+	setLua string
 
 	acquireScript = redis.NewScript(withCommon(acquireLua))
 	// Without fencing (WithFencing(false)): plain.lua's fast path, then
@@ -57,6 +59,9 @@ var (
 	shapedScript        = redis.NewScript(withCommon(shapedLua))
 	shapedReleaseScript = redis.NewScript(withCommon(shapedReleaseLua))
 	shapedRefreshScript = redis.NewScript(shapedRefreshLua)
+
+	// A set of locks taken at once (see sets.go).
+	setScript = redis.NewScript(withCommon(setLua))
 
 	// Inspection and operators' calls (see Inspection, eviction and leader
 	// election in the package documentation).

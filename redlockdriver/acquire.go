@@ -60,6 +60,13 @@ func (d *Driver) attempt(ctx context.Context, k keys, req *request, register boo
 	if req.Shared {
 		o, keys = opAcquireShared, []string{k.Lock, k.Waiters, k.Holders, k.Writers, k.Labels}
 	}
+	return d.poll(ctx, o, keys, args, req, start)
+}
+
+// poll sends one call of o (keys, args) to every server, for req's round
+// that began at start, and counts the answers until a majority said yes or
+// every server answered or timed out. The answers are acquire.lua's.
+func (d *Driver) poll(ctx context.Context, o op, keys []string, args []any, req *request, start time.Time) vote {
 	backs := d.backs.Load()
 	r := d.send(o, d.deadline(ctx, start, req.TTL), 1, func(int) ([]string, []any) { return keys, args })
 	v := vote{start: start, errs: make([]error, len(d.servers)), yesBy: make([]bool, len(d.servers)), backs: backs}

@@ -87,6 +87,14 @@ func (t *tracked) Acquire(ctx context.Context, req *driver.Request) (driver.Gran
 	return g, err
 }
 
+func (t *tracked) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]driver.Grant, error) {
+	gs, err := t.Driver.TryAcquireSet(ctx, reqs)
+	for _, req := range reqs {
+		t.note(req, err == nil)
+	}
+	return gs, err
+}
+
 func (t *tracked) Release(ctx context.Context, req *driver.Request) error {
 	err := t.Driver.Release(ctx, req)
 	if err == nil || isNotHeld(err) {

@@ -36,6 +36,7 @@ const (
 	opRelabel      // relabel.lua
 	opRefreshBatch // refreshbatch.lua: many exclusive locks in one call
 	opExtend       // many exclusive locks, a GETEX each, no script (refresh.go)
+	opAcquireSet   // set.lua: several exclusive locks at once (sets.go)
 )
 
 func (o op) script() *redis.Script {
@@ -56,6 +57,8 @@ func (o op) script() *redis.Script {
 		return relabelScript
 	case opRefreshBatch:
 		return refreshBatchScript
+	case opAcquireSet:
+		return setScript
 	default:
 		return refreshScript
 	}

@@ -70,6 +70,15 @@
 // Semaphores are ErrUnsupported: counted per server and granted on a
 // majority, n permits would admit more than n holders.
 //
+// # Sets of keys
+//
+// AcquireAll and TryAcquireAll of exclusive locks send each server one
+// script for the whole set (driver.SetAcquirer), which takes every key there
+// or none; the set is granted when a majority took it within the validity,
+// else what a minority took is given back and package lock takes the keys
+// one at a time. A key held, or waited for by a writer, refuses the set;
+// shared sets are taken one key at a time.
+//
 // # Inspection, eviction and leader election
 //
 // The driver implements driver.Inspector, Lister, Evictor and Labeler, not
@@ -193,8 +202,8 @@ func WithServerTimeout(t time.Duration) Option {
 func withOwnedClients() Option { return func(o *options) { o.owned = true } }
 
 // Driver locks keys on a majority of independent Redis servers. Use it through
-// lock.New or lock.Open; its methods implement driver.Driver, driver.Acquirer
-// and driver.BatchRefresher.
+// lock.New or lock.Open; its methods implement driver.Driver, driver.Acquirer,
+// driver.BatchRefresher and driver.SetAcquirer.
 type Driver struct {
 	servers []*server
 	quorum  int

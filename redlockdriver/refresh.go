@@ -201,7 +201,7 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	for _, req := range giveBack {
 		d.forget(req)
 	}
-	d.releaseLost(giveBack)
+	d.releaseAll(giveBack)
 	return errs
 }
 

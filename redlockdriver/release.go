@@ -208,12 +208,12 @@ func (d *Driver) releaseCall(r releaseRound) ([]string, []any) {
 	return []string{k.Lock, k.Waiters, k.Holders, k.Writers, k.Grant, k.Labels}, []any{r.req.Owner, n, r.inbox, d.inbox, e}
 }
 
-// releaseLost gives back what locks a refresh found lost may still hold on
-// a minority of servers, telling waiters, in one round (a release.lua call
-// per lock and server) that waits for every answer (see pipelined). One
-// round for all: a batch that found thousands lost must not
-// hold its other locks' answers back for a round each.
-func (d *Driver) releaseLost(reqs []*request) {
+// releaseAll gives back what locks may still hold on some servers (a
+// refresh found them lost, or a set was not granted), telling waiters, in
+// one round (a release.lua call per lock and server) that waits for every
+// answer (see pipelined). One round for all: a batch that found thousands
+// lost must not hold its other locks' answers back for a round each.
+func (d *Driver) releaseAll(reqs []*request) {
 	if len(reqs) == 0 {
 		return
 	}

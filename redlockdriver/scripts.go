@@ -31,6 +31,8 @@ var (
 	forceLua string
 	//go:embed relabel.lua
 	relabelLua string
+	//go:embed set.lua
+	setLua string
 
 	acquireScript      = redis.NewScript(acquireLua)
 	releaseScript      = redis.NewScript(releaseLua)
@@ -41,6 +43,7 @@ var (
 	inspectScript      = redis.NewScript(inspectLua)
 	forceScript        = redis.NewScript(forceLua)
 	relabelScript      = redis.NewScript(relabelLua)
+	setScript          = redis.NewScript(setLua)
 )
 
 // Results of acquire.lua and shared.lua.
