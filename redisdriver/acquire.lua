@@ -78,7 +78,7 @@ if type(last) == 'table' then return {-3, 2} end
 local n = redis.pcall('LLEN', queue)
 if type(n) == 'table' then return {-3, 3} end
 local lt = redis.call('TYPE', labels)
-if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
+if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 6} end
 if holds(holder, owner) then
   -- Taken without fencing (plain.lua): no token to report.
   if holder ~= owner then return {2, 0, redis.call('PTTL', lock)} end

@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +148,32 @@ func TestForeignDataInTheDriversKeysFailsAcquireCleanly(t *testing.T) {
 	}
 	if v, err := e.admin.HGet(e.ctx, k.Fence, "x").Result(); err != nil || v != "1" {
 		t.Errorf("the hash at the fence key changed: %q, %v", v, err)
+	}
+}
+
+// Foreign data at the labels key (a string where the driver keeps a hash) is
+// ErrForeignData naming that key for a shared lock and a semaphore, and
+// nothing is written. (An exclusive try's uncontended path, which never reads
+// the labels key's type, takes the lock beside it: that costs no command.)
+func TestForeignDataAtTheLabelsKeyIsNamedAndFailsAShapedAcquireCleanly(t *testing.T) {
+	e := newForeignEnv(t)
+	for _, opt := range []lock.AcquireOption{lock.WithShared(true), lock.WithPermits(3)} {
+		k := e.keys("labelled")
+		if err := e.admin.Set(e.ctx, k.Labels, "not a hash", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.lk.TryAcquire(e.ctx, "labelled", opt)
+		if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), k.Labels) {
+			t.Errorf("TryAcquire with a string at the labels key = %v, want ErrForeignData naming %q", err, k.Labels)
+		}
+		if n, _ := e.admin.Exists(e.ctx, k.Lock, k.Holders).Result(); n != 0 {
+			t.Error("the lock was written")
+		}
+		if v, err := e.admin.Get(e.ctx, k.Labels).Result(); err != nil || v != "not a hash" {
+			t.Errorf("the string at the labels key changed: %q, %v", v, err)
+		}
+		if err := e.admin.Del(e.ctx, k.Labels).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -32,7 +32,7 @@ if type(ql) == 'table' then return {-3, 3} end
 local hc = redis.pcall('ZCARD', holders)
 if type(hc) == 'table' then return {-3, 5} end
 local lt = redis.call('TYPE', labels)
-if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 7} end
+if lt.ok ~= 'hash' and lt.ok ~= 'none' then return {-3, 6} end
 if holder and holder ~= marker and (n > 0 or string.byte(holder, 1) == 0) then
   -- Another shape's marker, or a semaphore request on an exclusive lock.
   return {-4}
