@@ -35,9 +35,8 @@ const setBenchDeadline = 10 * time.Second
 // ns/op includes the releases (one request per key: there is no set release);
 // acquire-ns/op is the acquisition alone, what issue 41's target (a set of 4 at
 // most 1.5 times one key) is about. The first round of each runs untimed, so
-// that a session or lease is in place. The keys share a Redis hash tag
-// ("{set}"), so a Cluster keeps them in one slot. Only NewDriver and Options of
-// h are used.
+// that a session or lease is in place. Only NewDriver and Options of h are
+// used.
 func BenchmarkSets(b *testing.B, h Harness) {
 	ways := []setWay{
 		{"one-key", func(ctx context.Context, lk *lock.Locker, keys []string) (func(context.Context) error, error) {
@@ -80,7 +79,7 @@ func BenchmarkSets(b *testing.B, h Harness) {
 	}
 	b.Run("interleaved", func(b *testing.B) { benchSetWays(b, h, ways...) })
 	b.Run("opposite-orders", func(b *testing.B) {
-		benchOppositeOrders(b, [2]*lock.Locker{benchLocker(b, h), benchLocker(b, h)}, []string{"{set}/pair/0", "{set}/pair/1"})
+		benchOppositeOrders(b, [2]*lock.Locker{benchLocker(b, h), benchLocker(b, h)}, []string{"set/pair/0", "set/pair/1"})
 	})
 }
 
@@ -99,7 +98,7 @@ func benchSetWays(b *testing.B, h Harness, ways ...setWay) {
 	keys := make([][]string, len(ways))
 	for j, w := range ways {
 		for i := range 4 {
-			keys[j] = append(keys[j], fmt.Sprintf("{set}/%s/%d", w.name, i))
+			keys[j] = append(keys[j], fmt.Sprintf("set/%s/%d", w.name, i))
 		}
 	}
 	acquiring := make([]time.Duration, len(ways))

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
 	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/redisproto/redistest"
 	"github.com/distlock/lock/internal/testserver"
@@ -164,94 +165,13 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(per(4)/per(1), "plain/driver")
 }
 
-// BenchmarkAcquireAll compares a set of four free keys with one key, on
-// one server: one-key is lk.Acquire and Release of a free key; set-of-4 is
-// lk.AcquireAll of four free keys (one round trip, see TryAcquireSet) and
-// the set's Release; one-by-one is the path without it, four Acquire calls
-// in order and four Releases. Each reports ns/op (the acquire and its
-// release) and acquire-ns, the acquire alone (the set's Release still sends
-// one script per member). On a shared machine the sub-benchmarks, run one
-// after another, see different loads: turns runs the three within every
-// iteration, in a random order each time, and reports each one's times and
-// their ratios to one-key.
-func BenchmarkAcquireAll(b *testing.B) {
-	url := testserver.Redis(b)
-	ctx := context.Background()
-	keys := []string{"set/a", "set/b", "set/c", "set/d"}
-	names := []string{"one-key", "set-of-4", "one-by-one"}
-	// take acquires as case c does, and returns the release.
-	take := func(lk *lock.Locker, c int) (release func(context.Context) error, err error) {
-		switch c {
-		case 0:
-			l, err := lk.Acquire(ctx, "one/"+keys[0])
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		case 1:
-			s, err := lk.AcquireAll(ctx, keys)
-			if err != nil {
-				return nil, err
-			}
-			return s.Release, nil
-		}
-		held := make([]*lock.Lock, len(keys))
-		for i, k := range keys {
-			if held[i], err = lk.Acquire(ctx, "each/"+k); err != nil {
-				return nil, err
-			}
-		}
-		return func(ctx context.Context) error {
-			for _, l := range held {
-				if err := l.Release(ctx); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, nil
-	}
-	// run runs case c once, adding its times to spent and acquiring.
-	run := func(b *testing.B, lk *lock.Locker, c int, spent, acquiring *time.Duration) {
-		t := time.Now()
-		release, err := take(lk, c)
-		*acquiring += time.Since(t)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		*spent += time.Since(t)
-	}
-	per := func(b *testing.B, d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
-	for c, name := range names {
-		b.Run(name, func(b *testing.B) {
-			lk := lock.New(benchDriver(b, url))
-			defer lk.Close()
-			var spent, acquiring time.Duration
-			for i := 0; i < b.N; i++ {
-				run(b, lk, c, &spent, &acquiring)
-			}
-			b.ReportMetric(per(b, acquiring), "acquire-ns")
-		})
-	}
-	b.Run("turns", func(b *testing.B) {
-		lk := lock.New(benchDriver(b, url))
-		defer lk.Close()
-		var spent, acquiring [3]time.Duration
-		for i := 0; i < b.N; i++ {
-			for _, c := range rand.Perm(len(names)) {
-				run(b, lk, c, &spent[c], &acquiring[c])
-			}
-		}
-		for c, name := range names {
-			b.ReportMetric(per(b, spent[c]), name+"-ns")
-			b.ReportMetric(per(b, acquiring[c]), name+"-acquire-ns")
-			if c > 0 {
-				b.ReportMetric(float64(spent[c])/float64(spent[0]), name+"/one-key")
-				b.ReportMetric(float64(acquiring[c])/float64(acquiring[0]), name+"-acquire/one-key")
-			}
-		}
+// BenchmarkSets is conformance.BenchmarkSets on one server, where the driver
+// takes free keys in one script round trip (TryAcquireSet); interleaved is
+// the figure to read on a loaded machine.
+func BenchmarkSets(b *testing.B) {
+	u := testserver.Redis(b)
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) { return openURL(ctx, u) },
 	})
 }
 

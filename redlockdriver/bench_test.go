@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock"
+	"github.com/distlock/lock/conformance"
+	"github.com/distlock/lock/driver"
 	"github.com/distlock/lock/internal/testserver"
 	"github.com/distlock/lock/redisdriver"
 )
@@ -294,66 +297,18 @@ func BenchmarkContended(b *testing.B) {
 	b.ReportMetric(float64(minCount)/(float64(b.N)/goroutines), "min-share")
 }
 
-// BenchmarkAcquireAll compares a set of four free keys with one key, over
-// the servers: one-key is lk.Acquire and Release of a free key; set-of-4 is
-// lk.AcquireAll of four free keys (one script call per server, see
-// TryAcquireSet) and the set's Release; one-by-one is four Acquire calls in
-// order and four Releases. Besides ns/op it reports acquire-ns, the acquire
-// alone (the set's Release still makes one round per member).
-func BenchmarkAcquireAll(b *testing.B) {
+// BenchmarkSets is conformance.BenchmarkSets over the servers, where the
+// driver takes free keys with one script call per server (TryAcquireSet).
+func BenchmarkSets(b *testing.B) {
 	urls := benchServers(b)
-	ctx := context.Background()
-	keys := []string{"set/a", "set/b", "set/c", "set/d"}
-	takes := map[string]func(lk *lock.Locker) (func(context.Context) error, error){
-		"one-key": func(lk *lock.Locker) (func(context.Context) error, error) {
-			l, err := lk.Acquire(ctx, keys[0])
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		},
-		"set-of-4": func(lk *lock.Locker) (func(context.Context) error, error) {
-			s, err := lk.AcquireAll(ctx, keys)
-			if err != nil {
-				return nil, err
-			}
-			return s.Release, nil
-		},
-		"one-by-one": func(lk *lock.Locker) (func(context.Context) error, error) {
-			held := make([]*lock.Lock, len(keys))
-			for i, k := range keys {
-				l, err := lk.Acquire(ctx, k)
-				if err != nil {
-					return nil, err
-				}
-				held[i] = l
-			}
-			return func(ctx context.Context) error {
-				for _, l := range held {
-					if err := l.Release(ctx); err != nil {
-						return err
-					}
-				}
-				return nil
-			}, nil
-		},
+	q := make([]string, len(urls))
+	for i, u := range urls {
+		q[i] = "server=" + u
 	}
-	for _, name := range []string{"one-key", "set-of-4", "one-by-one"} {
-		b.Run(name, func(b *testing.B) {
-			lk := benchRedlock(b, urls, benchPrefix())
-			var acquiring time.Duration
-			for i := 0; i < b.N; i++ {
-				t := time.Now()
-				release, err := takes[name](lk)
-				acquiring += time.Since(t)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(acquiring.Nanoseconds())/float64(b.N), "acquire-ns")
-		})
-	}
+	u, prefix := &url.URL{Scheme: Scheme, RawQuery: strings.Join(q, "&")}, benchPrefix()
+	conformance.BenchmarkSets(b, conformance.Harness{
+		NewDriver: func(ctx context.Context) (driver.Driver, error) {
+			return open(ctx, driver.Config{URL: u, Prefix: prefix})
+		},
+	})
 }
