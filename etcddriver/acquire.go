@@ -69,13 +69,13 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request, wait bool) (d
 }
 
 func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request, wait bool) (driver.Grant, error) {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.Grant{}, driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return driver.Grant{}, err
 	}
 	if s.dead != nil {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.Grant{}, errSessionEnded
 	}
 	e := d.lookupLocked(req)
@@ -85,13 +85,13 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 	case e.state == stateHeld:
 		// A retry after a lost reply: the same grant.
 		g := driver.Grant{Token: uint64(e.rev), Start: d.epoch.Add(e.since)}
-		d.mu.Unlock()
+		d.held.Unlock()
 		return g, nil
 	case e.s != s:
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.Grant{}, fmt.Errorf("etcddriver: request %q retried with another TTL", req.Key)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 
 	shaped := reqShape(req) != shapeExclusive
 	switch {
@@ -140,9 +140,9 @@ func (d *Driver) trySet(ctx context.Context, reqs []*driver.Request) (grants []d
 	es := make([]*entry, 0, len(reqs))
 	var cmps []clientv3.Cmp
 	puts := make([]clientv3.Op, len(reqs))
-	d.mu.Lock()
+	d.held.Lock()
 	switch {
-	case d.closed:
+	case d.held.ClosedLocked():
 		err = driver.ErrClosed
 	case s.dead != nil:
 		err = errSessionEnded
@@ -152,14 +152,14 @@ func (d *Driver) trySet(ctx context.Context, reqs []*driver.Request) (grants []d
 			for _, e := range es {
 				d.removeLocked(e)
 			}
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil, false, cmp.Or(err, driver.ErrUnsupported)
 		}
 		es = append(es, d.enterLocked(s, req))
 		cmps = append(cmps, freeCmps(es[i])...)
 		puts[i] = clientv3.OpPut(es[i].key, es[i].value, clientv3.WithLease(s.id))
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	sent := time.Now()
 	resp, err := d.c.Txn(ctx).If(cmps...).Then(puts...).Commit()
 	if err != nil && !errors.Is(err, rpctypes.ErrTooManyOps) {
@@ -477,7 +477,7 @@ func (d *Driver) waitDelete(ctx context.Context, e *entry, pred *mvccpb.KeyValue
 				return driver.ErrClosed // Close ends the sessions too
 			}
 			return errSessionEnded
-		case <-d.done:
+		case <-d.held.Done():
 			return driver.ErrClosed
 		}
 	}
@@ -519,14 +519,14 @@ func (d *Driver) gone(ctx context.Context, kv *mvccpb.KeyValue, linearizable boo
 }
 
 func (d *Driver) setRev(e *entry, rev int64) {
-	d.mu.Lock()
+	d.held.Lock()
 	e.rev = rev
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // hold records that e holds its lock since sent.
 func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	e.rev = rev
 	switch {
 	case e.state == stateActive && !time.Now().Before(e.s.deadlineLocked()):
@@ -534,7 +534,7 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		// the lock is not granted, and the lease is given up (as the session
 		// goroutine is about to).
 		lost := e.s.endLocked(errLeaseDeadline)
-		d.mu.Unlock()
+		d.held.Unlock()
 		lost.run()
 		d.revokeSoon(e.s.id)
 		return driver.Grant{}, errSessionEnded
@@ -553,16 +553,16 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 		e.value = "" // compared only while acquiring (see deleteIf)
 		d.watchingLocked()
 		d.coverLocked(e, rev)
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.Grant{Token: uint64(rev), Start: start}, nil
-	case d.closed:
-		d.mu.Unlock()
+	case d.held.ClosedLocked():
+		d.held.Unlock()
 		return driver.Grant{}, driver.ErrClosed
 	case e.s.dead != nil:
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.Grant{}, errSessionEnded
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	// Released while its write was in flight (only a caller that releases a
 	// request it is still acquiring can do that): the write must not stay.
 	d.abandon(e)
@@ -577,14 +577,14 @@ func (d *Driver) hold(e *entry, rev int64, sent time.Time) (driver.Grant, error)
 func (d *Driver) failed(e *entry, err error) error {
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errSessionEnded):
-		d.mu.Lock()
+		d.held.Lock()
 		if e.s.dead == nil {
 			s := e.s
 			lost := s.endLocked(errLeaseGone)
-			d.mu.Unlock()
+			d.held.Unlock()
 			lost.run()
 		} else {
-			d.mu.Unlock()
+			d.held.Unlock()
 		}
 		d.forget(e)
 		return errSessionEnded
@@ -600,9 +600,9 @@ func (d *Driver) failed(e *entry, err error) error {
 
 // forget drops e, whose key is known to be absent.
 func (d *Driver) forget(e *entry) {
-	d.mu.Lock()
+	d.held.Lock()
 	d.removeLocked(e)
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // abandon drops e and deletes its key, if it may exist, in the background: the
@@ -612,10 +612,10 @@ func (d *Driver) forget(e *entry) {
 // request that reuses the key's name finds the old key, not its own, and
 // deletes it first; deleteKey never removes a newer key of that name.)
 func (d *Driver) abandon(e *entry) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	d.removeLocked(e)
-	if d.closed {
+	if d.held.ClosedLocked() {
 		return // Close revokes the lease, which takes the key with it
 	}
 	d.wg.Add(1)
@@ -625,11 +625,11 @@ func (d *Driver) abandon(e *entry) {
 		err := d.deleteKey(ctx, e)
 		cancel()
 		if err != nil {
-			d.mu.Lock()
-			if e.s.dead == nil && !d.closed {
+			d.held.Lock()
+			if e.s.dead == nil && !d.held.ClosedLocked() {
 				e.s.orphans = append(e.s.orphans, e)
 			}
-			d.mu.Unlock()
+			d.held.Unlock()
 		}
 	}()
 }
@@ -643,9 +643,9 @@ const cleanupTimeout = 5 * time.Second
 // relabelled, and a held entry's revision is known). A delayed or repeated delete can therefore never
 // remove a newer key of the same name (etcd issue #22082).
 func (d *Driver) deleteKey(ctx context.Context, e *entry) error {
-	d.mu.Lock()
+	d.held.Lock()
 	rev := e.rev
-	d.mu.Unlock()
+	d.held.Unlock()
 	_, err := d.deleteIf(ctx, e, rev)
 	return err
 }

@@ -35,7 +35,7 @@ type entry struct {
 	rngLen int32  // key[:rngLen] is <prefix>/<escaped key>/
 	index  int32  // n of the key's name; 0 for the plain lease name
 
-	// Guarded by Driver.mu.
+	// Guarded by Driver.held.
 	state     entryState
 	uncertain bool          // a plain delete of key failed: it may yet be applied, so the name is never reused on s
 	gone      goneState     // what the refresh watch saw of key, while covered
@@ -63,8 +63,8 @@ func (d *Driver) enterLocked(s *session, req *driver.Request) *entry {
 	index := d.freeIndexLocked(s, req.Key)
 	key, rngLen := keyName(d.prefix, req, s.hex, index)
 	e := &entry{req: req, value: keyValue(req.Label, req.Owner), s: s, key: key, rngLen: int32(rngLen), index: int32(index)}
-	e.next = d.entries[req.Key]
-	d.entries[req.Key] = e
+	e.next = d.held.GetLocked(req.Key)
+	_ = d.held.PutLocked(req.Key, e) // every caller checked OpenLocked under this lock
 	e.snext = s.first
 	if s.first != nil {
 		s.first.sprev = e
@@ -93,7 +93,7 @@ func (d *Driver) freeIndexLocked(s *session, key string) int {
 		}
 		more[i] = true
 	}
-	for e := d.entries[key]; e != nil; e = e.next {
+	for e := d.held.GetLocked(key); e != nil; e = e.next {
 		if e.s == s {
 			mark(int(e.index))
 		}
@@ -115,7 +115,7 @@ func (d *Driver) removeLocked(e *entry) {
 	}
 	e.state = stateRemoved
 	key := e.req.Key
-	for p, prev := d.entries[key], (*entry)(nil); p != nil; prev, p = p, p.next {
+	for p, prev := d.held.GetLocked(key), (*entry)(nil); p != nil; prev, p = p, p.next {
 		if p != e {
 			continue
 		}
@@ -123,9 +123,9 @@ func (d *Driver) removeLocked(e *entry) {
 		case prev != nil:
 			prev.next = e.next
 		case e.next != nil:
-			d.entries[key] = e.next
+			_ = d.held.PutLocked(key, e.next) // open: Close empties the table
 		default:
-			delete(d.entries, key)
+			d.held.TakeLocked(key)
 		}
 		break
 	}
@@ -156,7 +156,7 @@ func (d *Driver) removeLocked(e *entry) {
 
 // lookupLocked returns the entry of req, or nil.
 func (d *Driver) lookupLocked(req *driver.Request) *entry {
-	for e := d.entries[req.Key]; e != nil; e = e.next {
+	for e := d.held.GetLocked(req.Key); e != nil; e = e.next {
 		if e.req.Owner == req.Owner {
 			return e
 		}

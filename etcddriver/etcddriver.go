@@ -145,17 +145,17 @@ type Driver struct {
 	cancel       context.CancelFunc
 	revokeCtx    context.Context // cancelled by Close once its own revokes are done: ends background revokes
 	revokeCancel context.CancelFunc
-	closeClient  func()        // releases what open made for the client it owns; nil for New
-	logs         *kit.LogSink  // the client's zap logger passes its lines here (logging.go); nil for New
-	done         chan struct{} // closed by Close: ends waiting Acquire calls
+	closeClient  func()       // releases what open made for the client it owns; nil for New
+	logs         *kit.LogSink // the client's zap logger passes its lines here (logging.go); nil for New
 	wg           sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	leases  map[leaseSlot]*session // the live sessions, by lease TTL in seconds and place
-	entries map[string]*entry      // by user key, chained through entry.next
-	epoch   time.Time              // entries keep their times as offsets from it
-	rw      *refreshWatch          // the prefix watch that confirms refreshes of many locks; nil until started
+	// held is the driver's mutex, its entries by user key (chained through
+	// entry.next) and its closed gate (Done ends waiting Acquire calls); it
+	// guards the fields below.
+	held   *kit.Book[string, *entry]
+	leases map[leaseSlot]*session // the live sessions, by lease TTL in seconds and place
+	epoch  time.Time              // entries keep their times as offsets from it
+	rw     *refreshWatch          // the prefix watch that confirms refreshes of many locks; nil until started
 }
 
 var (
@@ -218,14 +218,13 @@ func newDriver(ctx context.Context, c *clientv3.Client, owned bool, opts []Optio
 		cfg.minTTL = m
 	}
 	d := &Driver{
-		c:       c,
-		owned:   owned,
-		prefix:  prefix,
-		minTTL:  cfg.minTTL,
-		done:    make(chan struct{}),
-		leases:  map[leaseSlot]*session{},
-		entries: map[string]*entry{},
-		epoch:   time.Now(),
+		c:      c,
+		owned:  owned,
+		prefix: prefix,
+		minTTL: cfg.minTTL,
+		held:   kit.NewBook[string, *entry](),
+		leases: map[leaseSlot]*session{},
+		epoch:  time.Now(),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.revokeCtx, d.revokeCancel = context.WithCancel(context.Background())
@@ -315,8 +314,8 @@ func (d *Driver) LockPrefix(key string) string { return lockPrefix(d.prefix, key
 // in use. Revoking one (etcdctl lease revoke) ends every lock on it: the driver
 // notices at its next keepalive and closes their Lost channels.
 func (d *Driver) Leases() []clientv3.LeaseID {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	var ids []clientv3.LeaseID
 	for _, s := range d.leases {
 		select {
@@ -332,9 +331,9 @@ func (d *Driver) Leases() []clientv3.LeaseID {
 }
 
 func (d *Driver) isClosed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closed
+	d.held.Lock()
+	defer d.held.Unlock()
+	return d.held.ClosedLocked()
 }
 
 // String names the driver by its prefix; it never prints credentials.
@@ -347,13 +346,11 @@ func (d *Driver) String() string { return "etcddriver(" + d.prefix + ")" }
 // not answer, Close returns after that and the leases expire by themselves. Calls
 // after Close return ErrClosed; calling Close again returns nil.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if _, first := d.held.CloseLocked(); !first {
+		d.held.Unlock()
 		return nil
 	}
-	d.closed = true
-	close(d.done)
 	var live []*session
 	var lost []lostSet
 	for _, s := range d.leases {
@@ -368,7 +365,7 @@ func (d *Driver) Close() error {
 		live = append(live, s)
 		lost = append(lost, s.endLocked(driver.ErrClosed))
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.cancel()
 	for _, l := range lost {
 		l.run()

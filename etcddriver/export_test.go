@@ -23,38 +23,38 @@ func SetWatchThreshold(n int64) (restore func()) {
 // member that lost its leader would, and returns once it delivers no more
 // events; the Driver starts a new one.
 func (d *Driver) EndRefreshWatch() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	if d.rw == nil || d.rw.cancel == nil {
 		return
 	}
 	d.rw.cancel()
 	for d.rw.live {
 		moved := d.rw.moved
-		d.mu.Unlock()
+		d.held.Unlock()
 		<-moved
-		d.mu.Lock()
+		d.held.Lock()
 	}
 }
 
 // AwaitRefreshWatch returns once the Driver's refresh watch delivers events,
 // or ctx ends.
 func (d *Driver) AwaitRefreshWatch(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for d.rw == nil || !d.rw.live {
 		if d.rw == nil {
 			return errors.New("no refresh watch")
 		}
 		moved := d.rw.moved
-		d.mu.Unlock()
+		d.held.Unlock()
 		select {
 		case <-moved:
 		case <-ctx.Done():
-			d.mu.Lock()
+			d.held.Lock()
 			return ctx.Err()
 		}
-		d.mu.Lock()
+		d.held.Lock()
 	}
 	return nil
 }

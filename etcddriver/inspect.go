@@ -321,14 +321,14 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		}
 	}
 	created := make(chan struct{})
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.ClosedLocked() {
+		d.held.Unlock()
 		stop()
 		return nil, driver.ErrClosed
 	}
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.held.Unlock()
 	go func() {
 		defer d.wg.Done()
 		defer close(c)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 )
 
 func TestEscapedKeysStayOneComponent(t *testing.T) {
@@ -84,7 +85,7 @@ func TestKeyNameIsRangePrefixShapeAndLease(t *testing.T) {
 // key), a freed index again, and never one reserved after a release whose
 // outcome is unknown; other keys and other leases do not count.
 func TestNameIndexesAreLowestFreeAndSkipReserved(t *testing.T) {
-	d := &Driver{prefix: "/p", entries: map[string]*entry{}}
+	d := &Driver{prefix: "/p", held: kit.NewBook[string, *entry]()}
 	s, other := &session{d: d, hex: "694d"}, &session{d: d, hex: "694e"}
 	enter := func(s *session, key string, n int) *entry {
 		return d.enterLocked(s, &driver.Request{Key: key, Owner: strconv.Itoa(n)})

@@ -28,8 +28,8 @@ func (d *Driver) watchConnection(cc *grpc.ClientConn) {
 
 // kickSessions asks every session for a keepalive now.
 func (d *Driver) kickSessions() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, s := range d.leases {
 		select {
 		case s.kick <- struct{}{}:

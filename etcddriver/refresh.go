@@ -32,9 +32,9 @@ func (d *Driver) Refresh(ctx context.Context, req *driver.Request) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	watching := d.watchingLocked()
-	d.mu.Unlock()
+	d.held.Unlock()
 	if watching {
 		return d.RefreshBatch(ctx, []*driver.Request{req})[0]
 	}
@@ -205,8 +205,8 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*driver.Request) []err
 // into watched (see refreshwatch.go), with their indexes, and marks the rest
 // for the watch before they are read, so that the read covers them.
 func (d *Driver) splitCovered(entries []*entry, index []int) (rest []*entry, restIndex []int, watched []*entry, watchedIndex []int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	if !d.watchingLocked() {
 		return entries, index, nil, nil
 	}
@@ -267,8 +267,8 @@ const segmentSize = 2048
 // etcd's whole core on refresh reads, and lost them. A sparse batch reads its
 // keys one by one instead.
 func (d *Driver) denseBatch(n int) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	total := 0
 	for _, s := range d.leases {
 		total += s.entries
@@ -359,9 +359,9 @@ const maxReadsInFlight = 16
 // refresh batch.
 func (d *Driver) renewFor(ctx context.Context, s *session, ttl time.Duration, start time.Time) error {
 	for {
-		d.mu.Lock()
+		d.held.Lock()
 		if !s.deadlineLocked().Before(start.Add(ttl - driver.Drift(ttl))) {
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil
 		}
 		r := s.renewing
@@ -370,14 +370,14 @@ func (d *Driver) renewFor(ctx context.Context, s *session, ttl time.Duration, st
 			r = &renewal{sent: time.Now(), done: make(chan struct{})}
 			s.renewing = r
 		}
-		d.mu.Unlock()
+		d.held.Unlock()
 		if mine {
 			r.err = s.keepaliveCtx(ctx)
-			d.mu.Lock()
+			d.held.Lock()
 			if s.renewing == r {
 				s.renewing = nil
 			}
-			d.mu.Unlock()
+			d.held.Unlock()
 			close(r.done)
 		}
 		select {
@@ -408,10 +408,10 @@ type renewal struct {
 }
 
 func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return nil, err
 	}
 	e := d.lookupLocked(req)
 	if e == nil || e.state != stateHeld {
@@ -424,8 +424,8 @@ func (d *Driver) heldEntry(req *driver.Request) (*entry, error) {
 // refresh; the read covers e if the watch marked it before the read was sent
 // (splitCovered).
 func (d *Driver) confirm(e *entry, kvs []*mvccpb.KeyValue, start time.Time) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	switch {
 	case e.state != stateHeld:
 		return driver.ErrNotHeld
@@ -452,13 +452,13 @@ func (d *Driver) confirmFound(ctx context.Context, e *entry, kv *mvccpb.KeyValue
 }
 
 // lostKeyLocked forgets e, whose key a refresh found gone (why: errVanished)
-// or replaced (errReplaced); d.mu is held.
+// or replaced (errReplaced); d.held is locked.
 func (d *Driver) lostKeyLocked(e *entry, why error) error {
 	d.removeLocked(e)
 	return fmt.Errorf("%w: %w: %s", driver.ErrNotHeld, why, e.key)
 }
 
-// paidLocked records a refresh of e confirmed from start; d.mu is held.
+// paidLocked records a refresh of e confirmed from start; d.held is locked.
 func (d *Driver) paidLocked(e *entry, start time.Time) {
 	if paid := start.Sub(d.epoch) + e.req.TTL; paid > e.paidUntil {
 		e.paidUntil = paid
@@ -469,8 +469,8 @@ func (d *Driver) paidLocked(e *entry, start time.Time) {
 // to a round sent after start, and records the refresh. ok is false when the
 // watch no longer covers e: its key must be read instead.
 func (d *Driver) confirmWatched(e *entry, gen uint32, start time.Time) (ok bool, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	switch {
 	case e.state != stateHeld:
 		return true, driver.ErrNotHeld
@@ -501,9 +501,9 @@ func (d *Driver) whyLost(ctx context.Context, e *entry, err error) error {
 	if !errors.Is(err, errVanished) {
 		return err
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	rev, lease := e.rev, e.s.id
-	d.mu.Unlock()
+	d.held.Unlock()
 	ctx = requireLeader(ctx)
 	if d.forced(ctx, e.key, rev) {
 		return fmt.Errorf("%w: %w: etcddriver: key %s was deleted by ForceRelease", driver.ErrNotHeld, driver.ErrForceReleased, e.key)

@@ -48,7 +48,7 @@ var watchThreshold atomic.Int64
 // never occurs in an escaped key, so it is no lock's range, and List skips it.
 const sentinelDir = "/!refresh/"
 
-// refreshWatch is the state of a Driver's prefix watch, guarded by Driver.mu.
+// refreshWatch is the state of a Driver's prefix watch, guarded by Driver.held.
 type refreshWatch struct {
 	gen    uint32             // the current watch; an entry with watched == gen is covered while live
 	live   bool               // the watch of gen is delivering events
@@ -64,14 +64,14 @@ type refreshWatch struct {
 
 var errWatchEnded = errors.New("etcddriver: the refresh watch ended")
 
-// signalLocked wakes the rounds waiting for the watch; d.mu is held.
+// signalLocked wakes the rounds waiting for the watch; d.held is locked.
 func (rw *refreshWatch) signalLocked() {
 	close(rw.moved)
 	rw.moved = make(chan struct{})
 }
 
 // watchingLocked starts the watch once the Driver holds enough locks and
-// reports whether covered entries can be confirmed by a round; d.mu is held.
+// reports whether covered entries can be confirmed by a round; d.held is locked.
 func (d *Driver) watchingLocked() bool {
 	if d.rw == nil {
 		threshold := watchThreshold.Load()
@@ -82,7 +82,7 @@ func (d *Driver) watchingLocked() bool {
 		for _, s := range d.leases {
 			total += s.entries
 		}
-		if d.closed || int64(total) < threshold {
+		if d.held.ClosedLocked() || int64(total) < threshold {
 			return false
 		}
 		d.rw = &refreshWatch{moved: make(chan struct{})}
@@ -94,7 +94,7 @@ func (d *Driver) watchingLocked() bool {
 
 // coverLocked records that e's key was ours at revision x, its create
 // revision: if the watch has delivered nothing after x, it will deliver every
-// later event on the key, so e is covered; d.mu is held.
+// later event on the key, so e is covered; d.held is locked.
 func (d *Driver) coverLocked(e *entry, x int64) {
 	if rw := d.rw; rw != nil && rw.live && rw.rev <= x && e.state == stateHeld {
 		e.watched, e.gone = rw.gen, goneNot
@@ -105,14 +105,14 @@ func (d *Driver) coverLocked(e *entry, x int64) {
 // before a read of the key is sent: the read sees the key at a revision at
 // least as late as every event the watch delivered so far, so once it
 // confirms the key (confirm), every later event is still to come and e is
-// covered; d.mu is held.
+// covered; d.held is locked.
 func (d *Driver) markLocked(e *entry) {
 	if rw := d.rw; rw != nil && rw.live && e.state == stateHeld {
 		e.watched, e.gone = rw.gen, goneUnconfirmed
 	}
 }
 
-// coveredLocked reports whether e is covered by the live watch; d.mu is held.
+// coveredLocked reports whether e is covered by the live watch; d.held is locked.
 func (d *Driver) coveredLocked(e *entry) bool {
 	return d.rw != nil && d.rw.live && e.watched == d.rw.gen && e.gone != goneUnconfirmed
 }
@@ -149,7 +149,7 @@ func (d *Driver) watchOnce() (delivered bool) {
 	}
 	from := resp.Header.Revision
 	ch := d.c.Watch(ctx, d.prefix+"/", clientv3.WithRange(d.prefix+"0"), clientv3.WithRev(from+1))
-	d.mu.Lock()
+	d.held.Lock()
 	rw := d.rw
 	rw.gen++
 	if rw.gen == 0 {
@@ -157,12 +157,12 @@ func (d *Driver) watchOnce() (delivered bool) {
 	}
 	rw.live, rw.rev, rw.cancel = true, from, cancel
 	rw.signalLocked()
-	d.mu.Unlock()
+	d.held.Unlock()
 	defer func() {
-		d.mu.Lock()
+		d.held.Lock()
 		rw.live, rw.cancel = false, nil
 		rw.signalLocked()
-		d.mu.Unlock()
+		d.held.Unlock()
 	}()
 	for wr := range ch {
 		if wr.Err() != nil || wr.Canceled {
@@ -172,18 +172,18 @@ func (d *Driver) watchOnce() (delivered bool) {
 			continue // a progress notification proves nothing here
 		}
 		delivered = true
-		d.mu.Lock()
+		d.held.Lock()
 		for _, ev := range wr.Events {
 			d.watchedLocked(ev)
 		}
 		rw.rev = max(rw.rev, wr.Events[len(wr.Events)-1].Kv.ModRevision)
 		rw.signalLocked()
-		d.mu.Unlock()
+		d.held.Unlock()
 	}
 	return delivered
 }
 
-// watchedLocked marks the covered entry an event says is gone; d.mu is held.
+// watchedLocked marks the covered entry an event says is gone; d.held is locked.
 func (d *Driver) watchedLocked(ev *clientv3.Event) {
 	e := d.entryOfKeyLocked(string(ev.Kv.Key))
 	if e == nil || e.state != stateHeld || e.watched != d.rw.gen || ev.Kv.ModRevision < e.rev {
@@ -197,7 +197,7 @@ func (d *Driver) watchedLocked(ev *clientv3.Event) {
 	}
 }
 
-// entryOfKeyLocked is the entry whose etcd key is key, or nil; d.mu is held.
+// entryOfKeyLocked is the entry whose etcd key is key, or nil; d.held is locked.
 func (d *Driver) entryOfKeyLocked(key string) *entry {
 	rest, ok := strings.CutPrefix(key, d.prefix+"/")
 	if !ok {
@@ -211,7 +211,7 @@ func (d *Driver) entryOfKeyLocked(key string) *entry {
 	if !ok {
 		return nil
 	}
-	for e := d.entries[user]; e != nil; e = e.next {
+	for e := d.held.GetLocked(user); e != nil; e = e.next {
 		if e.key == key {
 			return e
 		}
@@ -223,29 +223,29 @@ func (d *Driver) entryOfKeyLocked(key string) *entry {
 // it shares a round sent after start, or sends one, and returns the
 // generation of the watch that delivered the round's sentinel event.
 func (d *Driver) watchRound(ctx context.Context, s *session, start time.Time) (uint32, error) {
-	d.mu.Lock()
+	d.held.Lock()
 	rw := d.rw
 	live := rw.live
-	d.mu.Unlock()
+	d.held.Unlock()
 	if !live {
 		return 0, errWatchEnded
 	}
 	return rw.rounds.Share(ctx, start, time.Time{}, func(ctx context.Context, sent func()) (uint32, error) {
-		d.mu.Lock()
+		d.held.Lock()
 		if !rw.live {
-			d.mu.Unlock()
+			d.held.Unlock()
 			return 0, errWatchEnded
 		}
 		gen := rw.gen
-		d.mu.Unlock()
+		d.held.Unlock()
 		sent()
 		err := d.sendRound(ctx, s, gen)
 		if err != nil && ctx.Err() != nil {
-			d.mu.Lock()
+			d.held.Lock()
 			if gen == rw.gen && rw.cancel != nil {
 				rw.cancel() // the sentinel event did not come in time: watch afresh
 			}
-			d.mu.Unlock()
+			d.held.Unlock()
 		}
 		return gen, err
 	})
@@ -260,18 +260,18 @@ func (d *Driver) sendRound(ctx context.Context, s *session, gen uint32) error {
 	}
 	at := resp.Header.Revision
 	for {
-		d.mu.Lock()
+		d.held.Lock()
 		rw := d.rw
 		if !rw.live || rw.gen != gen {
-			d.mu.Unlock()
+			d.held.Unlock()
 			return errWatchEnded
 		}
 		if rw.rev >= at {
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil
 		}
 		moved := rw.moved
-		d.mu.Unlock()
+		d.held.Unlock()
 		select {
 		case <-moved:
 		case <-ctx.Done():

@@ -15,24 +15,24 @@ import (
 // life, so that no newer request of the same lease can ever be given it and
 // then be deleted by that duplicate (etcd issue #22082).
 func (d *Driver) Release(ctx context.Context, req *driver.Request) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.ErrClosed
+	d.held.Lock()
+	if err := d.held.OpenLocked(); err != nil {
+		d.held.Unlock()
+		return err
 	}
 	e := d.lookupLocked(req)
 	if e == nil {
-		d.mu.Unlock()
+		d.held.Unlock()
 		return driver.ErrNotHeld
 	}
 	state := e.state
-	d.mu.Unlock()
+	d.held.Unlock()
 
 	resp, err := d.c.Delete(requireLeader(ctx), e.key)
 	if err != nil {
-		d.mu.Lock()
+		d.held.Lock()
 		e.uncertain = true
-		d.mu.Unlock()
+		d.held.Unlock()
 		return d.report(ctx, err)
 	}
 	d.forget(e)

@@ -48,7 +48,7 @@ type session struct {
 	ttlSecs  int64         // the same, in etcd's unit
 	drift    time.Duration
 
-	// Guarded by d.mu.
+	// Guarded by d.held.
 	dead      error              // why the session ended; nil while live
 	confirmed time.Time          // when the last confirmed grant or keepalive was sent
 	entries   int                // entries of this session in Driver.entries
@@ -91,10 +91,10 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		return nil, err
 	}
 	for {
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return nil, driver.ErrClosed
+		d.held.Lock()
+		if err := d.held.OpenLocked(); err != nil {
+			d.held.Unlock()
+			return nil, err
 		}
 		slot := leaseSlot{secs: secs}
 		s := d.leases[slot]
@@ -105,13 +105,13 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		if s == nil {
 			s = &session{d: d, slot: slot, ready: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1)}
 			d.leases[slot] = s
-			d.mu.Unlock()
+			d.held.Unlock()
 			if err := d.grant(ctx, s); err != nil {
 				return nil, err
 			}
 			return s, nil
 		}
-		d.mu.Unlock()
+		d.held.Unlock()
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
@@ -123,9 +123,9 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 			}
 			return nil, s.grantErr
 		}
-		d.mu.Lock()
+		d.held.Lock()
 		dead := s.dead
-		d.mu.Unlock()
+		d.held.Unlock()
 		if dead == nil {
 			return s, nil
 		}
@@ -133,7 +133,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	}
 }
 
-// full reports whether s carries maxKeysPerLease requests; d.mu is held. A
+// full reports whether s carries maxKeysPerLease requests; d.held is locked. A
 // session still being granted is not full: requests wait for it. (Requests
 // that pick a session at once may put a few more on it than the cap.)
 func (s *session) full() bool { return s.entries >= maxKeysPerLease }
@@ -160,12 +160,12 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 	defer func() {
 		if err != nil {
 			s.grantErr = err
-			d.mu.Lock()
+			d.held.Lock()
 			if d.leases[s.slot] == s {
 				delete(d.leases, s.slot)
 			}
 			s.dead = err
-			d.mu.Unlock()
+			d.held.Unlock()
 			close(s.lost)
 		}
 		close(s.ready)
@@ -192,16 +192,16 @@ func (d *Driver) grant(ctx context.Context, s *session) (err error) {
 	// The etcd leader measures the lease on its own clock: allow for drift as
 	// the portable layer does.
 	s.drift = driver.Drift(s.ttl)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.ClosedLocked() {
+		d.held.Unlock()
 		d.revokeBriefly(resp.ID)
 		return driver.ErrClosed
 	}
 	s.confirmed = sent
 	s.idleSince = sent
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.held.Unlock()
 	go s.keep()
 	return nil
 }
@@ -220,14 +220,14 @@ func (s *session) keep() {
 	nextKeepalive := time.Now().Add(driver.RefreshInterval(s.ttl))
 	for {
 		now := time.Now()
-		d.mu.Lock()
+		d.held.Lock()
 		if s.dead != nil {
-			d.mu.Unlock()
+			d.held.Unlock()
 			return
 		}
 		if !now.Before(s.deadlineLocked()) {
 			lost := s.endLocked(errLeaseDeadline)
-			d.mu.Unlock()
+			d.held.Unlock()
 			lost.run()
 			d.revokeSoon(s.id)
 			return
@@ -239,12 +239,12 @@ func (s *session) keep() {
 			s.idleSince = now
 		} else if now.Sub(s.idleSince) >= s.ttl {
 			lost := s.endLocked(errIdle)
-			d.mu.Unlock()
+			d.held.Unlock()
 			lost.run()
 			d.revokeSoon(s.id)
 			return
 		}
-		d.mu.Unlock()
+		d.held.Unlock()
 		for _, e := range expired {
 			e.req.Lost.Lost(errExpired)
 		}
@@ -257,9 +257,9 @@ func (s *session) keep() {
 			case err == nil:
 				nextKeepalive = time.Now().Add(driver.RefreshInterval(s.ttl))
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
-				d.mu.Lock()
+				d.held.Lock()
 				lost := s.endLocked(errLeaseGone)
-				d.mu.Unlock()
+				d.held.Unlock()
 				lost.run()
 				return
 			default:
@@ -281,7 +281,7 @@ func (s *session) keep() {
 		}
 		timer.Reset(time.Until(wake))
 		select {
-		case <-d.done:
+		case <-d.held.Done():
 			return
 		case <-timer.C:
 		case <-s.kick:
@@ -299,9 +299,9 @@ func (s *session) keepalive() error { return s.keepaliveCtx(s.d.ctx) }
 // keepaliveCtx is keepalive within ctx (and never past the lease's deadline).
 func (s *session) keepaliveCtx(parent context.Context) error {
 	d := s.d
-	d.mu.Lock()
+	d.held.Lock()
 	deadline := s.deadlineLocked()
-	d.mu.Unlock()
+	d.held.Unlock()
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	stop := context.AfterFunc(d.ctx, cancel) // Close ends it too
@@ -316,11 +316,11 @@ func (s *session) keepaliveCtx(parent context.Context) error {
 		// (Compared in seconds: a server's TTL need not fit a Duration.)
 		return fmt.Errorf("etcddriver: keepalive returned TTL %ds, want %ds", resp.TTL, s.ttlSecs)
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	if sent.After(s.confirmed) {
 		s.confirmed = sent
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	return nil
 }
 
@@ -353,10 +353,10 @@ func (s *session) expiredLocked(now time.Time) (expired []*entry, earliest time.
 // again stay for the next round.
 func (s *session) deleteOrphans() {
 	d := s.d
-	d.mu.Lock()
+	d.held.Lock()
 	todo := s.orphans
 	s.orphans = nil
-	d.mu.Unlock()
+	d.held.Unlock()
 	ctx, cancel := context.WithTimeout(d.ctx, opTimeout(s.ttl))
 	defer cancel()
 	var failed []*entry
@@ -366,18 +366,18 @@ func (s *session) deleteOrphans() {
 		}
 	}
 	if len(failed) > 0 {
-		d.mu.Lock()
+		d.held.Lock()
 		if s.dead == nil {
 			s.orphans = append(s.orphans, failed...)
 		}
-		d.mu.Unlock()
+		d.held.Unlock()
 	}
 }
 
 // opTimeout bounds a background request on behalf of a session.
 func opTimeout(ttl time.Duration) time.Duration { return ttl / 3 }
 
-// lostSet is what ending a session leaves to do once d.mu is released.
+// lostSet is what ending a session leaves to do once d.held is unlocked.
 type lostSet struct {
 	held []*entry
 	err  error
@@ -416,9 +416,9 @@ func (s *session) endLocked(cause error) lostSet {
 // revokeSoon revokes a lease we gave up on, in the background and bounded, so
 // that its keys stop blocking others at once rather than at its expiry.
 func (d *Driver) revokeSoon(id clientv3.LeaseID) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	d.held.Lock()
+	defer d.held.Unlock()
+	if d.held.ClosedLocked() {
 		return // Close revokes what is left
 	}
 	d.wg.Add(1)

@@ -271,9 +271,9 @@ func (d *Driver) tryShaped(ctx context.Context, e *entry) (driver.Grant, error) 
 // delete is made now, so that the caller's next request does not find it; if
 // it fails, abandon retries it in the background.
 func (d *Driver) withdraw(ctx context.Context, e *entry, err error) error {
-	d.mu.Lock()
+	d.held.Lock()
 	rev := e.rev
-	d.mu.Unlock()
+	d.held.Unlock()
 	if _, derr := d.deleteIf(ctx, e, rev); derr != nil {
 		d.abandon(e)
 		return err
@@ -478,7 +478,7 @@ func (d *Driver) waitFewer(ctx context.Context, e *entry, n, count int, known in
 				return driver.ErrClosed
 			}
 			return errSessionEnded
-		case <-d.done:
+		case <-d.held.Done():
 			return driver.ErrClosed
 		}
 	}

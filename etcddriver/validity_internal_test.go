@@ -40,17 +40,17 @@ func TestGrantAndRefreshValidityEndByTheLeasesDeadline(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	s := d.lookupLocked(first).s
-	d.mu.Unlock()
+	d.held.Unlock()
 	// ageLease waits, with a deadline, until the lease's last renewal is a
 	// sixth of the TTL old (keepalives come every third of it).
 	ageLease := func() {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; {
-			d.mu.Lock()
+			d.held.Lock()
 			age := time.Since(s.confirmed)
-			d.mu.Unlock()
+			d.held.Unlock()
 			if age >= ttl/6 {
 				return
 			}
@@ -61,8 +61,8 @@ func TestGrantAndRefreshValidityEndByTheLeasesDeadline(t *testing.T) {
 		}
 	}
 	deadline := func() time.Time {
-		d.mu.Lock()
-		defer d.mu.Unlock()
+		d.held.Lock()
+		defer d.held.Unlock()
 		return s.deadlineLocked()
 	}
 
