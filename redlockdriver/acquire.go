@@ -277,9 +277,9 @@ type group struct {
 	wake       chan struct{} // a release of the key was announced; buffered, kept across heads
 	released   chan struct{} // this driver released the key; buffered, kept across heads
 	queue      []*waiter     // queue[0] is the head
-	registered time.Time     // when a head last registered the driver on a majority (under Driver.mu)
+	registered time.Time     // when a head last registered the driver on a majority (under Driver.held)
 
-	// Since the head last looked (under Driver.mu):
+	// Since the head last looked (under Driver.held):
 	heard      []bool // by server, whether it announced a release
 	ownRelease bool   // this driver began to release the key
 	force      bool   // a subscription came back: look whatever was heard
@@ -291,7 +291,7 @@ type group struct {
 // (a waiter's registration reaches its last servers after its round was
 // decided). The head then leaves the lock to the other drivers, which the
 // majority told, and looks again after the grace (or when a majority told
-// it: no other driver waits). d.mu is held.
+// it: no other driver waits). d.held is locked.
 func (g *group) ownAnnouncementOnlyLocked(quorum int) bool {
 	if !g.ownRelease || g.force {
 		return false
@@ -307,7 +307,7 @@ func (g *group) ownAnnouncementOnlyLocked(quorum int) bool {
 
 // wakeSourceLocked is what a wake-up of the head is: a notification when a server
 // announced a release since the head last looked, and the fallback (timer)
-// when the only cause is a subscription that came back (wakeAll). d.mu is held.
+// when the only cause is a subscription that came back (wakeAll). d.held is locked.
 func (g *group) wakeSourceLocked() driver.WakeSource {
 	for _, h := range g.heard {
 		if h {
@@ -320,7 +320,7 @@ func (g *group) wakeSourceLocked() driver.WakeSource {
 	return driver.WakeNotified
 }
 
-// lookedLocked starts a new round of hearing, as the head looks; d.mu is held.
+// lookedLocked starts a new round of hearing, as the head looks; d.held is locked.
 func (g *group) lookedLocked() {
 	clear(g.heard)
 	g.ownRelease, g.force = false, false
@@ -400,9 +400,9 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		// The lock passed to a waiter of this driver: if the servers have the
 		// driver registered as waiting, wait for the release, until the
 		// registration is due for renewal.
-		d.mu.Lock()
+		d.held.Lock()
 		wait = time.Until(g.registered.Add(lease / 3))
-		d.mu.Unlock()
+		d.held.Unlock()
 		if wait > 0 && !d.subscribe() {
 			wait = min(wait, pollWithoutInbox)
 		}
@@ -418,10 +418,10 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 			for {
 				select {
 				case <-g.wake:
-					d.mu.Lock()
+					d.held.Lock()
 					ignore := g.ownAnnouncementOnlyLocked(d.quorum)
 					ws := g.wakeSourceLocked()
-					d.mu.Unlock()
+					d.held.Unlock()
 					if ignore {
 						continue
 					}
@@ -448,9 +448,9 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		case <-g.wake:
 		default:
 		}
-		d.mu.Lock()
+		d.held.Lock()
 		g.lookedLocked()
-		d.mu.Unlock()
+		d.held.Unlock()
 		v := d.attempt(ctx, k, req, true, lease)
 		o := d.roundOutcome(v, req)
 		if o == won {
@@ -474,9 +474,9 @@ func (d *Driver) Acquire(ctx context.Context, req *request) (driver.Grant, error
 		subscribed := d.subscribe()
 		switch o {
 		case held:
-			d.mu.Lock()
+			d.held.Lock()
 			g.registered = v.start
-			d.mu.Unlock()
+			d.held.Unlock()
 			// Look again when the holder's TTL runs out (it may have died), and
 			// renew the registration within its lease.
 			wait = min(v.longest+time.Millisecond, lease/3)
@@ -503,7 +503,7 @@ func (d *Driver) ended(ctx context.Context) error {
 // driver waits for the key, removes the driver's registration.
 func (d *Driver) abandon(k keys, req *request, g *group) {
 	inbox := ""
-	d.mu.Lock()
+	d.held.Lock()
 	other := d.groups[k.Lock]
 	if other == g {
 		other = d.groups[k.Lock+sharedGroup]
@@ -511,7 +511,7 @@ func (d *Driver) abandon(k keys, req *request, g *group) {
 	if len(g.queue) <= 1 && other == nil {
 		inbox = d.inbox
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.releaseEverywhere(releaseRound{k: k, req: req, inbox: inbox, ended: true})
 }
 
@@ -530,8 +530,8 @@ func groupKey(k keys, req *request) string {
 // join adds a waiter to the group (of shared requests if shared); now is
 // true when it is the head.
 func (d *Driver) join(groupKey string, shared bool) (*group, *waiter, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	g := d.groups[groupKey]
 	if g == nil {
 		g = &group{shared: shared, wake: make(chan struct{}, 1), released: make(chan struct{}, 1), heard: make([]bool, len(d.servers))}
@@ -546,8 +546,8 @@ func (d *Driver) join(groupKey string, shared bool) (*group, *waiter, bool) {
 // turn: at once if the lock may be free, or after a wake-up if won says the
 // lock passed to the head.
 func (d *Driver) leave(groupKey string, g *group, w *waiter, won bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	head := g.queue[0] == w
 	for i, x := range g.queue {
 		if x == w {
@@ -574,8 +574,8 @@ func (d *Driver) leave(groupKey string, g *group, w *waiter, won bool) {
 // wakeAll makes every head look again: a server's subscription came back, and
 // releases may have been announced meanwhile.
 func (d *Driver) wakeAll() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, g := range d.groups {
 		g.force = true
 		select {
@@ -588,8 +588,8 @@ func (d *Driver) wakeAll() {
 // deliver passes a release announcement (the lock key) from server i to its
 // groups.
 func (d *Driver) deliver(i int, lockKey string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, gk := range [2]string{lockKey, lockKey + sharedGroup} {
 		g := d.groups[gk]
 		if g == nil {

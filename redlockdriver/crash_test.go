@@ -14,8 +14,8 @@ import (
 // settled reports whether d is subscribed on every server and has checked its
 // held locks since the last subscription was confirmed.
 func (d *Driver) settled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	return d.sub.nup == len(d.servers) && !d.checking.running && d.checking.through == d.backs.Load()
 }
 

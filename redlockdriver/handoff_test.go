@@ -24,8 +24,8 @@ func handoffDriver(t *testing.T, ctx context.Context, servers []*testserver.Serv
 	// is not yet subscribed polls, and could look again at any moment.
 	d.subscribe()
 	waitUntil(ctx, t, "the driver's inbox subscribed on every server", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
+		d.held.Lock()
+		defer d.held.Unlock()
 		return d.sub.nup == len(d.servers)
 	})
 	return d
@@ -63,8 +63,8 @@ func waitWaiting(ctx context.Context, t *testing.T, d *Driver, since time.Time) 
 	t.Helper()
 	lockKey := d.keys("k").Lock
 	waitUntil(ctx, t, "a waiter of the driver registered", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
+		d.held.Lock()
+		defer d.held.Unlock()
 		g := d.groups[lockKey]
 		return g != nil && g.registered.After(since)
 	})

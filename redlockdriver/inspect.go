@@ -381,15 +381,15 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 // refresh, from the tombstones).
 func (d *Driver) evicted(key string, owners map[string]bool) {
 	var lost []*request
-	d.mu.Lock()
-	for req := range d.held {
+	d.held.Lock()
+	d.held.EachLocked(func(req *request, _ heldLock) {
 		if req.Key == key && owners[req.Owner] {
 			lost = append(lost, req)
-			delete(d.held, req)
+			d.held.TakeLocked(req)
 			delete(d.undecided, req)
 		}
-	}
-	d.mu.Unlock()
+	})
+	d.held.Unlock()
 	for _, req := range lost {
 		if req.Lost != nil {
 			req.Lost.Lost(fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrForceReleased))

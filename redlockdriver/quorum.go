@@ -92,7 +92,7 @@ type server struct {
 	name   string // for errors: its address, never its password
 	queue  queue
 	dials  *redisproto.DialWatch
-	// Under Driver.mu: identify says that INFO reaches the one server
+	// Under Driver.held: identify says that INFO reaches the one server
 	// process behind the client, so that its run_id tells a restart (see
 	// session.go), and seen is that run_id as last read.
 	identify bool

@@ -138,6 +138,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
@@ -224,14 +225,14 @@ type Driver struct {
 
 	epoch time.Time // the origin of since
 
-	mu       sync.Mutex
-	closed   bool
+	// held is the driver's mutex, its locks granted and not yet ended, and its
+	// closed gate; it guards the fields below.
+	held     *kit.Book[*request, heldLock]
 	groups   map[string]*group // Acquire calls waiting, by lock key
 	sub      subscription
-	held     map[*request]heldLock // locks granted and not yet ended
-	idSets   map[string]*[]string  // the interned run_id slices (see internLocked)
-	lastIDs  *[]string             // the one interned last
-	phase    uint8                 // the last heldLock.phase given
+	idSets   map[string]*[]string // the interned run_id slices (see internLocked)
+	lastIDs  *[]string            // the one interned last
+	phase    uint8                // the last heldLock.phase given
 	checking checkState
 	// undecided keeps what a Release that ended without an outcome learned,
 	// for the retry of that Release.
@@ -275,7 +276,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		grace:   otherDriverGrace,
 		quit:    make(chan struct{}),
 		groups:  map[string]*group{},
-		held:    map[*request]heldLock{},
+		held:    kit.NewBook[*request, heldLock](),
 		idSets:  map[string]*[]string{},
 		epoch:   time.Now(),
 
@@ -325,10 +326,10 @@ func (d *Driver) Capabilities() driver.Capabilities {
 // begin registers a call, or returns ErrClosed after Close, or ctx's error.
 // Close waits for registered calls before it stops the workers.
 func (d *Driver) begin(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -354,13 +355,12 @@ const closeGrace = time.Second
 // close is Close, which waits at most grace for the requests in flight of
 // a driver that owns its clients.
 func (d *Driver) close(grace time.Duration) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	_, first := d.held.CloseLocked() // the locks stay on the servers until their TTL
+	d.held.Unlock()
+	if !first {
 		return nil
 	}
-	d.closed = true
-	d.mu.Unlock()
 	d.cancel() // interrupts waiting Acquire calls and the inbox readers
 	stopped := make(chan struct{})
 	go func() {

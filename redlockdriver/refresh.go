@@ -144,18 +144,18 @@ func (d *Driver) RefreshBatch(ctx context.Context, reqs []*request) []error {
 	// Release decides and cleans up.
 	var gone, giveBack []*request
 	var goneAt []int
-	d.mu.Lock()
+	d.held.Lock()
 	for i, x := range t {
 		if x.ok < d.quorum && x.not > len(d.servers)-d.quorum {
 			if !reqs[i].Shared {
 				gone, goneAt = append(gone, reqs[i]), append(goneAt, i)
 			}
-			if _, held := d.held[reqs[i]]; held {
+			if _, held := d.held.LookupLocked(reqs[i]); held {
 				giveBack = append(giveBack, reqs[i])
 			}
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	for n, f := range d.tombstones(ctx, gone, timeout) {
 		t[goneAt[n]].forced += f
 	}
@@ -307,14 +307,14 @@ type refreshCall struct {
 // reqs[i]'s grant record (see recordDue), at now by since.
 func (d *Driver) refreshCalls(reqs []*request, now time.Duration) (calls []refreshCall, due []bool) {
 	due = make([]bool, len(reqs))
-	d.mu.Lock()
+	d.held.Lock()
 	for i, r := range reqs {
 		if !r.Shared {
-			h, held := d.held[r]
+			h, held := d.held.LookupLocked(r)
 			due[i] = !held || recordDue(h, now, r.TTL)
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	clustered := false
 	for _, s := range d.servers {
 		if _, ok := s.client.(*redis.ClusterClient); ok {

@@ -39,11 +39,11 @@ func TestRefreshBatchOfThousandsOfLocksCostsOneCommandPerLockAndLosesNone(t *tes
 	// extend, one of them with its grant record due; the servers count
 	// from when the acquires have ended on every one of them.
 	d.settle()
-	d.mu.Lock()
-	h := d.held[reqs[1]]
+	d.held.Lock()
+	h := d.held.GetLocked(reqs[1])
 	h.recordUntil = recordSecs(d.since() + reqs[1].TTL)
-	d.held[reqs[1]] = h
-	d.mu.Unlock()
+	_ = d.held.PutLocked(reqs[1], h)
+	d.held.Unlock()
 	for _, a := range admin {
 		for _, r := range reqs[:3] {
 			if err := a.PExpire(ctx, d.keys(r.Key).Lock, time.Second).Err(); err != nil {
@@ -193,11 +193,11 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 	}
 	// The record's expiry as the driver knows it, moved to where the next
 	// refresh finds it due.
-	d.mu.Lock()
-	h := d.held[req]
+	d.held.Lock()
+	h := d.held.GetLocked(req)
 	h.recordUntil = recordSecs(d.since() + req.TTL)
-	d.held[req] = h
-	d.mu.Unlock()
+	_ = d.held.PutLocked(req, h)
+	d.held.Unlock()
 	sent := time.Now()
 	refresh()
 	for i, a := range admin {
@@ -207,9 +207,9 @@ func TestGrantRecordIsExtendedOnlyWhenDue(t *testing.T) {
 			t.Errorf("server %d: after a due refresh the record lives %v, want more than %v, at least the lock's %v, at most %v", i+1, pt, short, lockTTL, recordTTL(req.TTL))
 		}
 	}
-	d.mu.Lock()
-	h = d.held[req]
-	d.mu.Unlock()
+	d.held.Lock()
+	h = d.held.GetLocked(req)
+	d.held.Unlock()
 	if until := time.Duration(h.recordUntil) * time.Second; until > sent.Sub(d.epoch)+recordTTL(req.TTL) || recordDue(h, d.since(), req.TTL) {
 		t.Errorf("after a due refresh the record's noted expiry is %v (driver clock), want by the refresh's sending plus %v, and not due", until, recordTTL(req.TTL))
 	}
@@ -246,9 +246,9 @@ func TestGrantRecordsOfLocksGrantedTogetherComeDueSpreadOut(t *testing.T) {
 		if _, err := d.TryAcquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		d.mu.Lock()
-		held[i] = d.held[req]
-		d.mu.Unlock()
+		d.held.Lock()
+		held[i] = d.held.GetLocked(req)
+		d.held.Unlock()
 	}
 	// As if all were written in the same second: only the phases differ.
 	until := held[0].recordUntil
@@ -328,9 +328,9 @@ func TestRefreshBatchFindingAThousandLostGivesThemBackInOneRound(t *testing.T) {
 	// The first lost locks, gone from servers 1 and 2; the last of them as
 	// if its Release had begun.
 	releasing := reqs[lost-1]
-	d.mu.Lock()
-	delete(d.held, releasing)
-	d.mu.Unlock()
+	d.held.Lock()
+	d.held.TakeLocked(releasing)
+	d.held.Unlock()
 	for _, a := range admin[:2] {
 		for _, r := range reqs[:lost] {
 			if err := a.Del(ctx, d.keys(r.Key).Lock).Err(); err != nil {
@@ -434,11 +434,11 @@ func TestRefreshRefusedByTheServersIsUnconfirmedNotLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.mu.Lock()
-	h := d.held[reqs[1]]
+	d.held.Lock()
+	h := d.held.GetLocked(reqs[1])
 	h.recordUntil = recordSecs(d.since() + reqs[1].TTL)
-	d.held[reqs[1]] = h
-	d.mu.Unlock()
+	_ = d.held.PutLocked(reqs[1], h)
+	d.held.Unlock()
 	for i, err := range d.RefreshBatch(ctx, reqs) {
 		if !errors.Is(err, ErrNoQuorum) || errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("refresh of %s refused by two servers: %v, want ErrNoQuorum and not ErrNotHeld", reqs[i].Key, err)

@@ -22,7 +22,7 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	defer d.calls.Done()
 	k := d.keys(req.Key)
 	inbox := ""
-	d.mu.Lock()
+	d.held.Lock()
 	excl, shared := d.groups[k.Lock], d.groups[k.Lock+sharedGroup]
 	if excl == nil && shared == nil && d.sub.started {
 		inbox = d.inbox // nobody here waits for the key any more
@@ -40,20 +40,20 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 		// reader leaving frees nothing for other readers.)
 		defer shared.releasedHere()
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	// One round. A round that reaches too few servers leaves the outcome
 	// unknown, and package lock retries the Release: the retry asks only the
 	// servers that did not answer, and their "not held" is then ambiguous
 	// (this round's delete may have landed after its deadline) and counts as
 	// released: a lock we held must not be reported lost because our own
 	// release reached a server late.
-	d.mu.Lock()
+	d.held.Lock()
 	t, retry := d.undecided[req]
 	delete(d.undecided, req)
 	// The servers' checks leave a lock being released alone: its own deletes
 	// would look like a loss, and its holder is letting it go anyway.
-	delete(d.held, req)
-	d.mu.Unlock()
+	d.held.TakeLocked(req)
+	d.held.Unlock()
 	if !retry {
 		t = d.newTally()
 	}
@@ -62,9 +62,9 @@ func (d *Driver) Release(ctx context.Context, req *request) error {
 	if t.decided(d) {
 		return t.result(d)
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	d.undecided[req] = t
-	d.mu.Unlock()
+	d.held.Unlock()
 	return t.result(d)
 }
 

@@ -51,7 +51,7 @@ type heldLock struct {
 // a server adds a few combinations: this is reached, if ever, over years.
 const maxIDSets = 1024
 
-// internLocked returns the shared copy of ids. Under Driver.mu.
+// internLocked returns the shared copy of ids. Under Driver.held.
 func (d *Driver) internLocked(ids []string) *[]string {
 	if p := d.lastIDs; p != nil && slices.Equal(*p, ids) {
 		return p // the common case: the same processes as the last grant
@@ -87,7 +87,7 @@ type seenID struct {
 	dials uint64
 }
 
-// checkState coalesces the checks (under Driver.mu): one runs at a time, and
+// checkState coalesces the checks (under Driver.held): one runs at a time, and
 // a server that comes back during a check makes another run after it.
 type checkState struct {
 	running bool
@@ -114,7 +114,7 @@ func (d *Driver) record(req *request, v vote) {
 	// that may be frozen), and is checked by key alone otherwise.
 	ids := make([]string, len(d.servers))
 	ask := false
-	d.mu.Lock()
+	d.held.Lock()
 	for i, s := range d.servers {
 		switch {
 		case !s.identify || !(v.yesBy[i] || errors.Is(v.errs[i], errTimeout)):
@@ -133,10 +133,10 @@ func (d *Driver) record(req *request, v vote) {
 	d.phase++
 	phase := d.phase
 	if !ask {
-		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
+		_ = d.held.PutLocked(req, heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}) // refused only after Close, when nothing is kept
 	}
 	subscribed := d.sub.started
-	d.mu.Unlock()
+	d.held.Unlock()
 	if ask {
 		asked := d.identities(v.yesBy, time.Now().Add(d.timeoutFor(req.TTL)), d.ctx.Done())
 		for i, id := range asked {
@@ -144,9 +144,9 @@ func (d *Driver) record(req *request, v vote) {
 				ids[i] = id
 			}
 		}
-		d.mu.Lock()
-		d.held[req] = heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}
-		d.mu.Unlock()
+		d.held.Lock()
+		_ = d.held.PutLocked(req, heldLock{ids: d.internLocked(ids), recordUntil: until, phase: phase}) // refused only after Close, when nothing is kept
+		d.held.Unlock()
 	}
 	if !subscribed {
 		d.subscribe()
@@ -158,10 +158,10 @@ func (d *Driver) record(req *request, v vote) {
 
 // forget drops a lock that ended (released, found lost).
 func (d *Driver) forget(req *request) {
-	d.mu.Lock()
-	delete(d.held, req)
+	d.held.Lock()
+	d.held.TakeLocked(req)
 	delete(d.undecided, req)
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // extended notes that servers have just extended locks (ok[c][i]: server i
@@ -172,9 +172,9 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 	asked := make([]bool, len(d.servers))
 	ask := false
 	ids := make([]string, len(d.servers))
-	d.mu.Lock()
+	d.held.Lock()
 	for c, req := range reqs {
-		h, held := d.held[req]
+		h, held := d.held.LookupLocked(req)
 		if !held {
 			continue
 		}
@@ -192,18 +192,18 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 		}
 		if !slices.Equal(ids, *h.ids) {
 			h.ids = d.internLocked(ids)
-			d.held[req] = h
+			_ = d.held.PutLocked(req, h) // refused only after Close, when nothing is kept
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if !ask {
 		return
 	}
 	got := d.identities(asked, deadline, d.ctx.Done())
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for c, req := range reqs {
-		if h, held := d.held[req]; held {
+		if h, held := d.held.LookupLocked(req); held {
 			copy(ids, *h.ids)
 			for i, yes := range ok[c] {
 				if yes && asked[i] {
@@ -211,7 +211,7 @@ func (d *Driver) extended(reqs []*request, ok [][]bool, deadline time.Time) {
 				}
 			}
 			h.ids = d.internLocked(ids)
-			d.held[req] = h
+			_ = d.held.PutLocked(req, h) // refused only after Close, when nothing is kept
 		}
 	}
 }
@@ -222,12 +222,12 @@ func (d *Driver) recordExtended(reqs []*request, sent time.Duration) {
 	if len(reqs) == 0 {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, r := range reqs {
-		if h, held := d.held[r]; held {
+		if h, held := d.held.LookupLocked(r); held {
 			h.recordUntil = recordSecs(sent + recordTTL(r.TTL))
-			d.held[r] = h
+			_ = d.held.PutLocked(r, h) // refused only after Close, when nothing is kept
 		}
 	}
 }
@@ -238,10 +238,10 @@ func (d *Driver) recordExtended(reqs []*request, sent time.Duration) {
 // makes it vote again.
 func (d *Driver) readmitting(reqs []*request) []bool {
 	out := make([]bool, len(d.servers))
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	for _, req := range reqs {
-		h, held := d.held[req]
+		h, held := d.held.LookupLocked(req)
 		if !held {
 			continue
 		}
@@ -276,7 +276,7 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 	ids := make([]string, len(d.servers))
 	ask := make([]bool, len(d.servers))
 	n := 0
-	d.mu.Lock()
+	d.held.Lock()
 	for i, s := range d.servers {
 		switch {
 		case !in[i] || !s.identify:
@@ -287,7 +287,7 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 			n++
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if n == 0 {
 		return ids
 	}
@@ -307,7 +307,7 @@ func (d *Driver) identities(in []bool, deadline time.Time, done <-chan struct{})
 }
 
 // trustedLocked reports whether s's cached run_id is that of the process behind
-// every connection to it (none was dialled since it was read); d.mu is held.
+// every connection to it (none was dialled since it was read); d.held is locked.
 func (d *Driver) trustedLocked(s *server) bool {
 	return s.seen.id != "" && s.seen.dials == s.dials.Dials()
 }
@@ -327,9 +327,9 @@ func (d *Driver) sawInfo(rep reply, dials []uint64) string {
 	if rep.err != nil && !isTransient(rep.err) {
 		// Refused for good (an ACL without INFO): the server's locks are
 		// checked by key alone, and INFO is not asked again.
-		d.mu.Lock()
+		d.held.Lock()
 		d.servers[rep.server].identify = false
-		d.mu.Unlock()
+		d.held.Unlock()
 		return ""
 	}
 	info, _ := rep.val.(string)
@@ -338,9 +338,9 @@ func (d *Driver) sawInfo(rep reply, dials []uint64) string {
 	}
 	id, ok := redislayout.ParseRunID(info)
 	if ok {
-		d.mu.Lock()
+		d.held.Lock()
 		d.servers[rep.server].seen = seenID{id: id, dials: dials[rep.server]}
-		d.mu.Unlock()
+		d.held.Unlock()
 	}
 	return id
 }
@@ -348,13 +348,13 @@ func (d *Driver) sawInfo(rep reply, dials []uint64) string {
 // checkSoon starts a check of the held locks, or asks the one under way to
 // run again when it ends.
 func (d *Driver) checkSoon() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	switch {
-	case d.closed:
+	case d.held.ClosedLocked():
 	case d.checking.running:
 		d.checking.again = true
-	case len(d.held) == 0:
+	case d.held.LenLocked() == 0:
 		d.checking.through = d.backs.Load()
 	default:
 		d.checking.running = true
@@ -368,14 +368,14 @@ func (d *Driver) checks() {
 	defer d.calls.Done()
 	for {
 		d.checkHeld()
-		d.mu.Lock()
-		if !d.checking.again || d.closed {
+		d.held.Lock()
+		if !d.checking.again || d.held.ClosedLocked() {
 			d.checking.running, d.checking.again = false, false
-			d.mu.Unlock()
+			d.held.Unlock()
 			return
 		}
 		d.checking.again = false
-		d.mu.Unlock()
+		d.held.Unlock()
 	}
 }
 
@@ -384,19 +384,19 @@ func (d *Driver) checks() {
 // through Request.Lost each lock that fewer than a majority still vote for;
 // and gives back what is left of those.
 func (d *Driver) checkHeld() {
-	d.mu.Lock()
+	d.held.Lock()
 	backs := d.backs.Load()
-	reqs := make([]*request, 0, len(d.held))
-	ids := make([][]string, 0, len(d.held))
-	for r, h := range d.held {
+	reqs := make([]*request, 0, d.held.LenLocked())
+	ids := make([][]string, 0, d.held.LenLocked())
+	d.held.EachLocked(func(r *request, h heldLock) {
 		reqs = append(reqs, r)
 		ids = append(ids, *h.ids) // never changed in place
-	}
-	d.mu.Unlock()
+	})
+	d.held.Unlock()
 	defer func() {
-		d.mu.Lock()
+		d.held.Lock()
 		d.checking.through = backs
-		d.mu.Unlock()
+		d.held.Unlock()
 	}()
 	if len(reqs) == 0 {
 		return
@@ -405,13 +405,13 @@ func (d *Driver) checkHeld() {
 	// One job per lock and server, then one INFO per server.
 	n := len(reqs) * len(d.servers)
 	identify := make([]bool, len(d.servers))
-	d.mu.Lock()
+	d.held.Lock()
 	for i, s := range d.servers {
 		if identify[i] = s.identify; identify[i] {
 			n++
 		}
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	info := len(reqs) // the call index of the INFO jobs
 	r := &round{replies: make(chan reply, n), pending: n}
 	dials := d.dialCounts()
@@ -479,11 +479,11 @@ func (d *Driver) checkHeld() {
 		if len(why) <= len(d.servers)-d.quorum {
 			continue
 		}
-		d.mu.Lock()
-		_, held := d.held[req]
-		delete(d.held, req)
+		d.held.Lock()
+		_, held := d.held.LookupLocked(req)
+		d.held.TakeLocked(req)
 		delete(d.undecided, req)
-		d.mu.Unlock()
+		d.held.Unlock()
 		if !held {
 			continue // released meanwhile
 		}
@@ -550,9 +550,9 @@ const (
 // subscribe starts the subscriptions the first time, and reports whether a
 // majority of them is confirmed.
 func (d *Driver) subscribe() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.sub.started && !d.closed {
+	d.held.Lock()
+	defer d.held.Unlock()
+	if !d.sub.started && !d.held.ClosedLocked() {
 		d.sub.started = true
 		d.wg.Add(len(d.servers))
 		for _, s := range d.servers {
@@ -589,14 +589,14 @@ func (d *Driver) dial(s *server) *redis.PubSub {
 	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
 	ps := s.client.Subscribe(ctx, d.inbox)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.ClosedLocked() {
+		d.held.Unlock()
 		_ = ps.Close()
 		return nil
 	}
 	d.sub.conns[s.idx] = ps
-	d.mu.Unlock()
+	d.held.Unlock()
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, timeout)
 		if err != nil {
@@ -653,7 +653,7 @@ func (d *Driver) read(s *server, ps *redis.PubSub) {
 // setUp records whether server i's subscription is confirmed; a confirmation
 // wakes every waiter to look again and checks the held locks.
 func (d *Driver) setUp(i int, up bool) {
-	d.mu.Lock()
+	d.held.Lock()
 	if d.sub.up[i] != up {
 		d.sub.up[i] = up
 		if up {
@@ -665,7 +665,7 @@ func (d *Driver) setUp(i int, up bool) {
 	if up {
 		d.backs.Add(1) // with up[i], so a check is known to be owed
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if up {
 		d.wakeAll()
 		d.checkSoon()
@@ -674,9 +674,9 @@ func (d *Driver) setUp(i int, up bool) {
 
 // closeInbox closes the subscriptions, interrupting their readers.
 func (d *Driver) closeInbox() {
-	d.mu.Lock()
+	d.held.Lock()
 	conns := append([]*redis.PubSub(nil), d.sub.conns...)
-	d.mu.Unlock()
+	d.held.Unlock()
 	for _, ps := range conns {
 		if ps != nil {
 			_ = ps.Close()

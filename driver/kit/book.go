@@ -56,6 +56,15 @@ func (b *Book[K, H]) ClosedLocked() bool { return b.closed }
 // GetLocked returns k's hold, or the zero H if there is none.
 func (b *Book[K, H]) GetLocked(k K) H { return b.held[k] }
 
+// LookupLocked returns k's hold and whether there is one.
+func (b *Book[K, H]) LookupLocked(k K) (H, bool) {
+	h, ok := b.held[k]
+	return h, ok
+}
+
+// LenLocked is the number of holds.
+func (b *Book[K, H]) LenLocked() int { return len(b.held) }
+
 // PutLocked records h as k's hold. Once Close has begun it records nothing
 // and returns driver.ErrClosed: the caller then ends h itself.
 func (b *Book[K, H]) PutLocked(k K, h H) error {

@@ -66,6 +66,9 @@ func TestBookForgetKeepsAHoldTakenAnew(t *testing.T) {
 	defer b.Unlock()
 	_ = b.PutLocked("k", old)
 	_ = b.PutLocked("k", renewed)
+	if h, ok := b.LookupLocked("k"); !ok || h != renewed || b.LenLocked() != 1 {
+		t.Fatalf("LookupLocked = %v, %v with %d holds; want the renewed hold, alone", h, ok, b.LenLocked())
+	}
 	if b.ForgetLocked("k", old) {
 		t.Fatal("ForgetLocked removed the hold that replaced the one it named")
 	}
@@ -77,6 +80,9 @@ func TestBookForgetKeepsAHoldTakenAnew(t *testing.T) {
 	}
 	if h, ok := b.TakeLocked("k"); ok || h != nil {
 		t.Fatalf("TakeLocked of a forgotten key: %v, %v", h, ok)
+	}
+	if _, ok := b.LookupLocked("k"); ok || b.LenLocked() != 0 {
+		t.Fatal("a forgotten hold is still found")
 	}
 }
 
