@@ -313,7 +313,7 @@ func (c *lockConn) runUnprepared(s *stmt, id int64) (result, error) {
 	case int64:
 		return result{v: v, at: at}, nil
 	case int32:
-		return result{v: int64(v)}, nil
+		return result{v: int64(v), at: at}, nil
 	case bool:
 		if v {
 			return result{v: 1}, nil
