@@ -171,15 +171,20 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, t tryCall) (g driver.Gr
 				return driver.Grant{}, cause
 			case tok.v == 0:
 				return driver.Grant{}, driver.ErrLocked
-			case !hand.Deliver():
+			}
+			ids := t.ids
+			if t.s.slots {
+				ids = t.ids[tok.at : tok.at+1] // the one slot taken
+			}
+			if !hand.Deliver() {
 				// The caller stopped waiting and will never know of this lock.
-				d.giveBack(c, t.ids, shared)
+				d.giveBack(c, ids, shared)
 				return driver.Grant{}, ctx.Err()
 			}
 			var g driver.Grant
 			for i, req := range t.reqs {
-				if g, err = d.register(c, req, t.ids[i], uint64(tok.v), start, t.claim); err == errClaimed {
-					d.giveBackPermit(c, t.ids[i])
+				if g, err = d.register(c, req, ids[i], uint64(tok.v), start, t.claim); err == errClaimed {
+					d.giveBackPermit(c, ids[i])
 				}
 				if err != nil {
 					break
@@ -291,7 +296,7 @@ func (d *Driver) acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return driver.Grant{}, err
 	}
 	if w != nil {
-		return d.wait(ctx, w, req, st, id, nil)
+		return d.wait(ctx, w, req, st.waitFor(req.Shared), []int64{id}, nil)
 	}
 	// Every connection the cap allows is taken, and at least one must stay
 	// free of waits (a holder may need one more lock).
@@ -333,13 +338,14 @@ func (d *Driver) markContended(id int64) {
 	d.mu.Unlock()
 }
 
-// wait takes id on w, a connection picked to wait on, blocking in the server's
-// lock queue. When ctx ends the wait is cancelled on the server and w cleared;
+// wait takes ids[0] with s on w, a connection picked to wait on, blocking in
+// the server's lock queue; or, with a statement on a semaphore's slots
+// (stmt.slots), the first free one of ids, waiting for ids[0] if none is. When ctx ends the wait is cancelled on the server and w cleared;
 // if the server has not done so settleWait later, wait returns and the driver
 // finishes in the background (see roundTrip). With a claim (see register), a
 // lock granted after another attempt for the same request claimed it is
 // given back (see giveBackPermit), and wait returns errClaimed.
-func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st *lockStatements, id int64, claim *atomic.Bool) (driver.Grant, error) {
+func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, s *stmt, ids []int64, claim *atomic.Bool) (driver.Grant, error) {
 	if err := w.mu.LockContext(ctx); err != nil {
 		d.letGo(w)
 		return driver.Grant{}, d.waitEnded(ctx)
@@ -358,17 +364,26 @@ func (d *Driver) wait(ctx context.Context, w *lockConn, req *driver.Request, st 
 	}
 	start := time.Now()
 	a := &waitAbort{c: w, returned: make(chan struct{})}
-	g, err, gaveUp := roundTrip(d, ctx, trip{c: w, s: st.waitFor(req.Shared), id: id, wait: a, linger: settleWait},
+	t := trip{c: w, s: s, id: ids[0], wait: a, linger: settleWait}
+	tried := false // taken by the statement's try, not granted by the queue
+	if s.set {
+		t.ids = ids
+	}
+	g, err, gaveUp := roundTrip(d, ctx, t,
 		func(hand *kit.Handoff[driver.Grant], tok result, err error) (driver.Grant, error) {
 			if err == errNotSent {
 				return driver.Grant{}, d.waitEnded(ctx)
+			}
+			id := ids[0]
+			if s.slots && err == nil && !tok.null && tok.at >= 0 {
+				id, tried = ids[tok.at], true
 			}
 			return d.waited(ctx, hand, waitedCall{w: w, req: req, id: id, start: start, claim: claim}, tok, err)
 		}, done)
 	if gaveUp {
 		return driver.Grant{}, d.waitEnded(ctx)
 	}
-	if err == nil {
+	if err == nil && !tried {
 		// The server's lock queue granted it: its own notification (counted
 		// even when the queue was empty by the time the statement arrived).
 		driver.Woke(ctx, driver.WakeNotified)

@@ -133,6 +133,71 @@ func report(b *testing.B, raw, drv time.Duration) {
 	b.ReportMetric(float64(drv)/float64(raw), "driver/raw")
 }
 
+// BenchmarkPermits: 16 goroutines take one of 4 permits of one key and give
+// it back, in blocks alternating with raw. raw: the n-slot recipe, each
+// goroutine on a pinned pool connection of its own, pg_try_advisory_lock on
+// each slot from a random one, again after 1 ms when all are held, then
+// pg_advisory_unlock. driver: the goroutines spread over 4 Lockers, Acquire
+// (lock.WithPermits(4)) then Release. Reported per acquisition, as for
+// BenchmarkContended.
+func BenchmarkPermits(b *testing.B) {
+	const goroutines, permits = 16, 4
+	dsn := testserver.Postgres(b)
+	pool := benchPool(b, dsn, goroutines)
+	base := pgadvisory.LockID(pgadvisory.DefaultPrefix, b.Name())
+	raw := make([]func() error, goroutines)
+	for g := range raw {
+		conn, err := pool.Acquire(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(conn.Release)
+		raw[g] = func() error {
+			ctx := context.Background()
+			first := int64(g)
+			for {
+				for i := range int64(permits) {
+					id := base + (first+i)%permits
+					var ok bool
+					if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil {
+						return err
+					}
+					if ok {
+						_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, id)
+						return err
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	drv := make([]func() error, goroutines)
+	var lockers []*lock.Locker
+	for range permits {
+		lockers = append(lockers, benchLocker(b, dsn, "driver"))
+	}
+	for g := range drv {
+		locker := lockers[g%len(lockers)]
+		drv[g] = func() error {
+			ctx := context.Background()
+			l, err := locker.Acquire(ctx, b.Name(), lock.WithPermits(permits))
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	}
+	var rawTime, drvTime time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += contendedBlock {
+		n := min(contendedBlock, b.N-done)
+		rawTime += runTurns(b, raw, n)
+		drvTime += runTurns(b, drv, n)
+	}
+	b.StopTimer()
+	report(b, rawTime, drvTime)
+}
+
 // BenchmarkUncontended: one goroutine takes and gives back a free key,
 // alternating raw and driver operation by operation. raw:
 // pg_try_advisory_lock then pg_advisory_unlock on a pinned pool connection.

@@ -155,13 +155,13 @@ func (f *flight) end(ok bool) {
 
 // answer collects the messages of one statement's answer.
 type answer struct {
-	sentParse bool // the statement was prepared in the same exchange
-	parsed    bool
-	oid       uint32
-	rows      int
-	r         result
-	decodeErr error
-	pgErr     *pgconn.PgError
+	sentParse  bool // the statement was prepared in the same exchange
+	parsed     bool
+	oid, atOID uint32 // the types of the value and of a slot's index
+	rows       int
+	r          result
+	decodeErr  error
+	pgErr      *pgconn.PgError
 }
 
 // send writes s with the lock id id (c.mu held), preceded by its Parse the first
@@ -206,10 +206,18 @@ func (c *lockConn) receive(a *answer) error {
 			if len(m.Fields) > 0 {
 				a.oid = m.Fields[0].DataTypeOID
 			}
+			if len(m.Fields) > 1 {
+				a.atOID = m.Fields[1].DataTypeOID
+			}
 		case *pgproto3.DataRow:
 			a.rows++
 			if len(m.Values) > 0 {
 				a.r, a.decodeErr = decode(a.oid, m.Values[0])
+			}
+			if len(m.Values) > 1 && a.decodeErr == nil {
+				var at result
+				at, a.decodeErr = decode(a.atOID, m.Values[1])
+				a.r.at = int(at.v)
 			}
 		case *pgproto3.ErrorResponse:
 			if a.pgErr == nil {

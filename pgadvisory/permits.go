@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -80,28 +81,32 @@ func (d *Driver) bookPermitLocked(h *holding, delta int) {
 	}
 }
 
-// acquirePermit takes one of the req.Permits slots of req.Key: it tries each
-// slot once, starting at a slot that turns with every call so that
-// concurrent requests spread, and if all are held returns driver.ErrLocked
-// (TryAcquire), or waits (Acquire) in the server's queue of one slot, for at
-// most permitRescan each time before trying them all again.
+// acquirePermit takes one of the req.Permits slots of req.Key. One statement
+// tries them all (trySlotsSQL), from a slot that turns with every call so
+// that concurrent requests spread, and takes the first free one. If all are
+// held it returns driver.ErrLocked (TryAcquire), or waits (Acquire): one
+// statement on a connection of its own tries them all again and, all held,
+// waits in the server's queue of the first, for at most permitRescan each
+// time before trying them all again. A semaphore found full within the last
+// contendedFor is waited for at once, without the try on a shared
+// connection first.
 func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *lockStatements, wait bool) (driver.Grant, error) {
 	n := req.Permits
 	for {
 		first := int(uint64(d.permitTurn.Add(1)) % uint64(n))
+		slots := make([]int64, n)
+		for j := range slots {
+			slots[j] = d.permitID(req.Key, (first+j)%n)
+		}
 		var bell *permitBell
 		listening := false
 		if wait {
 			// Interest in the other slots is registered before they are
 			// tried, so that a permit given back after its slot was found
 			// held is announced to this request.
-			others := make([]int64, 0, n-1)
-			for j := 1; j < n; j++ {
-				others = append(others, d.permitID(req.Key, (first+j)%n))
-			}
-			bell, listening = d.permitBellFor(others)
+			bell, listening = d.permitBellFor(slots[1:])
 		}
-		g, err, again := d.permitRound(ctx, req, st, first, bell, listening)
+		g, err, again := d.permitRound(ctx, req, st, slots, bell, listening)
 		if bell != nil {
 			d.unring(bell)
 		}
@@ -111,40 +116,66 @@ func (d *Driver) acquirePermit(ctx context.Context, req *driver.Request, st *loc
 	}
 }
 
-// permitRound tries every slot from first, and waits on slot first if bell
+// trySlots makes one attempt at the slots of a semaphore not held by another
+// owner in this process, in one statement that takes at most one of them.
+func (d *Driver) trySlots(ctx context.Context, req *driver.Request, st *lockStatements, slots []int64, claim *atomic.Bool) (driver.Grant, error) {
+	for {
+		d.mu.Lock()
+		free := slices.DeleteFunc(slices.Clone(slots), func(id int64) bool { return d.conflicts(id, false) })
+		d.mu.Unlock()
+		if len(free) == 0 {
+			return driver.Grant{}, errHeldHere
+		}
+		g, err := d.tryAll(ctx, tryCall{reqs: []*driver.Request{req}, ids: free, s: st.slots, claim: claim})
+		if err != errHeldHere {
+			return g, err // else one was taken here since: look again
+		}
+	}
+}
+
+// permitRound tries every slot, first slots[0], and waits on slots[0] if bell
 // is not nil; again reports that the wait ended for a rescan.
 //
-// While it waits in the server's queue of slot first, a slot announced free
-// (by the release that left it free, see unlockPermitSQL) is tried at once on
-// another connection, the wait staying queued: only if that try takes the
-// slot is the wait cancelled (a cancel request costs the server a process
-// start). The two attempts share a claim, so that if the wait is granted
-// too, just before its cancel, one of the two grants is given back.
-func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, first int, bell *permitBell, listening bool) (g driver.Grant, err error, again bool) {
-	n := req.Permits
-	for j := 0; j < n; j++ {
-		g, err := d.try(ctx, req, st, d.permitID(req.Key, (first+j)%n), nil)
+// While it waits in the server's queue of slots[0], a slot announced free
+// (by the release that left it free, see unlockPermitSQL) is tried at once,
+// with every other slot, in one statement on another connection, the wait
+// staying queued: only if that try takes a slot is the wait cancelled (a
+// cancel request costs the server a process start). The two attempts share
+// a claim, so that if the wait is granted too, just before its cancel, one
+// of the two grants is given back.
+func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockStatements, slots []int64, bell *permitBell, listening bool) (g driver.Grant, err error, again bool) {
+	sem := d.permitID(req.Key, 0)
+	due := d.shapeCheckDue(req)
+	tried := bell == nil || due || !d.contended(sem)
+	if tried {
+		g, err := d.trySlots(ctx, req, st, slots, nil)
 		if !errors.Is(err, driver.ErrLocked) {
 			return g, err, false
 		}
-	}
-	if d.shapeCheckDue(req) {
-		// All n are held: a moment to look for users of the key in another
-		// shape, without cost while permits are free, and at most once a
-		// second while none is found.
-		if err := d.checkShape(ctx, req, st); err != nil {
-			return driver.Grant{}, err, false
+		if due {
+			// All n are held: a moment to look for users of the key in
+			// another shape, without cost while permits are free, and at
+			// most once a second while none is found.
+			if err := d.checkShape(ctx, req, st); err != nil {
+				return driver.Grant{}, err, false
+			}
+			d.shapeCheckClean(req)
 		}
-		d.shapeCheckClean(req)
-	}
-	if bell == nil {
-		return driver.Grant{}, driver.ErrLocked, false
+		if bell == nil {
+			return driver.Grant{}, driver.ErrLocked, false
+		}
+		d.markContended(sem)
 	}
 	w, err := d.connForWait(ctx)
 	if err != nil {
 		return driver.Grant{}, err, false
 	}
 	if w == nil {
+		if !tried {
+			if g, err := d.trySlots(ctx, req, st, slots, nil); !errors.Is(err, driver.ErrLocked) {
+				return g, err, false
+			}
+		}
 		return driver.Grant{}, errNoWaitConn, false
 	}
 	rescan := d.rescan[0]
@@ -160,7 +191,7 @@ func (d *Driver) permitRound(ctx context.Context, req *driver.Request, st *lockS
 	claim := new(atomic.Bool)
 	waited := make(chan outcome, 1)
 	go func() {
-		g, err := d.wait(wctx, w, req, st, d.permitID(req.Key, first), claim)
+		g, err := d.wait(wctx, w, req, st.waitSlots, slots, claim)
 		if err != nil && err != errClaimed && wctx.Err() != nil && ctx.Err() == nil && d.closing.Err() == nil {
 			err = errRescan
 		}
@@ -181,8 +212,8 @@ wait:
 				return driver.Grant{}, nil, true
 			}
 			break wait
-		case id := <-bell.freed:
-			g, err := d.try(ctx, req, st, id, claim)
+		case <-bell.freed:
+			g, err := d.trySlots(ctx, req, st, slots[1:], claim)
 			if errors.Is(err, driver.ErrLocked) {
 				continue // taken by someone else first: stay queued
 			}

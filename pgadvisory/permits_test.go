@@ -342,3 +342,100 @@ func TestPermitReleaseWhoseAnnouncementFailsFreesThePermit(t *testing.T) {
 		}
 	}
 }
+
+// A permit request tries every slot in one statement, and a waiting one on a
+// semaphore found full a moment ago tries them all and queues in one more
+// (and none before it): counted by pg_stat_statements on a private server,
+// where the slots are held by SQL sessions.
+func TestAPermitCostsOneStatementToTryEverySlotAndOneToWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testserver.StartPostgres(t, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all")
+	dsn := srv.URL()
+	admin := connect(t, dsn)
+	mustExec(t, admin, `CREATE EXTENSION pg_stat_statements`)
+	const n = 4
+	key := t.Name()
+	slots := make([]int64, n)
+	holders := make([]*pgx.Conn, n)
+	for i := range slots {
+		slots[i] = pgadvisory.PermitID(pgadvisory.DefaultPrefix, key, i)
+		holders[i] = connect(t, dsn)
+	}
+	hold := func(i int) { mustExec(t, holders[i], `SELECT pg_advisory_lock($1)`, slots[i]) }
+	// Which slot a waiting request is queued on (the query is not counted).
+	queuedOn := func() int {
+		for i, id := range slots {
+			var w int
+			if err := admin.QueryRow(ctx, `SELECT count(*) AS not_in_pg_stat_statements FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+				AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND NOT granted`, id).Scan(&w); err != nil {
+				t.Fatal(err)
+			}
+			if w > 0 {
+				return i
+			}
+		}
+		return -1
+	}
+	_, locker := openDriver(t, dsn, lock.WithPermits(n))
+	// A first lock opens the session and resolves the fencing sequence.
+	l, err := locker.Acquire(ctx, key+"/warm-up", lock.WithPermits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n-1; i++ {
+		hold(i)
+	}
+	before := statements(t, admin)
+	l, err = locker.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire with one slot free: %v", err)
+	}
+	if got := statements(t, admin) - before; got != 1 {
+		t.Errorf("TryAcquire found the free slot of %d in %d statements, want 1", n, got)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold(n - 1)
+	// Full: the first look reads pg_locks for other shapes of the key (two
+	// statements), the next within a second does not.
+	if _, err := locker.TryAcquire(ctx, key); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryAcquire of a full semaphore = %v, want ErrLocked", err)
+	}
+	before = statements(t, admin)
+	if _, err := locker.TryAcquire(ctx, key); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryAcquire of a full semaphore = %v, want ErrLocked", err)
+	}
+	if got := statements(t, admin) - before; got != 1 {
+		t.Errorf("TryAcquire of a full semaphore of %d ran %d statements, want 1", n, got)
+	}
+	// Waits: the first also tries on a shared session first and starts the
+	// Driver's listening session; the second, the semaphore found full a
+	// moment ago, runs only its wait (and the SQL holder's unlock).
+	for round := range 2 {
+		got := make(chan error, 1)
+		before = statements(t, admin)
+		go func() {
+			l, err := locker.Acquire(ctx, key)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		q := -1
+		eventually(t, 10*time.Second, "the permit request queued on a slot", func() bool { q = queuedOn(); return q >= 0 })
+		mustExec(t, holders[q], `SELECT pg_advisory_unlock($1)`, slots[q])
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		// The wait, the holder's unlock and the release.
+		if n := statements(t, admin) - before; round == 1 && n != 3 {
+			t.Errorf("a wait on a semaphore found full a moment ago ran %d statements besides the holder's unlock and its release, want 1", n-2)
+		}
+		hold(q)
+	}
+}

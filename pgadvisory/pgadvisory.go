@@ -90,8 +90,8 @@
 //
 // The queueing rule is PostgreSQL's: once a writer waits, readers that arrive
 // after it wait behind it. A semaphore of n permits is n slot locks,
-// PermitID(prefix, key, i); a permit given back is announced to one waiter per
-// client with pg_notify. All users of a semaphore must give the same n.
+// PermitID(prefix, key, i), all tried in one statement; a permit given back is
+// announced to one waiter per client with pg_notify. All users of a semaphore must give the same n.
 //
 // # Lost locks
 //

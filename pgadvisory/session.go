@@ -250,10 +250,12 @@ func (c *lockConn) exec(ctx context.Context, s *stmt, id int64) (result, error) 
 }
 
 // result is a statement's value: a token (bigint or integer), a boolean (1 or
-// 0), or NULL.
+// 0), or NULL; and for a statement on a semaphore's slots (stmt.slots), the
+// index of the slot its try took (-1: none, or the first by a wait).
 type result struct {
 	v    int64
 	null bool
+	at   int
 }
 
 // binaryFormat asks for parameters and results in binary.
@@ -297,16 +299,21 @@ func (c *lockConn) runUnprepared(s *stmt, id int64) (result, error) {
 		args[0] = c.ids
 	}
 	var v any
-	if err := c.conn.QueryRow(context.Background(), s.sql, args...).Scan(&v); err != nil {
+	var at int
+	dest := []any{&v, &at}[:1]
+	if s.slots {
+		dest = dest[:2]
+	}
+	if err := c.conn.QueryRow(context.Background(), s.sql, args...).Scan(dest...); err != nil {
 		return result{}, err
 	}
 	switch v := v.(type) {
 	case nil:
 		return result{null: true}, nil
 	case int64:
-		return result{v: v}, nil
+		return result{v: v, at: at}, nil
 	case int32:
-		return result{v: int64(v)}, nil
+		return result{v: int64(v), at: at}, nil
 	case bool:
 		if v {
 			return result{v: 1}, nil

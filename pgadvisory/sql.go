@@ -42,9 +42,24 @@ const (
 	trySetSQL = `SELECT CASE WHEN ok THEN {token} WHEN NOT ok THEN (SELECT 0 * count(pg_advisory_unlock(id)) FROM unnest(taken) AS id) END
 	FROM (SELECT bool_and(ok) AS ok, array_agg(id) FILTER (WHERE ok) AS taken FROM (SELECT id, pg_try_advisory_lock(id) AS ok
 	FROM unnest($1::bigint[]) AS id WHERE pg_backend_pid() = $2 OFFSET 0) AS t) AS s`
+	// trySlotsSQL tries the slots of a semaphore, the bigint[] $1, in order
+	// and stops at the first it takes (a recursive query runs one step at a
+	// time, each only after the previous one took nothing), so it holds at
+	// most one. It returns NULL (wrong session: nothing tried), 0 (every slot
+	// held) or the token, and as a second column the index in $1 of the slot
+	// taken by the try, or -1 if none was.
+	trySlotsSQL = `WITH RECURSIVE r(i, ok) AS (SELECT 0, false WHERE pg_backend_pid() = $2
+	UNION ALL SELECT i + 1, pg_try_advisory_lock(($1::bigint[])[i + 1]) FROM r WHERE NOT ok AND i < cardinality($1::bigint[]))
+	SELECT CASE WHEN steps = 0 THEN NULL WHEN at IS NOT NULL THEN {token} {else} END, coalesce(at - 1, -1)
+	FROM (SELECT count(*) AS steps, max(i) FILTER (WHERE ok) AS at FROM r) AS s`
 	// waitLockSQL blocks in PostgreSQL's lock queue and returns NULL (wrong
 	// session) or the token.
 	waitLockSQL = `SELECT CASE WHEN pg_backend_pid() <> $2 THEN NULL WHEN pg_advisory_lock($1) IS NOT NULL THEN {token} END`
+	// trySlotsSQL's {else}: ELSE 0 for a try; for a wait, every slot held,
+	// it blocks in the server's queue of the first slot (index 0, returned
+	// as -1: granted by the queue), as waitLockSQL does.
+	trySlotsElse  = `ELSE 0`
+	waitSlotsElse = `WHEN pg_advisory_lock(($1::bigint[])[1]) IS NOT NULL THEN {token}`
 
 	// unlockSQL returns NULL (wrong session), true, or false when the session
 	// did not hold the lock.
@@ -96,6 +111,9 @@ type stmt struct {
 	sql  string
 	oids []uint32 // parameter types: a prefix of lockParamOIDs
 	set  bool     // $1 is a set's lock ids (bigint[], lockConn.ids), not one id
+	// slots: $1 is a semaphore's slot ids (set too), of which the statement
+	// takes one and returns its index as a second column (result.at).
+	slots bool
 }
 
 // lockParamOIDs are the types of a statement's parameters $1, $2, $3: the lock
@@ -118,6 +136,7 @@ type lockStatements struct {
 	try, tryShared   *stmt
 	set, setShared   *stmt // trySetSQL
 	wait, waitShared *stmt
+	slots, waitSlots *stmt // trySlotsSQL, as a try and as a wait
 }
 
 // newLockStatements builds the lock statements, with or without fencing.
@@ -138,6 +157,12 @@ func newLockStatements(fencing bool) *lockStatements {
 		s.oids, s.set = append([]uint32{pgtype.Int8ArrayOID}, params[1:]...), true
 		return s
 	}
+	slots := func(bit uint16, name, els string) *stmt {
+		s := set(bit, false)
+		s.name, s.slots = name, true
+		s.sql = strings.Replace(strings.Replace(trySlotsSQL, "{else}", els, 1), "{token}", token, 2)
+		return s
+	}
 	return &lockStatements{
 		try:        build(1<<4, "distlock_try", tryLockSQL, false),
 		tryShared:  build(1<<5, "distlock_try", tryLockSQL, true),
@@ -145,6 +170,8 @@ func newLockStatements(fencing bool) *lockStatements {
 		setShared:  set(1<<11, true),
 		wait:       build(1<<6, "distlock_wait", waitLockSQL, false),
 		waitShared: build(1<<7, "distlock_wait", waitLockSQL, true),
+		slots:      slots(1<<12, "distlock_try_slots", trySlotsElse),
+		waitSlots:  slots(1<<13, "distlock_wait_slots", waitSlotsElse),
 	}
 }
 

@@ -223,7 +223,7 @@ func (t *shapeTrial) run(ctx context.Context, d time.Duration, record bool) erro
 					}
 				}
 				if t.cfg.ShapeHold > 0 {
-					time.Sleep(t.cfg.ShapeHold) // the holder's work
+					work(t.cfg.ShapeHold) // the holder's work
 				}
 				mu.Lock()
 				waits[class] = append(waits[class], held.Sub(asked))
