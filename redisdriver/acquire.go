@@ -274,18 +274,23 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 		return classify(err)
 	}
 	k := d.keys(req.Key)
-	// A first try that respects the queue without joining it, so that an
-	// uncontended Acquire costs what TryAcquire does.
-	start := time.Now()
-	r, err := d.runAcquire(ctx, k, req, probeMode, 0)
-	if err != nil {
-		return driver.Grant{}, ended(err)
-	}
-	if r.status != acqBusy {
-		if err := d.recordGrant(ctx, k, req, r.plain); err != nil {
+	// An exclusive request's first try respects the queue without joining
+	// it, so that an uncontended Acquire costs what TryAcquire does (see
+	// acquire.lua's fast path). A shared or permit request joins the queue
+	// in its first try instead, when not granted at once: shaped.lua costs
+	// the same either way, and a waiter saves a round trip.
+	if shape(req) < 0 {
+		start := time.Now()
+		r, err := d.runAcquire(ctx, k, req, probeMode, 0)
+		if err != nil {
 			return driver.Grant{}, ended(err)
 		}
-		return grant(r, req, start), nil
+		if r.status != acqBusy {
+			if err := d.recordGrant(ctx, k, req, r.plain); err != nil {
+				return driver.Grant{}, ended(err)
+			}
+			return grant(r, req, start), nil
+		}
 	}
 
 	w, err := d.startWait(req.Owner)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -568,5 +569,153 @@ func BenchmarkDriverHeldLockMemory(b *testing.B) {
 			_ = d.Release(ctx, r)
 		}
 		_ = d.Close()
+	}
+}
+
+// scriptTime returns the scripts the server has run (EVALSHA and EVAL calls)
+// and the microseconds it spent in them, their own commands included, from
+// INFO commandstats.
+func scriptTime(ctx context.Context, c *redis.Client) (calls int64, usec float64, err error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" || !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls += n
+			case "usec":
+				u, _ := strconv.ParseFloat(v, 64)
+				usec += u
+			}
+		}
+	}
+	return calls, usec, nil
+}
+
+// BenchmarkShapes measures the shapes of issue 42's rows through package
+// lock, each reporting the scripts the server ran per operation and its time
+// in them (INFO commandstats; the server is shared, so the figures are the
+// whole server's while the benchmark runs):
+//
+//   - shared, permit: an uncontended TryAcquire and Release of a shared hold
+//     (of one permit of 4) while another reader (permit holder) holds the
+//     key throughout, so the marker is in place, as under load;
+//   - read-heavy, semaphore: bench/'s scenarios, 16 goroutines over 4
+//     Lockers on one key, each holding 500µs: 90% readers and 10% writers, or
+//     4 permits; ops/s.
+func BenchmarkShapes(b *testing.B) {
+	url := testserver.Redis(b)
+	ctx := context.Background()
+	admin := benchClient(b, url)
+	measure := func(b *testing.B, run func()) {
+		calls0, usec0, err := scriptTime(ctx, admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		b.ResetTimer()
+		run()
+		b.StopTimer()
+		elapsed := time.Since(start)
+		calls1, usec1, err := scriptTime(ctx, admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+		b.ReportMetric(float64(calls1-calls0)/float64(b.N), "scripts/op")
+		b.ReportMetric((usec1-usec0)/float64(b.N), "server-µs/op")
+	}
+	for _, s := range []struct {
+		name string
+		opt  lock.AcquireOption
+	}{{"shared", lock.WithShared(true)}, {"permit", lock.WithPermits(4)}} {
+		b.Run(s.name, func(b *testing.B) {
+			lk := lock.New(benchDriver(b, url))
+			defer lk.Close()
+			other, err := lk.TryAcquire(ctx, "shape", s.opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer other.Release(ctx)
+			measure(b, func() {
+				for i := 0; i < b.N; i++ {
+					l, err := lk.TryAcquire(ctx, "shape", s.opt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+	for _, s := range []struct {
+		name   string
+		writer func(*rand.Rand) bool
+		opt    lock.AcquireOption
+	}{
+		{"read-heavy", func(r *rand.Rand) bool { return r.Float64() >= 0.9 }, lock.WithShared(true)},
+		{"semaphore", func(*rand.Rand) bool { return false }, lock.WithPermits(4)},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			const lockers, goroutines = 4, 16
+			prefix := "bench-" + randomHex(4)
+			lks := make([]*lock.Locker, lockers)
+			for i := range lks {
+				d, err := New(benchClient(b, url), WithPrefix(prefix))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lks[i] = lock.New(d)
+			}
+			defer func() {
+				for _, lk := range lks {
+					_ = lk.Close()
+				}
+			}()
+			var (
+				next   atomic.Int64
+				wg     sync.WaitGroup
+				failed atomic.Value
+			)
+			measure(b, func() {
+				for g := 0; g < goroutines; g++ {
+					wg.Add(1)
+					go func(g int) {
+						defer wg.Done()
+						r := rand.New(rand.NewPCG(rand.Uint64(), uint64(g)))
+						for next.Add(1) <= int64(b.N) {
+							var opts []lock.AcquireOption
+							if !s.writer(r) {
+								opts = append(opts, s.opt)
+							}
+							l, err := lks[g%lockers].Acquire(ctx, "shape", opts...)
+							if err != nil {
+								failed.Store(err)
+								return
+							}
+							time.Sleep(500 * time.Microsecond)
+							if err := l.Release(ctx); err != nil {
+								failed.Store(err)
+								return
+							}
+						}
+					}(g)
+				}
+				wg.Wait()
+			})
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }

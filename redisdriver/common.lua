@@ -184,15 +184,21 @@ local function hold(marker, w, ttl, tok, label)
 end
 
 -- settle drops the expired holds, and deletes the marker when none is left or
--- moves its expiry to the latest hold's.
-local function settle()
-  dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
-  redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
+-- moves its expiry to the latest hold's. gone is the expiry of the hold just
+-- given back: the marker's is the latest hold's, so it moves only if gone was
+-- the latest.
+local function settle(gone)
+  local old = redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms)
+  if #old > 0 then
+    dropRecords(old)
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
+  end
   local top = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if #top == 0 then
     redis.call('DEL', lock, holders)
     return
   end
+  if #old == 0 and gone < tonumber(top[2]) then return end
   local at = string.format('%.0f', tonumber(top[2]))
   redis.call('PEXPIREAT', lock, at)
   redis.call('PEXPIREAT', holders, at)
@@ -204,7 +210,7 @@ end
 -- while permits are free. Each is told on its inbox channel: "<owner> <token>".
 -- It returns whether it granted anything.
 local function handoff()
-  local granted = false
+  local granted, count = false, nil -- count: the permits held, once known
   while true do
     local w, _, e = first()
     if not w then return granted end
@@ -220,16 +226,19 @@ local function handoff()
     else
       local marker = markerOf(n)
       if holder and holder ~= marker then return granted end
-      if holder and n > 0 then
+      if holder and n > 0 and not count then
         dropRecords(redis.call('ZRANGEBYSCORE', holders, '-inf', clock().ms))
         redis.call('ZREMRANGEBYSCORE', holders, '-inf', clock().ms)
-        if redis.call('ZCARD', holders) >= n then return granted end
+        count = redis.call('ZCARD', holders)
       end
+      if count and count >= n then return granted end
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, w)
       local label = takeLabel(w)
       tok = mint(ttl)
       hold(marker, w, ttl, tok, label)
+      -- hold dropped the holds of a lock key that was gone.
+      if n > 0 then count = (holder and count or 0) + 1 end
     end
     granted = true
     redis.call('PUBLISH', inbox, w .. ' ' .. string.format('%.0f', tok))

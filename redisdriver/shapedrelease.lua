@@ -18,7 +18,7 @@ if holder == marker then
     redis.call('HDEL', labels, owner)
     local held = 0
     if tonumber(sc) > clock().ms then held = 1 end
-    settle()
+    settle(tonumber(sc))
     handoff()
     changed()
     return held
