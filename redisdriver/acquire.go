@@ -374,10 +374,10 @@ func (d *Driver) Acquire(ctx context.Context, req *driver.Request) (driver.Grant
 
 // startWait registers a waiting call for the inbox reader and for Close.
 func (d *Driver) startWait(owner string) (*waiter, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, driver.ErrClosed
+	d.held.Lock()
+	defer d.held.Unlock()
+	if err := d.held.OpenLocked(); err != nil {
+		return nil, err
 	}
 	w := &waiter{granted: make(chan uint64, 1)}
 	d.waiters[owner] = w
@@ -386,11 +386,11 @@ func (d *Driver) startWait(owner string) (*waiter, error) {
 }
 
 func (d *Driver) endWait(owner string, w *waiter) {
-	d.mu.Lock()
+	d.held.Lock()
 	if d.waiters[owner] == w {
 		delete(d.waiters, owner)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	d.calls.Done()
 }
 
@@ -414,9 +414,9 @@ func (d *Driver) deliver(payload string) {
 	if err != nil {
 		return
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	w := d.waiters[owner]
-	d.mu.Unlock()
+	d.held.Unlock()
 	if w == nil {
 		return
 	}

@@ -13,8 +13,8 @@ import (
 
 // subscribed reports whether d's inbox subscription is up.
 func (d *Driver) subscribed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	return d.sub.state == subRunning
 }
 

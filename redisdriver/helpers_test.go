@@ -68,12 +68,10 @@ func sever(ctx context.Context, admin *redis.Client, d *Driver) error {
 
 // heldBy lists the requests d holds.
 func heldBy(d *Driver) []*driver.Request {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	var reqs []*driver.Request
-	for req := range d.held {
-		reqs = append(reqs, req)
-	}
+	d.held.EachLocked(func(req *driver.Request, _ heldLock) { reqs = append(reqs, req) })
 	return reqs
 }
 

@@ -221,13 +221,13 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		return nil, err
 	}
 	k := d.keys(key)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	if d.held.ClosedLocked() {
+		d.held.Unlock()
 		return nil, driver.ErrClosed
 	}
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.held.Unlock()
 	tc := d.trackingClient(k)
 	closeClient := func() {
 		if tc != nil {

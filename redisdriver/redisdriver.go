@@ -131,6 +131,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/lock/driver"
+	"github.com/distlock/lock/driver/kit"
 	"github.com/distlock/lock/internal/redislayout"
 	"github.com/distlock/lock/internal/redisproto"
 )
@@ -225,13 +226,13 @@ type Driver struct {
 	logs           redisproto.LogSink    // the Locker's logger (UseLogger)
 	countedClients sync.Map              // *redis.Client whose dials are counted -> true
 
-	mu      sync.Mutex
-	closed  bool
-	held    map[*driver.Request]heldLock // granted locks: where, and their fence record's due time
-	nodes   []node                       // the nodes of held locks, by index (see heldLock)
-	nodeIDs map[node]uint32              // index of each node in nodes
-	waiters map[string]*waiter           // waiting Acquire calls by owner
-	runIDs  map[string]seenID            // last run_id seen, by node address ("" outside a cluster)
+	// held is the driver's mutex, its granted locks (where, and their fence
+	// record's due time) and its closed gate; it guards the fields below.
+	held    *kit.Book[*driver.Request, heldLock]
+	nodes   []node             // the nodes of held locks, by index (see heldLock)
+	nodeIDs map[node]uint32    // index of each node in nodes
+	waiters map[string]*waiter // waiting Acquire calls by owner
+	runIDs  map[string]seenID  // last run_id seen, by node address ("" outside a cluster)
 	sub     subscription
 }
 
@@ -256,7 +257,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	}
 	d := &Driver{
 		client:  client,
-		held:    map[*driver.Request]heldLock{},
+		held:    kit.NewBook[*driver.Request, heldLock](),
 		nodeIDs: map[node]uint32{},
 		waiters: map[string]*waiter{},
 		runIDs:  map[string]seenID{},
@@ -294,9 +295,9 @@ func (d *Driver) Capabilities() driver.Capabilities {
 
 // usable returns ErrClosed after Close, or ctx's error.
 func (d *Driver) usable(ctx context.Context) error {
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
+	d.held.Lock()
+	closed := d.held.ClosedLocked()
+	d.held.Unlock()
 	if closed {
 		return driver.ErrClosed
 	}
@@ -311,13 +312,12 @@ func (d *Driver) usable(ctx context.Context) error {
 // not close, a round trip in flight ends at its deadline (the client's read
 // timeout, or the driver's own bounds of a second for its background work).
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.held.Lock()
+	_, first := d.held.CloseLocked() // the locks stay on the server until their TTL
+	d.held.Unlock()
+	if !first {
 		return nil
 	}
-	d.closed = true
-	d.mu.Unlock()
 	d.cancel() // interrupts waiting Acquire calls and background checks
 	var err error
 	if d.owned {
@@ -339,9 +339,9 @@ func (d *Driver) Close() error {
 		err = d.client.Close()
 	}
 	d.calls.Wait()
-	d.mu.Lock()
+	d.held.Lock()
 	ps := d.sub.ps
-	d.mu.Unlock()
+	d.held.Unlock()
 	if ps != nil {
 		_ = ps.Close()
 	}
@@ -371,7 +371,7 @@ func (h heldLock) fenceExpiry() time.Duration { return time.Duration(h.fenceUnti
 // since is the driver's monotonic clock, for heldLock.fenceUntil.
 func (d *Driver) since() time.Duration { return time.Since(d.epoch) }
 
-// nodeIDLocked returns n's index in d.nodes, adding it; d.mu is held.
+// nodeIDLocked returns n's index in d.nodes, adding it; d.held is locked.
 func (d *Driver) nodeIDLocked(n node) uint32 {
 	id, ok := d.nodeIDs[n]
 	if !ok {
@@ -384,9 +384,9 @@ func (d *Driver) nodeIDLocked(n node) uint32 {
 
 // heldNode returns the node that granted req, if req is held.
 func (d *Driver) heldNode(req *driver.Request) (node, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h, ok := d.held[req]
+	d.held.Lock()
+	defer d.held.Unlock()
+	h, ok := d.held.LookupLocked(req)
 	if !ok {
 		return node{}, false
 	}
@@ -403,24 +403,24 @@ func (d *Driver) record(req *driver.Request, n node, plain bool) {
 	if plain {
 		h.fenceUntil = noRecord
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	h.node = d.nodeIDLocked(n)
-	d.held[req] = h
-	start := !d.sub.watched && !d.closed
+	_ = d.held.PutLocked(req, h) // refused only after Close, when nothing is kept
+	start := !d.sub.watched && !d.held.ClosedLocked()
 	if start {
 		d.sub.watched = true
 		d.wg.Add(1)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 	if start {
 		go d.watch()
 	}
 }
 
 func (d *Driver) forget(req *driver.Request) {
-	d.mu.Lock()
-	delete(d.held, req)
-	d.mu.Unlock()
+	d.held.Lock()
+	d.held.TakeLocked(req)
+	d.held.Unlock()
 }
 
 var millis = redisproto.Millis

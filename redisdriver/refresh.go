@@ -99,12 +99,12 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 	lockKeys := make([]string, len(reqs))
 	fenced := make([]bool, len(reqs)) // the call extends the fence record
 	now := d.since()                  // before sending: the record's expiry is later
-	d.mu.Lock()
+	d.held.Lock()
 	held := make([]heldLock, len(reqs))
 	for i, r := range reqs {
-		held[i] = d.held[r]
+		held[i] = d.held.GetLocked(r)
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 
 	var calls []*refreshCall
 	batches := map[int]*refreshCall{} // the open batch of each slot
@@ -247,12 +247,12 @@ func (d *Driver) refresh(ctx context.Context, reqs []*driver.Request, extend boo
 // driver's life fit.
 func (d *Driver) fenceExtended(req *driver.Request, until time.Duration) {
 	secs := int32(min(until/time.Second, math.MaxInt32))
-	d.mu.Lock()
-	if h, ok := d.held[req]; ok {
+	d.held.Lock()
+	if h, ok := d.held.LookupLocked(req); ok {
 		h.fenceUntil = secs
-		d.held[req] = h
+		_ = d.held.PutLocked(req, h) // refused only after Close, when nothing is kept
 	}
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // currentNode returns the node that holds lockKey now, asking each node for its
@@ -296,12 +296,10 @@ func (d *Driver) releaseLost(reqs []*driver.Request) {
 // reports the lost ones through Request.Lost. It runs when the pub/sub
 // connection comes back, the sign that the server may have restarted.
 func (d *Driver) checkHeld() {
-	d.mu.Lock()
-	reqs := make([]*driver.Request, 0, len(d.held))
-	for r := range d.held {
-		reqs = append(reqs, r)
-	}
-	d.mu.Unlock()
+	d.held.Lock()
+	reqs := make([]*driver.Request, 0, d.held.LenLocked())
+	d.held.EachLocked(func(r *driver.Request, _ heldLock) { reqs = append(reqs, r) })
+	d.held.Unlock()
 	if len(reqs) == 0 {
 		return
 	}

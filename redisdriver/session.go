@@ -47,28 +47,28 @@ const (
 
 // subscribe makes sure the inbox is subscribed, starting it the first time.
 func (d *Driver) subscribe(ctx context.Context) error {
-	d.mu.Lock()
+	d.held.Lock()
 	for {
-		if d.closed {
-			d.mu.Unlock()
+		if d.held.ClosedLocked() {
+			d.held.Unlock()
 			return driver.ErrClosed
 		}
 		switch d.sub.state {
 		case subRunning:
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil
 		case subStarting:
 			ready := d.sub.ready
-			d.mu.Unlock()
+			d.held.Unlock()
 			select {
 			case <-ready:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			d.mu.Lock()
+			d.held.Lock()
 			if d.sub.state == subNone {
 				err := d.sub.err
-				d.mu.Unlock()
+				d.held.Unlock()
 				return err
 			}
 		default:
@@ -76,24 +76,24 @@ func (d *Driver) subscribe(ctx context.Context) error {
 			ready := make(chan struct{})
 			d.sub.ready = ready
 			d.wg.Add(1) // the dial, then the reader
-			d.mu.Unlock()
+			d.held.Unlock()
 			ps, err := d.dialInbox(ctx)
-			d.mu.Lock()
-			if err == nil && d.closed {
+			d.held.Lock()
+			if err == nil && d.held.ClosedLocked() {
 				_ = ps.Close()
 				err = driver.ErrClosed
 			}
 			if err != nil {
 				d.sub.state, d.sub.err = subNone, err
 				close(ready)
-				d.mu.Unlock()
+				d.held.Unlock()
 				d.wg.Done()
 				return err
 			}
 			d.sub.state, d.sub.ps = subRunning, ps
 			close(ready)
 			go d.readInbox(ps)
-			d.mu.Unlock()
+			d.held.Unlock()
 			return nil
 		}
 	}
@@ -139,8 +139,8 @@ func (d *Driver) dialInbox(ctx context.Context) (*redis.PubSub, error) {
 // resubscribed returns a channel that is closed when the inbox next comes back
 // after a loss of its connection.
 func (d *Driver) resubscribed() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	return d.sub.resub
 }
 
@@ -196,14 +196,14 @@ func (d *Driver) redial(old *redis.PubSub) *redis.PubSub {
 	for {
 		ps, err := d.dialInbox(d.ctx)
 		if err == nil {
-			d.mu.Lock()
-			if d.closed {
-				d.mu.Unlock()
+			d.held.Lock()
+			if d.held.ClosedLocked() {
+				d.held.Unlock()
 				_ = ps.Close()
 				return nil
 			}
 			d.sub.ps = ps
-			d.mu.Unlock()
+			d.held.Unlock()
 			return ps
 		}
 		if !redislayout.Pause(d.ctx, backoff) {
@@ -215,11 +215,11 @@ func (d *Driver) redial(old *redis.PubSub) *redis.PubSub {
 
 // wakeWaitersAndCheckHeld wakes every waiter to look again and checks the held locks.
 func (d *Driver) wakeWaitersAndCheckHeld() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.held.Lock()
+	defer d.held.Unlock()
 	close(d.sub.resub)
 	d.sub.resub = make(chan struct{})
-	if d.closed || d.sub.checking || len(d.held) == 0 {
+	if d.held.ClosedLocked() || d.sub.checking || d.held.LenLocked() == 0 {
 		return
 	}
 	d.sub.checking = true
@@ -227,9 +227,9 @@ func (d *Driver) wakeWaitersAndCheckHeld() {
 	go func() {
 		defer d.wg.Done()
 		d.checkHeld()
-		d.mu.Lock()
+		d.held.Lock()
 		d.sub.checking = false
-		d.mu.Unlock()
+		d.held.Unlock()
 	}()
 }
 
@@ -271,9 +271,9 @@ func (d *Driver) grantedBy(ctx context.Context, lockKey string) (node, error) {
 	if err != nil {
 		return node{}, err
 	}
-	d.mu.Lock()
+	d.held.Lock()
 	seen, ok := d.runIDs[addr]
-	d.mu.Unlock()
+	d.held.Unlock()
 	if ok && counted && seen.dials == d.dialWatch.Dials() {
 		return node{addr: addr, runID: seen.id}, nil
 	}
@@ -302,9 +302,9 @@ func (d *Driver) nodeClient(ctx context.Context, lockKey string) (string, redis.
 // sawRunID caches a node's run_id, read by an INFO sent when the driver had
 // dialled dials connections.
 func (d *Driver) sawRunID(addr, id string, dials uint64) {
-	d.mu.Lock()
+	d.held.Lock()
 	d.runIDs[addr] = seenID{id: id, dials: dials}
-	d.mu.Unlock()
+	d.held.Unlock()
 }
 
 // countDials installs the dial watch on client: on a *redis.Client (also a
