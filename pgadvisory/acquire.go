@@ -183,7 +183,7 @@ func (d *Driver) tryOn(ctx context.Context, c *lockConn, t tryCall) (g driver.Gr
 			}
 			var g driver.Grant
 			for i, req := range t.reqs {
-				if g, err = d.register(c, req, ids[i], uint64(tok.v), start, t.claim); err == errClaimed {
+				if g, err = d.register(c, req, ids[i], driver.Grant{Token: uint64(tok.v), Start: start}, t.claim); err == errClaimed {
 					d.giveBackPermit(c, ids[i])
 				}
 				if err != nil {
@@ -414,7 +414,7 @@ func (d *Driver) waited(ctx context.Context, hand *kit.Handoff[driver.Grant], c 
 			if granted.Before(start) {
 				granted = start
 			}
-			g, err := d.register(w, req, id, uint64(tok.v), granted, claim)
+			g, err := d.register(w, req, id, driver.Grant{Token: uint64(tok.v), Start: granted}, claim)
 			if err != errClaimed {
 				return g, err
 			}

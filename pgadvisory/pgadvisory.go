@@ -376,17 +376,18 @@ func (d *Driver) conflicts(id int64, shared bool) bool {
 	return u.n > 0 && (!shared || u.exclusive > 0)
 }
 
-// register records a lock just taken on c; c.mu is held, so c's bookkeeping
+// register records a lock just taken on c, granted as g (its token dropped
+// without fencing), and returns that grant; c.mu is held, so c's bookkeeping
 // matches the session before anyone else sends a statement on it. After Close it
 // returns driver.ErrClosed: Close is about to close c, which drops the lock.
 // With a claim, shared by the attempts of one permit request, it records only
 // the first grant and returns errClaimed for any other, which its caller
 // gives back.
-func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint64, start time.Time, claim *atomic.Bool) (driver.Grant, error) {
+func (d *Driver) register(c *lockConn, req *driver.Request, id int64, g driver.Grant, claim *atomic.Bool) (driver.Grant, error) {
 	if !d.o.fencing {
-		token = 0
+		g.Token = 0
 	}
-	h := &holding{k: ownerKey{req.Key, req.Owner}, id: id, shared: req.Shared, permits: req.Permits, c: c, token: token, start: start, lost: req.Lost}
+	h := &holding{k: ownerKey{req.Key, req.Owner}, id: id, shared: req.Shared, permits: req.Permits, c: c, token: g.Token, start: g.Start, lost: req.Lost}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -410,7 +411,7 @@ func (d *Driver) register(c *lockConn, req *driver.Request, id int64, token uint
 	}
 	d.ids[id] = u
 	d.bookPermitLocked(h, 1)
-	return driver.Grant{Token: token, Start: start}, nil
+	return g, nil
 }
 
 // forgetLocked drops h from the bookkeeping; d.mu is held. Forgetting h twice
