@@ -95,7 +95,12 @@ func benchClient(b *testing.B, url string) *clientv3.Client { return newClient(b
 // key, against 8 goroutines each with its own concurrency.Mutex session, over 2
 // clients.
 func BenchmarkContended(b *testing.B) {
-	url := testserver.Etcd(b)
+	benchContended(b, testserver.Etcd(b), func(_ *testing.B, run func()) { run() })
+}
+
+// benchContended runs BenchmarkContended's two contestants against url, each
+// sub-benchmark's contention wrapped by around (which calls run once).
+func benchContended(b *testing.B, url string, around func(b *testing.B, run func())) {
 	const clients, perClient = 2, 4
 	b.Run("impl=etcddriver", func(b *testing.B) {
 		key := benchKey()
@@ -104,12 +109,14 @@ func BenchmarkContended(b *testing.B) {
 			lk, _ := newLocker(b, url, lock.WithTTL(10*time.Second))
 			lockers = append(lockers, lk)
 		}
-		contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
-			l, err := lockers[w%clients].Acquire(ctx, key)
-			if err != nil {
-				return nil, err
-			}
-			return func() error { return l.Release(ctx) }, nil
+		around(b, func() {
+			contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
+				l, err := lockers[w%clients].Acquire(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Release(ctx) }, nil
+			})
 		})
 	})
 	b.Run("impl=mutex", func(b *testing.B) {
@@ -126,12 +133,14 @@ func BenchmarkContended(b *testing.B) {
 				mutexes = append(mutexes, concurrency.NewMutex(s, name))
 			}
 		}
-		contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
-			m := mutexes[w]
-			if err := m.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return func() error { return m.Unlock(ctx) }, nil
+		around(b, func() {
+			contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
+				m := mutexes[w]
+				if err := m.Lock(ctx); err != nil {
+					return nil, err
+				}
+				return func() error { return m.Unlock(ctx) }, nil
+			})
 		})
 	})
 }
@@ -763,46 +772,5 @@ func BenchmarkContendedWrites(b *testing.B) {
 		sum = metric(b, s, "etcd_disk_wal_fsync_duration_seconds_sum") - sum
 		b.ReportMetric(1000*sum/(after[0]-before[0]), "ms/fsync")
 	}
-	const clients, perClient = 2, 4
-	b.Run("impl=etcddriver", func(b *testing.B) {
-		key := benchKey()
-		var lockers []*lock.Locker
-		for range clients {
-			lk, _ := newLocker(b, s.URL(), lock.WithTTL(10*time.Second))
-			lockers = append(lockers, lk)
-		}
-		count(b, func() {
-			contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
-				l, err := lockers[w%clients].Acquire(ctx, key)
-				if err != nil {
-					return nil, err
-				}
-				return func() error { return l.Release(ctx) }, nil
-			})
-		})
-	})
-	b.Run("impl=mutex", func(b *testing.B) {
-		name := testPrefix(b) + "/" + benchKey()
-		var mutexes []*concurrency.Mutex
-		for range clients {
-			client := benchClient(b, s.URL())
-			for range perClient {
-				ss, err := concurrency.NewSession(client, concurrency.WithTTL(10))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { ss.Close() })
-				mutexes = append(mutexes, concurrency.NewMutex(ss, name))
-			}
-		}
-		count(b, func() {
-			contend(b, clients*perClient, func(ctx context.Context, w int) (func() error, error) {
-				m := mutexes[w]
-				if err := m.Lock(ctx); err != nil {
-					return nil, err
-				}
-				return func() error { return m.Unlock(ctx) }, nil
-			})
-		})
-	})
+	benchContended(b, s.URL(), count)
 }
