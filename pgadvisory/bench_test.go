@@ -59,15 +59,7 @@ func BenchmarkContended(b *testing.B) {
 					return l.Release(ctx)
 				}
 			}
-			var rawTime, drvTime time.Duration
-			b.ResetTimer()
-			for done := 0; done < b.N; done += contendedBlock {
-				n := min(contendedBlock, b.N-done)
-				rawTime += runTurns(b, raw, n)
-				drvTime += runTurns(b, drv, n)
-			}
-			b.StopTimer()
-			report(b, rawTime, drvTime)
+			interleave(b, raw, drv)
 		})
 	}
 }
@@ -127,6 +119,20 @@ func runTurns(b *testing.B, turns []func() error, n int) time.Duration {
 
 // report gives the contestants' times per operation and the driver's time as a
 // multiple of raw's (for contended runs: raw's rate over the driver's).
+// interleave runs b.N turns of raw and of drv, in alternating blocks of
+// contendedBlock so that both meet the same load, and reports them.
+func interleave(b *testing.B, raw, drv []func() error) {
+	var rawTime, drvTime time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += contendedBlock {
+		n := min(contendedBlock, b.N-done)
+		rawTime += runTurns(b, raw, n)
+		drvTime += runTurns(b, drv, n)
+	}
+	b.StopTimer()
+	report(b, rawTime, drvTime)
+}
+
 func report(b *testing.B, raw, drv time.Duration) {
 	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/op")
 	b.ReportMetric(float64(drv.Nanoseconds())/float64(b.N), "driver-ns/op")
@@ -187,15 +193,7 @@ func BenchmarkPermits(b *testing.B) {
 			return l.Release(ctx)
 		}
 	}
-	var rawTime, drvTime time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; done += contendedBlock {
-		n := min(contendedBlock, b.N-done)
-		rawTime += runTurns(b, raw, n)
-		drvTime += runTurns(b, drv, n)
-	}
-	b.StopTimer()
-	report(b, rawTime, drvTime)
+	interleave(b, raw, drv)
 }
 
 // BenchmarkUncontended: one goroutine takes and gives back a free key,

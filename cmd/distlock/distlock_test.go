@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,28 +28,12 @@ func TestRunsOnOneKeyNeverOverlap(t *testing.T) {
 	for i := range procs {
 		procs[i] = start(t, testEnv("LOG="+logPath), "run", "--url", fileURL(dir), "job", "--", "sh", "-c", script)
 	}
-	for _, p := range procs {
-		p.stdin.Close()
-		expectStatus(t, p.wait(), 0, p.stderrText())
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2*runs {
-		t.Fatalf("log has %d lines, want %d:\n%s", len(lines), 2*runs, b)
-	}
 	var last uint64
-	for i := 0; i < len(lines); i += 2 {
-		var start, end uint64
-		if _, err := fmt.Sscanf(lines[i]+" "+lines[i+1], "start %d end %d", &start, &end); err != nil || start != end {
-			t.Fatalf("runs overlapped at line %d:\n%s", i+1, b)
+	for _, tok := range runsInTurn(t, procs, logPath) {
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
 		}
-		if start <= last {
-			t.Fatalf("token %d after %d:\n%s", start, last, b)
-		}
-		last = start
+		last = tok
 	}
 }
 

@@ -198,3 +198,32 @@ func expectStatus(t *testing.T, got, want int, stderr string) {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", got, want, stderr)
 	}
 }
+
+// runsInTurn lets procs finish (each must exit 0) and checks the log their
+// commands wrote, a "start N" and an "end N" line each (appended, so lines of
+// overlapping runs interleave): every start is followed by its own end. It
+// returns each run's N in the order they ran.
+func runsInTurn(t *testing.T, procs []*proc, logPath string) []uint64 {
+	t.Helper()
+	for _, p := range procs {
+		p.stdin.Close()
+		expectStatus(t, p.wait(), 0, p.stderrText())
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2*len(procs) {
+		t.Fatalf("log has %d lines, want %d:\n%s", len(lines), 2*len(procs), b)
+	}
+	var ids []uint64
+	for i := 0; i < len(lines); i += 2 {
+		var start, end uint64
+		if _, err := fmt.Sscanf(lines[i]+" "+lines[i+1], "start %d end %d", &start, &end); err != nil || start != end {
+			t.Fatalf("runs overlapped at line %d:\n%s", i+1, b)
+		}
+		ids = append(ids, start)
+	}
+	return ids
+}

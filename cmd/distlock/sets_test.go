@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,24 +54,7 @@ func TestRunsNamingOverlappingKeysInOppositeOrdersNeverDeadlockNorOverlap(t *tes
 		args := append([]string{"run", "--url", fileURL(dir), "--wait", "15s"}, keys...)
 		procs[i] = start(t, testEnv("LOG="+logPath), append(args, "--", "sh", "-c", script)...)
 	}
-	for _, p := range procs {
-		p.stdin.Close()
-		expectStatus(t, p.wait(), 0, p.stderrText())
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2*runs {
-		t.Fatalf("log has %d lines, want %d:\n%s", len(lines), 2*runs, b)
-	}
-	for i := 0; i < len(lines); i += 2 {
-		var start, end int
-		if _, err := fmt.Sscanf(lines[i]+" "+lines[i+1], "start %d end %d", &start, &end); err != nil || start != end {
-			t.Fatalf("runs overlapped at line %d:\n%s", i+1, b)
-		}
-	}
+	runsInTurn(t, procs, logPath)
 }
 
 func TestHeldMemberStopsASetWithNoWaitNamingItAndTakesNothing(t *testing.T) {
