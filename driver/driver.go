@@ -13,6 +13,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -121,6 +122,19 @@ type SetAcquirer interface {
 	// error leaves the outcome unknown, as for TryAcquire: the portable layer
 	// releases every request (owner-checked) before it goes on.
 	TryAcquireSet(ctx context.Context, reqs []*Request) ([]Grant, error)
+}
+
+// CheckSet returns ErrInvalidArgument, naming the driver, unless reqs are a
+// set as TryAcquireSet receives one: distinct keys, in byte order. Package
+// lock sends only such sets; a driver checks with it first, so that another
+// caller's mistake takes nothing.
+func CheckSet(name string, reqs []*Request) error {
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].Key <= reqs[i-1].Key {
+			return fmt.Errorf("%w: %s: a set's keys must be distinct and in byte order (%q after %q)", ErrInvalidArgument, name, reqs[i].Key, reqs[i-1].Key)
+		}
+	}
+	return nil
 }
 
 // BatchRefresher is implemented by drivers that can confirm many locks in one

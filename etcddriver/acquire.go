@@ -113,6 +113,9 @@ func (d *Driver) acquireOn(ctx context.Context, s *session, req *driver.Request,
 // ErrUnsupported (etcd cannot compare a count: a permit is written and then
 // counted), and so is a set longer than the server's --max-txn-ops.
 func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]driver.Grant, error) {
+	if err := driver.CheckSet("etcddriver", reqs); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		grants, wrote, err := d.trySet(requireLeader(ctx), reqs)
 		if !wrote && errors.Is(err, errSessionEnded) && attempt < sessionAttempts {
@@ -125,12 +128,9 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]d
 // trySet is one attempt of TryAcquireSet; wrote tells that its transaction
 // wrote the keys (a lease found ended then is not tried again).
 func (d *Driver) trySet(ctx context.Context, reqs []*driver.Request) (grants []driver.Grant, wrote bool, err error) {
-	for i, req := range reqs {
+	for _, req := range reqs {
 		if req.Permits >= 2 || req.TTL != reqs[0].TTL {
 			return nil, false, driver.ErrUnsupported
-		}
-		if i > 0 && req.Key <= reqs[i-1].Key {
-			return nil, false, fmt.Errorf("%w: etcddriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
 		}
 	}
 	s, err := d.session(ctx, reqs[0].TTL)

@@ -61,6 +61,9 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]d
 	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
+	if err := driver.CheckSet("memdriver", reqs); err != nil {
+		return nil, err
+	}
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
 	now := time.Now()
@@ -69,10 +72,6 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]d
 	var err error
 	for i, req := range reqs {
 		keys[i] = d.key(req.Key)
-		if i > 0 && keys[i] <= keys[i-1] {
-			err = fmt.Errorf("%w: memdriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
-			break
-		}
 		var ks *keyState
 		if ks, err = d.s.state(keys[i], req, now); err != nil {
 			break

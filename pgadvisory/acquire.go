@@ -58,6 +58,9 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) (gs 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := driver.CheckSet("pgadvisory", reqs); err != nil {
+		return nil, err
+	}
 	ctx, done := d.attempt(ctx)
 	defer func() { err = done(classify(ctx, err)) }()
 	ids := make([]int64, len(reqs))

@@ -21,6 +21,9 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]d
 	if err := d.usable(ctx); err != nil {
 		return nil, err
 	}
+	if err := driver.CheckSet("redisdriver", reqs); err != nil {
+		return nil, err
+	}
 	ctx, done := d.attempt(ctx)
 	gs, err := d.tryAcquireSet(ctx, reqs)
 	return gs, done(err)
@@ -33,10 +36,7 @@ func (d *Driver) tryAcquireSet(ctx context.Context, reqs []*driver.Request) ([]d
 	args := make([]any, 1, 1+4*len(reqs))
 	for i, req := range reqs {
 		ks[i] = d.keys(req.Key)
-		switch {
-		case i > 0 && req.Key <= reqs[i-1].Key:
-			return nil, fmt.Errorf("%w: redisdriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
-		case d.cluster != nil && redisproto.Slot(ks[i].Lock) != redisproto.Slot(ks[0].Lock):
+		if d.cluster != nil && redisproto.Slot(ks[i].Lock) != redisproto.Slot(ks[0].Lock) {
 			return nil, fmt.Errorf("%w: redisdriver: the set's keys are in several Cluster hash slots, which one script cannot reach", driver.ErrUnsupported)
 		}
 		names = append(names, scriptKeys(ks[i])...)

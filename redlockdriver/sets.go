@@ -20,6 +20,9 @@ var _ driver.SetAcquirer = (*Driver)(nil)
 // (driver.ErrLocked when the keys are held). Shared requests are
 // driver.ErrUnsupported: package lock takes them one at a time.
 func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*request) ([]driver.Grant, error) {
+	if err := driver.CheckSet("redlockdriver", reqs); err != nil {
+		return nil, err
+	}
 	if err := d.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -29,12 +32,10 @@ func (d *Driver) TryAcquireSet(ctx context.Context, reqs []*request) ([]driver.G
 	shortest := reqs[0]
 	keys := make([]string, 0, 3*len(reqs))
 	args := make([]any, 0, 4*len(reqs))
-	for i, req := range reqs {
+	for _, req := range reqs {
 		switch {
 		case req.Shared:
 			return nil, fmt.Errorf("%w: redlockdriver: a set of shared locks is taken one lock at a time", driver.ErrUnsupported)
-		case i > 0 && req.Key <= reqs[i-1].Key:
-			return nil, fmt.Errorf("%w: redlockdriver: a set's keys must be distinct and in byte order", driver.ErrInvalidArgument)
 		case req.TTL < shortest.TTL:
 			shortest = req
 		}
